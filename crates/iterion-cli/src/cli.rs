@@ -1,0 +1,201 @@
+//! Flags and verbs, exactly as `shared/SPEC.md` §2 names them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Run AI-agent workflows, each inside its own per-run sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "iterion", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The verb.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Verbs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Parse and compile workflows; print diagnostics.
+    Validate(ValidateArgs),
+    /// Execute a workflow run inside its sandbox.
+    Run(RunArgs),
+    /// List runs in the store.
+    Runs(RunsArgs),
+    /// Print a run's events in order.
+    Events(EventsArgs),
+    /// Print a run's log.
+    Logs(LogsArgs),
+    /// List or fetch a run's drained files.
+    Files(FilesArgs),
+    /// Sandbox diagnostics and maintenance.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+/// `iterion validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Workflow files (`.iter` / `.bot`).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--sandbox` values a CLI may express (`inline` cannot be).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxFlag {
+    /// Devcontainer or default image; yields to a workflow `image:`/`build:`.
+    Auto,
+    /// No sandbox, whatever the workflow says.
+    None,
+}
+
+/// `--sandbox-host-state` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostStateFlag {
+    /// Bind host state.
+    Auto,
+    /// Bind none.
+    None,
+}
+
+/// `--trust` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrustFlag {
+    /// The operator's own workspace.
+    Trusted,
+    /// Must run in a container or not at all.
+    Untrusted,
+}
+
+/// `iterion run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Workflow file.
+    pub file: PathBuf,
+    /// Workflow variable, `K=V` (repeatable).
+    #[arg(long = "var", value_name = "K=V")]
+    pub vars: Vec<String>,
+    /// Sandbox override (tier 1).
+    #[arg(long, value_enum)]
+    pub sandbox: Option<SandboxFlag>,
+    /// Image for `auto` when the repo has no devcontainer.
+    #[arg(long, value_name = "REF")]
+    pub sandbox_default_image: Option<String>,
+    /// host_state override.
+    #[arg(long, value_enum)]
+    pub sandbox_host_state: Option<HostStateFlag>,
+    /// Trust level of the workspace.
+    #[arg(long, value_enum, default_value = "trusted")]
+    pub trust: TrustFlag,
+    /// Print `{"run_id","status","failure_code"}` at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `iterion runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `iterion events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Run id.
+    pub run_id: String,
+    /// JSON Lines, one event per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep printing new events until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// `iterion logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Run id.
+    pub run_id: String,
+    /// Keep printing new lines until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// `iterion files`.
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    /// Run id.
+    pub run_id: String,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+    /// Fetch one file by its run-relative path.
+    #[arg(long, value_name = "PATH")]
+    pub get: Option<String>,
+    /// Where to write the fetched file (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "OUT", requires = "get")]
+    pub output: Option<PathBuf>,
+}
+
+/// `iterion sandbox …`.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Host kind, runtimes, selected driver, capabilities; `--strict` runs the check battery.
+    Doctor(DoctorArgs),
+    /// One pass of the orphan reaper over every available driver.
+    Reap(ReapArgs),
+}
+
+/// `--target` of the strict doctor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TargetFlag {
+    /// Detect from the environment.
+    Auto,
+    /// A local host.
+    Local,
+    /// A cloud (Kubernetes) host.
+    Cloud,
+}
+
+/// `iterion sandbox doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Resolve the exact spec a run would use and run the check battery.
+    #[arg(long)]
+    pub strict: bool,
+    /// Workflow to resolve (with `--strict`).
+    #[arg(requires = "strict")]
+    pub file: Option<PathBuf>,
+    /// Host kind to check for.
+    #[arg(long, value_enum, requires = "strict")]
+    pub target: Option<TargetFlag>,
+    /// Same as `iterion run --sandbox`.
+    #[arg(long, value_enum)]
+    pub sandbox: Option<SandboxFlag>,
+    /// Same as `iterion run --sandbox-default-image`.
+    #[arg(long, value_name = "REF")]
+    pub sandbox_default_image: Option<String>,
+    /// Same as `iterion run --sandbox-host-state`.
+    #[arg(long, value_enum)]
+    pub sandbox_host_state: Option<HostStateFlag>,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `iterion sandbox reap`.
+#[derive(Debug, Args)]
+pub struct ReapArgs {
+    /// Report what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,25 @@
+//! One module per verb; each is a short function that builds what it needs
+//! and renders the outcome.
+
+mod files;
+mod run;
+mod sandbox;
+mod store_views;
+mod validate;
+
+use crate::cli::{Cli, Command, SandboxCommand};
+use crate::exit::Exit;
+
+/// Run the selected verb.
+pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
+    match cli.command {
+        Command::Validate(args) => validate::run(args).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Runs(args) => store_views::runs(args).await,
+        Command::Events(args) => store_views::events(args).await,
+        Command::Logs(args) => store_views::logs(args).await,
+        Command::Files(args) => files::run(args).await,
+        Command::Sandbox(SandboxCommand::Doctor(args)) => sandbox::doctor(args).await,
+        Command::Sandbox(SandboxCommand::Reap(args)) => sandbox::reap(args).await,
+    }
+}

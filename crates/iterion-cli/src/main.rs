@@ -1,0 +1,21 @@
+//! `iterion`: the thin binary. Parses flags, dispatches to one verb, maps
+//! the outcome to the exit-code table of [`exit`].
+
+mod cli;
+mod cmd;
+mod exit;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return exit::Exit::Failure.into();
+        }
+    };
+    let outcome = runtime.block_on(cmd::dispatch(cli));
+    exit::report(outcome).into()
+}

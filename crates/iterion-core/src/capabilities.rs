@@ -1,0 +1,41 @@
+//! What a driver can do. The runtime asks [`Capabilities`] instead of probing
+//! types: an optional feature is a flag here plus a trait method that
+//! returns [`crate::DriverError::Unsupported`] when the flag is off.
+
+use serde::{Deserialize, Serialize};
+
+/// Capability report of a driver, as shown by `iterion sandbox doctor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Runs a container from an image reference.
+    pub image: bool,
+    /// Builds an image from a Dockerfile (`build:`).
+    pub build: bool,
+    /// Honours spec mounts at all.
+    pub mounts: bool,
+    /// Can bind a host directory into the sandbox.
+    pub host_bind_mounts: bool,
+    /// Cluster-level network policy (Kubernetes NetworkPolicy). Not the
+    /// same as egress enforcement (naming trap of facts §12.3).
+    pub network_policy: bool,
+    /// Can confine the sandbox so that the egress proxy is the only
+    /// reachable address (docker/podman internal network, k8s policy).
+    pub egress_enforcement: bool,
+    /// Runs `post_create`.
+    pub post_create: bool,
+    /// Honours `user:`.
+    pub remote_user: bool,
+    /// Can drain declared read-back paths at teardown (ADR-143).
+    pub read_back_drain: bool,
+    /// Can copy a tar stream into the sandbox.
+    pub archive_in: bool,
+    /// Can inject a per-run CA for TLS inspection.
+    pub tls_inspection: bool,
+}
+
+impl Capabilities {
+    /// A driver that neither binds nor drains cannot serve a read-back path.
+    pub fn can_serve_read_back(&self) -> bool {
+        self.host_bind_mounts || self.read_back_drain
+    }
+}

@@ -1,0 +1,551 @@
+//! The driver seam: [`Driver`] prepares and starts one sandbox per run;
+//! [`SandboxRun`] is the live handle every node execs into.
+//!
+//! Optional upstream interfaces (Builder, WorkspaceExporter, …) are
+//! capability flags plus methods that return [`DriverError::Unsupported`],
+//! so the runtime asks [`Driver::capabilities`] instead of probing types.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::ByteStream;
+use crate::capabilities::Capabilities;
+use crate::id::RunId;
+use crate::plan::LaunchPlan;
+
+/// Which driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverName {
+    /// Docker Engine.
+    Docker,
+    /// Podman's Docker-compatible API.
+    Podman,
+    /// Kubernetes sibling pods.
+    Kubernetes,
+    /// Host passthrough (never for an active mode).
+    Noop,
+}
+
+impl DriverName {
+    /// The lower-case name used in events and `doctor`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Podman => "podman",
+            Self::Kubernetes => "kubernetes",
+            Self::Noop => "noop",
+        }
+    }
+}
+
+impl fmt::Display for DriverName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Per-run facts a driver needs at build/start time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The run (appears in every label and resource name).
+    pub run_id: RunId,
+    /// Friendly name (workflow name), for the `iterion.io/run-name` label.
+    pub run_name: Option<String>,
+    /// Absolute host path of the workspace.
+    pub host_workspace: String,
+    /// Upper bound of the run, when a budget says so.
+    pub max_duration: Option<Duration>,
+}
+
+/// The output of [`Driver::prepare`]: the plan, validated, with the image
+/// known to be present. Passing it to another driver is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// The driver that prepared it.
+    pub driver: DriverName,
+    /// The validated plan (after a build, `image` is the built tag).
+    pub plan: LaunchPlan,
+}
+
+/// Something a driver reports while it works (pull progress, build lines,
+/// the commands it issues). Implemented by the runtime, which turns these
+/// into run-log lines and events.
+pub trait DriverObserver: Send + Sync {
+    /// A line for the run log.
+    fn log(&self, stream: OutputStream, line: &str);
+    /// Progress of a slow step.
+    fn progress(&self, progress: Progress);
+}
+
+/// An observer that drops everything (tests, doctor).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NullObserver;
+
+impl DriverObserver for NullObserver {
+    fn log(&self, _stream: OutputStream, _line: &str) {}
+    fn progress(&self, _progress: Progress) {}
+}
+
+/// Progress of a slow driver step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Progress {
+    /// Image pull.
+    Pull {
+        /// Image reference.
+        image: String,
+        /// Engine status text ("Downloading", "Pull complete"…).
+        status: String,
+        /// Bytes done, when known.
+        current: Option<u64>,
+        /// Bytes total, when known.
+        total: Option<u64>,
+    },
+    /// One line of build output.
+    Build {
+        /// The line.
+        line: String,
+    },
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// A line the driver itself wrote (commands it issued).
+    System,
+}
+
+impl OutputStream {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+            Self::System => "system",
+        }
+    }
+}
+
+/// A chunk of exec output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Which stream.
+    pub stream: OutputStream,
+    /// The bytes.
+    pub data: Bytes,
+}
+
+/// One command to run in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecRequest {
+    /// Program and arguments (no shell unless argv says so).
+    pub argv: Vec<String>,
+    /// Extra environment for this call (appended; empty values honoured).
+    pub env: BTreeMap<String, String>,
+    /// Working directory; default = the container workspace.
+    pub workdir: Option<String>,
+    /// User override.
+    pub user: Option<String>,
+    /// Attach stdin (write with [`ExecSession::write_stdin`]).
+    pub attach_stdin: bool,
+    /// Keep stdin open even before the caller writes (interactive CLIs).
+    pub keep_stdin_open: bool,
+}
+
+impl ExecRequest {
+    /// A request for `argv`.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self { argv: argv.into_iter().map(Into::into).collect(), ..Self::default() }
+    }
+}
+
+/// A running exec. Output is pulled chunk by chunk so nothing is buffered
+/// unboundedly; the exit code is data, not an error.
+#[async_trait]
+pub trait ExecSession: Send {
+    /// Next output chunk; `None` once both streams are closed.
+    async fn next_chunk(&mut self) -> Option<Result<OutputChunk, DriverError>>;
+    /// Write to the process's stdin.
+    async fn write_stdin(&mut self, data: Bytes) -> Result<(), DriverError>;
+    /// Close stdin (EOF).
+    async fn close_stdin(&mut self) -> Result<(), DriverError>;
+    /// Kill the process inside the sandbox (and its process group).
+    async fn kill(&mut self) -> Result<(), DriverError>;
+    /// Exit code, once output is drained.
+    async fn wait(&mut self) -> Result<i64, DriverError>;
+}
+
+/// Bounds on what [`collect_output`] keeps in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimits {
+    /// Bytes of stdout kept (head); the rest is counted, not kept.
+    pub stdout: usize,
+    /// Bytes of stderr kept (tail).
+    pub stderr_tail: usize,
+}
+
+impl Default for OutputLimits {
+    fn default() -> Self {
+        Self { stdout: 16 * 1024 * 1024, stderr_tail: 64 * 1024 }
+    }
+}
+
+/// What a finished exec produced, bounded.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutput {
+    /// Exit code (non-zero is not an error).
+    pub exit_code: i64,
+    /// Head of stdout, at most `OutputLimits::stdout` bytes.
+    pub stdout: Vec<u8>,
+    /// Tail of stderr, at most `OutputLimits::stderr_tail` bytes.
+    pub stderr_tail: Vec<u8>,
+    /// Total stdout bytes seen.
+    pub stdout_total: u64,
+    /// Total stderr bytes seen.
+    pub stderr_total: u64,
+}
+
+impl ExecOutput {
+    /// Whether stdout was cut.
+    pub fn stdout_truncated(&self) -> bool {
+        self.stdout_total > self.stdout.len() as u64
+    }
+}
+
+/// Drain a session, keeping bounded buffers and handing every chunk to
+/// `on_chunk` (which streams it into the run log).
+pub async fn collect_output(
+    session: &mut dyn ExecSession,
+    limits: OutputLimits,
+    on_chunk: &mut (dyn FnMut(&OutputChunk) + Send),
+) -> Result<ExecOutput, DriverError> {
+    let mut out = ExecOutput::default();
+    while let Some(chunk) = session.next_chunk().await {
+        let chunk = chunk?;
+        on_chunk(&chunk);
+        match chunk.stream {
+            OutputStream::Stdout => {
+                out.stdout_total += chunk.data.len() as u64;
+                let room = limits.stdout.saturating_sub(out.stdout.len());
+                out.stdout.extend_from_slice(&chunk.data[..room.min(chunk.data.len())]);
+            }
+            OutputStream::Stderr | OutputStream::System => {
+                out.stderr_total += chunk.data.len() as u64;
+                out.stderr_tail.extend_from_slice(&chunk.data);
+                if out.stderr_tail.len() > limits.stderr_tail {
+                    let cut = out.stderr_tail.len() - limits.stderr_tail;
+                    out.stderr_tail.drain(..cut);
+                }
+            }
+        }
+    }
+    out.exit_code = session.wait().await?;
+    Ok(out)
+}
+
+/// The live sandbox of one run.
+#[async_trait]
+pub trait SandboxRun: Send + Sync {
+    /// Which driver runs it.
+    fn driver(&self) -> DriverName;
+    /// Container (or pod) id/name.
+    fn container(&self) -> &str;
+    /// Container workspace (default workdir).
+    fn workdir(&self) -> &str;
+    /// Start a command.
+    async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError>;
+    /// A tar stream of one container path (for drains and workspace export).
+    async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError>;
+    /// A tar stream copied into the container under `container_dir`.
+    async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError>;
+    /// Whether the sandbox still exists and runs.
+    async fn is_alive(&self) -> Result<bool, DriverError>;
+    /// Stop and remove everything this run created. Idempotent; "already
+    /// gone" is success.
+    async fn cleanup(&self) -> Result<(), DriverError>;
+}
+
+/// A resource a driver created and labelled (`iterion.io/managed=true`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedResource {
+    /// Container, network or volume.
+    pub kind: ResourceKind,
+    /// Engine id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// The `iterion.io/run-id` label (empty when missing).
+    pub run_id: String,
+}
+
+/// Kinds of managed resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// A container / pod.
+    Container,
+    /// A per-run network.
+    Network,
+    /// A per-run volume.
+    Volume,
+}
+
+/// What an engine said about itself (doctor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// Driver name derived from the engine's answer.
+    pub driver: DriverName,
+    /// Where it was reached.
+    pub endpoint: String,
+    /// Engine version.
+    pub version: String,
+    /// API version in use.
+    pub api_version: String,
+    /// Whether binds of host paths work (local engine).
+    pub local: bool,
+}
+
+/// A sandbox driver.
+#[async_trait]
+pub trait Driver: Send + Sync {
+    /// Which driver.
+    fn name(&self) -> DriverName;
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Validate the plan and do the slow IO (image inspect, pull). Starts
+    /// nothing; the result is discardable.
+    async fn prepare(
+        &self,
+        plan: &LaunchPlan,
+        observer: &dyn DriverObserver,
+    ) -> Result<Prepared, DriverError>;
+    /// Build the plan's image (`build:`); the result names the built tag.
+    async fn build(
+        &self,
+        prepared: Prepared,
+        info: &RunInfo,
+        observer: &dyn DriverObserver,
+    ) -> Result<Prepared, DriverError> {
+        let _ = (prepared, info, observer);
+        Err(DriverError::Unsupported { driver: self.name(), feature: "build" })
+    }
+    /// Start the one long-lived sandbox of the run. On error nothing is
+    /// left behind.
+    async fn start(
+        &self,
+        prepared: Prepared,
+        info: &RunInfo,
+        observer: &dyn DriverObserver,
+    ) -> Result<Box<dyn SandboxRun>, DriverError>;
+    /// Engine facts, bounded in time.
+    async fn ping(&self) -> Result<EngineInfo, DriverError>;
+    /// Whether an image is present locally (no pull).
+    async fn image_present(&self, image: &str) -> Result<bool, DriverError>;
+    /// Every resource this driver created, across runs.
+    async fn list_managed(&self) -> Result<Vec<ManagedResource>, DriverError>;
+    /// Remove one managed resource ("already gone" is success).
+    async fn remove_managed(&self, resource: &ManagedResource) -> Result<(), DriverError>;
+}
+
+/// Boxed error source (engine client errors stay out of core signatures).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of the driver seam, each with a stable [`DriverError::code`].
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// No engine reachable / the driver cannot run on this host.
+    #[error("sandbox driver unavailable: {reason}")]
+    Unavailable {
+        /// What was tried and what failed.
+        reason: String,
+    },
+    /// The driver lacks a capability.
+    #[error("the {driver} driver does not support {feature}")]
+    Unsupported {
+        /// Driver.
+        driver: DriverName,
+        /// Missing feature.
+        feature: &'static str,
+    },
+    /// The plan violates a guard.
+    #[error("sandbox spec refused: {reason}")]
+    SpecRefused {
+        /// Which guard and which value.
+        reason: String,
+    },
+    /// A prepared spec from another driver.
+    #[error("prepared spec belongs to the {actual} driver, not {expected}")]
+    ForeignPrepared {
+        /// This driver.
+        expected: DriverName,
+        /// The driver that prepared it.
+        actual: DriverName,
+    },
+    /// The image is missing and cannot be pulled.
+    #[error("image {image} is not available: {reason}")]
+    ImageUnavailable {
+        /// Image reference.
+        image: String,
+        /// Why.
+        reason: String,
+    },
+    /// A bounded phase stalled.
+    #[error("sandbox {phase} timed out after {}s (raise {variable})", timeout.as_secs())]
+    PhaseTimeout {
+        /// Which phase.
+        phase: &'static str,
+        /// The bound.
+        timeout: Duration,
+        /// The variable that sets the bound.
+        variable: &'static str,
+    },
+    /// The sandbox could not be placed.
+    #[error("sandbox could not be placed: {reason}")]
+    Capacity {
+        /// Evidence.
+        reason: String,
+    },
+    /// `build:` failed.
+    #[error("sandbox image build failed: {stderr_tail}")]
+    BuildFailed {
+        /// Last ≤ 4 KiB of build output.
+        stderr_tail: String,
+    },
+    /// post_create exited non-zero.
+    #[error("post_create exited with {exit_code}: {output_tail}")]
+    PostCreateFailed {
+        /// Exit code.
+        exit_code: i64,
+        /// Tail of its output.
+        output_tail: String,
+    },
+    /// The container is gone (killed, removed, engine restarted).
+    #[error("sandbox container {container} is gone")]
+    ContainerGone {
+        /// Container id/name.
+        container: String,
+    },
+    /// The operation was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+    /// The engine refused or failed an operation.
+    #[error("{operation} failed: {source}")]
+    Engine {
+        /// The API operation.
+        operation: &'static str,
+        /// The client error.
+        #[source]
+        source: BoxError,
+    },
+    /// Local IO failed.
+    #[error("{operation}: {source}")]
+    Io {
+        /// What was being done.
+        operation: String,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DriverError {
+    /// Stable code for users and scripts.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unavailable { .. } => "SANDBOX_DRIVER_UNAVAILABLE",
+            Self::Unsupported { .. } => "SANDBOX_UNSUPPORTED",
+            Self::SpecRefused { .. } => "SANDBOX_SPEC_REFUSED",
+            Self::ForeignPrepared { .. } => "SANDBOX_FOREIGN_PREPARED",
+            Self::ImageUnavailable { .. } => "SANDBOX_IMAGE_UNAVAILABLE",
+            Self::PhaseTimeout { .. } => "SANDBOX_SETUP_TIMEOUT",
+            Self::Capacity { .. } => "SANDBOX_CAPACITY",
+            Self::BuildFailed { .. } => "SANDBOX_BUILD_FAILED",
+            Self::PostCreateFailed { .. } => "SANDBOX_POST_CREATE_FAILED",
+            Self::ContainerGone { .. } => "SANDBOX_CONTAINER_GONE",
+            Self::Cancelled => "CANCELLED",
+            Self::Engine { .. } => "SANDBOX_ENGINE_ERROR",
+            Self::Io { .. } => "SANDBOX_IO_ERROR",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    struct Scripted(VecDeque<OutputChunk>, i64);
+
+    #[async_trait]
+    impl ExecSession for Scripted {
+        async fn next_chunk(&mut self) -> Option<Result<OutputChunk, DriverError>> {
+            self.0.pop_front().map(Ok)
+        }
+        async fn write_stdin(&mut self, _data: Bytes) -> Result<(), DriverError> {
+            Ok(())
+        }
+        async fn close_stdin(&mut self) -> Result<(), DriverError> {
+            Ok(())
+        }
+        async fn kill(&mut self) -> Result<(), DriverError> {
+            Ok(())
+        }
+        async fn wait(&mut self) -> Result<i64, DriverError> {
+            Ok(self.1)
+        }
+    }
+
+    fn chunk(stream: OutputStream, s: &str) -> OutputChunk {
+        OutputChunk { stream, data: Bytes::copy_from_slice(s.as_bytes()) }
+    }
+
+    #[test]
+    fn collect_bounds_both_streams() {
+        let mut s = Scripted(
+            VecDeque::from(vec![
+                chunk(OutputStream::Stdout, "hello "),
+                chunk(OutputStream::Stderr, "aaaa"),
+                chunk(OutputStream::Stdout, "world"),
+                chunk(OutputStream::Stderr, "bbbb"),
+            ]),
+            3,
+        );
+        let mut seen = 0;
+        let limits = OutputLimits { stdout: 8, stderr_tail: 5 };
+        let fut = collect_output(&mut s, limits, &mut |_| seen += 1);
+        let out = futures_executor_block_on(fut).expect("collect");
+        assert_eq!(seen, 4);
+        assert_eq!(out.exit_code, 3);
+        assert_eq!(out.stdout, b"hello wo");
+        assert!(out.stdout_truncated());
+        assert_eq!(out.stderr_tail, b"abbbb");
+        assert_eq!(out.stderr_total, 8);
+    }
+
+    /// Minimal executor so core stays free of a runtime dependency.
+    fn futures_executor_block_on<F: std::future::Future>(fut: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Events: the audit surface of a run.
+//!
+//! The runtime emits typed [`EventKind`]s; stores persist the generic
+//! [`EventRecord`] envelope `{seq, timestamp, type, run_id, node_id, data}`
+//! of `shared/SPEC.md` §3, so a store never needs to know every event.
+//! Names and payload fields follow facts §8; where the sources leave a
+//! payload open, `shared/SPEC.md` §3 fixes it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::id::{NodeId, RunId};
+
+/// One persisted event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Per-run sequence number, from 1, gapless.
+    pub seq: u64,
+    /// When the event was appended (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    pub timestamp: OffsetDateTime,
+    /// Event name (`sandbox_started`, `network_blocked`, …).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The run.
+    pub run_id: RunId,
+    /// The node the event is about, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<NodeId>,
+    /// Payload.
+    pub data: Value,
+}
+
+/// An event before the store assigns its sequence number and timestamp.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventDraft {
+    /// Event name.
+    pub kind: String,
+    /// The node the event is about.
+    pub node_id: Option<NodeId>,
+    /// Payload.
+    pub data: Value,
+}
+
+impl EventDraft {
+    /// Attach a node.
+    pub fn for_node(mut self, node: NodeId) -> Self {
+        self.node_id = Some(node);
+        self
+    }
+}
+
+impl From<EventKind> for EventDraft {
+    fn from(kind: EventKind) -> Self {
+        // Serializing a closed enum of plain data cannot fail; the fallback
+        // keeps the name so nothing is silently dropped if it ever did.
+        match serde_json::to_value(&kind) {
+            Ok(Value::Object(mut obj)) => {
+                let name = match obj.remove("type") {
+                    Some(Value::String(s)) => s,
+                    _ => kind.name().to_owned(),
+                };
+                let data = obj.remove("data").unwrap_or(Value::Object(Default::default()));
+                EventDraft { kind: name, node_id: None, data }
+            }
+            _ => EventDraft { kind: kind.name().to_owned(), node_id: None, data: Value::Null },
+        }
+    }
+}
+
+/// A `{source, target}` pair of a dropped bind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedBind {
+    /// Host source.
+    pub source: String,
+    /// Container target.
+    pub target: String,
+}
+
+/// Every event the runtime emits, with its payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
+#[allow(missing_docs)] // payload fields are named after facts §8
+pub enum EventKind {
+    // ---- run lifecycle -------------------------------------------------
+    RunStarted {
+        workflow: String,
+        file: String,
+        trust: String,
+    },
+    RunAdmission {
+        decision: String,
+        phase: String,
+        code: Option<String>,
+        reason: String,
+    },
+    RunFinished {
+        duration_ms: u64,
+    },
+    RunFailed {
+        failure_code: String,
+        disposition: String,
+        status: String,
+        error: String,
+    },
+    RunCancelled {
+        reason: String,
+    },
+    RunInterrupted {
+        reason: String,
+    },
+    NodeStarted {
+        kind: String,
+    },
+    NodeFinished {
+        exit_code: Option<i64>,
+        duration_ms: u64,
+        output: Value,
+    },
+    NodeFailed {
+        exit_code: Option<i64>,
+        error: String,
+        stderr_tail: String,
+    },
+    EdgeTaken {
+        from: String,
+        to: String,
+        condition: Option<String>,
+        loop_name: Option<String>,
+        iteration: Option<u32>,
+    },
+    // ---- sandbox (facts §8) --------------------------------------------
+    SandboxSkipped {
+        mode: String,
+        source: String,
+        reason: String,
+        #[serde(default)]
+        file_secrets_dropped: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        driver: Option<String>,
+    },
+    SandboxDriverSelected {
+        driver: String,
+        host: String,
+    },
+    SandboxImagePull {
+        image: String,
+        status: String,
+        current: Option<u64>,
+        total: Option<u64>,
+    },
+    SandboxStarted {
+        driver: String,
+        mode: String,
+        source: String,
+        image: String,
+        has_post_create: bool,
+        container: String,
+        limits: Value,
+        egress: String,
+    },
+    SandboxShared {
+        parent_run_id: String,
+        driver: String,
+        container: String,
+    },
+    SandboxHostStateMounted {
+        enabled: bool,
+        source: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace_folder: Option<String>,
+        #[serde(default)]
+        mounts: Vec<String>,
+    },
+    SandboxHostBindsDropped {
+        driver: String,
+        dropped: Vec<DroppedBind>,
+        withdrawn_env: Vec<String>,
+    },
+    SandboxAttachmentsCopied {
+        driver: String,
+        count: u64,
+        bytes: u64,
+    },
+    SandboxUserRemap {
+        uid: u32,
+        gid: u32,
+        reason: String,
+    },
+    SandboxUidMismatchWarning {
+        spec_user: String,
+        host_uid: u32,
+    },
+    SandboxDevboxProvisioned {
+        target: String,
+        sources: Vec<String>,
+        configs: Vec<String>,
+        bin_dirs: Vec<String>,
+        path: String,
+        #[serde(default)]
+        errors: Vec<String>,
+    },
+    SandboxEnvDenied {
+        keys: Vec<String>,
+        source: String,
+        run_id: String,
+    },
+    SandboxImageEnvPlanted {
+        keys: Vec<String>,
+    },
+    SandboxNetworkDefaulted {
+        mode: String,
+        preset: String,
+        source: String,
+    },
+    SandboxBuildStarted {
+        driver: String,
+        dockerfile: String,
+        context: String,
+    },
+    SandboxBuildFinished {
+        driver: String,
+        target: String,
+        duration_ms: u64,
+    },
+    SandboxBuildFailed {
+        driver: String,
+        error: String,
+    },
+    SandboxWorkspaceExportFailed {
+        driver: String,
+        error: String,
+    },
+    SandboxRunfilesDrained {
+        driver: String,
+        files: u64,
+        bytes: u64,
+    },
+    SandboxRunfilesDrainFailed {
+        driver: String,
+        reason: String,
+        declined: Vec<String>,
+        stale: bool,
+    },
+    SandboxCleanup {
+        driver: String,
+        container: String,
+        ok: bool,
+    },
+    SandboxReaped {
+        driver: String,
+        resource: String,
+        run_id: String,
+        reason: String,
+    },
+    SandboxEgressUnenforced {
+        driver: String,
+        reason: String,
+    },
+    NetworkBlocked {
+        host: String,
+        port: u16,
+        reason: String,
+        rule: Option<String>,
+        node_id: Option<String>,
+    },
+}
+
+impl EventKind {
+    /// The event's `type` string.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "run_started",
+            Self::RunAdmission { .. } => "run_admission",
+            Self::RunFinished { .. } => "run_finished",
+            Self::RunFailed { .. } => "run_failed",
+            Self::RunCancelled { .. } => "run_cancelled",
+            Self::RunInterrupted { .. } => "run_interrupted",
+            Self::NodeStarted { .. } => "node_started",
+            Self::NodeFinished { .. } => "node_finished",
+            Self::NodeFailed { .. } => "node_failed",
+            Self::EdgeTaken { .. } => "edge_taken",
+            Self::SandboxSkipped { .. } => "sandbox_skipped",
+            Self::SandboxDriverSelected { .. } => "sandbox_driver_selected",
+            Self::SandboxImagePull { .. } => "sandbox_image_pull",
+            Self::SandboxStarted { .. } => "sandbox_started",
+            Self::SandboxShared { .. } => "sandbox_shared",
+            Self::SandboxHostStateMounted { .. } => "sandbox_host_state_mounted",
+            Self::SandboxHostBindsDropped { .. } => "sandbox_host_binds_dropped",
+            Self::SandboxAttachmentsCopied { .. } => "sandbox_attachments_copied",
+            Self::SandboxUserRemap { .. } => "sandbox_user_remap",
+            Self::SandboxUidMismatchWarning { .. } => "sandbox_uid_mismatch_warning",
+            Self::SandboxDevboxProvisioned { .. } => "sandbox_devbox_provisioned",
+            Self::SandboxEnvDenied { .. } => "sandbox_env_denied",
+            Self::SandboxImageEnvPlanted { .. } => "sandbox_image_env_planted",
+            Self::SandboxNetworkDefaulted { .. } => "sandbox_network_defaulted",
+            Self::SandboxBuildStarted { .. } => "sandbox_build_started",
+            Self::SandboxBuildFinished { .. } => "sandbox_build_finished",
+            Self::SandboxBuildFailed { .. } => "sandbox_build_failed",
+            Self::SandboxWorkspaceExportFailed { .. } => "sandbox_workspace_export_failed",
+            Self::SandboxRunfilesDrained { .. } => "sandbox_runfiles_drained",
+            Self::SandboxRunfilesDrainFailed { .. } => "sandbox_runfiles_drain_failed",
+            Self::SandboxCleanup { .. } => "sandbox_cleanup",
+            Self::SandboxReaped { .. } => "sandbox_reaped",
+            Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
+            Self::NetworkBlocked { .. } => "network_blocked",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draft_carries_type_and_data() {
+        let draft: EventDraft = EventKind::SandboxHostBindsDropped {
+            driver: "kubernetes".into(),
+            dropped: vec![DroppedBind { source: "/h".into(), target: "/c".into() }],
+            withdrawn_env: vec!["ITERION_ARTIFACT_FILES_DIR".into()],
+        }
+        .into();
+        assert_eq!(draft.kind, "sandbox_host_binds_dropped");
+        assert_eq!(draft.data["dropped"][0]["target"], "/c");
+        assert_eq!(draft.data["withdrawn_env"][0], "ITERION_ARTIFACT_FILES_DIR");
+    }
+
+    #[test]
+    fn name_matches_serde_tag() {
+        let kind = EventKind::NetworkBlocked {
+            host: "evil.test".into(),
+            port: 443,
+            reason: "blocked-by-allowlist".into(),
+            rule: None,
+            node_id: Some("probe".into()),
+        };
+        let draft: EventDraft = kind.clone().into();
+        assert_eq!(draft.kind, kind.name());
+    }
+}

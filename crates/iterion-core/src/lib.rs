@@ -1,0 +1,38 @@
+//! Domain types and the two async seams of iterion.
+//!
+//! This crate owns the vocabulary every other crate speaks: ids, sandbox
+//! [`Mode`]s, the desired sandbox [`Spec`] and the finalized [`LaunchPlan`] a
+//! driver consumes, [`Capabilities`], the [`Driver`]/[`SandboxRun`] seam, the
+//! [`RunStore`] seam, events, run statuses, failure codes and dispositions,
+//! and size parsing. It performs no IO and depends on no engine, database or
+//! HTTP crate: those live behind the traits, in their own crates.
+
+pub mod capabilities;
+pub mod driver;
+pub mod event;
+pub mod failure;
+pub mod id;
+pub mod mode;
+pub mod plan;
+pub mod size;
+pub mod spec;
+pub mod store;
+
+pub use capabilities::Capabilities;
+pub use driver::{
+    Driver, DriverError, DriverName, DriverObserver, ExecOutput, ExecRequest, ExecSession,
+    OutputChunk, OutputStream, Prepared, RunInfo, SandboxRun,
+};
+pub use event::{EventDraft, EventKind, EventRecord};
+pub use failure::{Disposition, FailureCode, RunStatus};
+pub use id::{NodeId, RunId};
+pub use mode::{HostState, Mode, Trust};
+pub use plan::{LaunchPlan, Mount, MountKind, MountOrigin, ReadBackDecl};
+pub use size::{ByteSize, parse_size};
+pub use spec::{BuildSpec, NetworkMode, NetworkSpec, Spec};
+pub use store::{RunStore, StoreError};
+
+/// A boxed, sendable stream of byte chunks (tar archives, file contents, stdin).
+pub type ByteStream = std::pin::Pin<
+    Box<dyn futures_core::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static>,
+>;

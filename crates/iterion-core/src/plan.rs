@@ -1,0 +1,214 @@
+//! The finalized, typed plan a driver launches: every mount resolved, every
+//! variable decided, the read-back set declared. Built by the policy crate
+//! (`iterion-sandbox`), consumed by drivers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::size::ByteSize;
+use crate::spec::BuildSpec;
+
+/// Container path of the run-files directory (ADR-143).
+pub const RUN_FILES_CONTAINER_DIR: &str = "/iterion/artifact-files";
+/// Variable naming the run-files directory inside the container.
+pub const RUN_FILES_ENV: &str = "ITERION_ARTIFACT_FILES_DIR";
+/// Container path of the attachments directory.
+pub const ATTACHMENTS_CONTAINER_DIR: &str = "/run/iterion/attachments";
+/// Container path of the bundle directory.
+pub const BUNDLE_CONTAINER_DIR: &str = "/run/iterion/bundle";
+/// Container directory of per-run secret files.
+pub const SECRETS_CONTAINER_DIR: &str = "/run/iterion/secrets";
+
+/// Everything a driver needs to prepare and start one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    /// Image reference (after a build, the built tag).
+    pub image: Option<String>,
+    /// Build recipe with paths already resolved to absolute host paths.
+    pub build: Option<ResolvedBuild>,
+    /// User to run as (`uid[:gid]` or a name).
+    pub user: Option<String>,
+    /// Container workspace path (also the default exec workdir).
+    pub workdir: String,
+    /// Container environment, sorted by key.
+    pub env: BTreeMap<String, String>,
+    /// Every mount the driver must create, in order.
+    pub mounts: Vec<Mount>,
+    /// Declared read-back paths (ADR-143 R1): data next to the mounts.
+    pub read_back: Vec<ReadBackDecl>,
+    /// `sh -c` snippet run once after start.
+    pub post_create: Option<String>,
+    /// Resource and containment limits.
+    pub limits: Limits,
+    /// Egress confinement; `None` = open networking.
+    pub egress: Option<EgressAttachment>,
+    /// Add `host.docker.internal` → host gateway.
+    pub host_gateway_alias: bool,
+}
+
+/// A build recipe resolved against the workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ResolvedBuild {
+    /// Absolute host path of the Dockerfile.
+    pub dockerfile: String,
+    /// Absolute host path of the build context.
+    pub context: String,
+    /// Build args.
+    pub args: BTreeMap<String, String>,
+    /// The recipe as written (for events).
+    pub declared: BuildSpec,
+}
+
+/// One mount of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// Mount type.
+    pub kind: MountKind,
+    /// Host path (bind), volume name (volume), or cluster object name.
+    pub source: Option<String>,
+    /// Absolute container path.
+    pub target: String,
+    /// Read-only.
+    pub readonly: bool,
+    /// `size=` option (tmpfs size, read-back cap of the serving mount).
+    pub size: Option<ByteSize>,
+    /// Who asked for it (drives which variables a drop withdraws).
+    pub origin: MountOrigin,
+}
+
+impl Mount {
+    /// Whether this mount needs the host filesystem.
+    pub fn is_host_bind(&self) -> bool {
+        matches!(self.kind, MountKind::Bind)
+    }
+
+    /// Whether `container_path` equals or lies under this mount's target.
+    pub fn serves(&self, container_path: &str) -> bool {
+        path_is_under(container_path, &self.target)
+    }
+}
+
+/// Whether `path` equals `root` or lies under it, component-wise
+/// (`/a/bc` is not under `/a/b`). Trailing slashes are ignored.
+pub fn path_is_under(path: &str, root: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    let root = root.trim_end_matches('/');
+    if root.is_empty() {
+        return path.starts_with('/') || path.is_empty();
+    }
+    path == root || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+/// Mount types across drivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountKind {
+    /// Host directory or file.
+    Bind,
+    /// Engine-managed named volume.
+    Volume,
+    /// Memory-backed filesystem.
+    Tmpfs,
+    /// Kubernetes PersistentVolumeClaim.
+    Pvc,
+    /// Kubernetes ConfigMap.
+    ConfigMap,
+    /// Kubernetes Secret.
+    Secret,
+}
+
+impl MountKind {
+    /// Parse the `type=` word of a mount spec.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word.trim().to_ascii_lowercase().as_str() {
+            "bind" => Some(Self::Bind),
+            "volume" => Some(Self::Volume),
+            "tmpfs" => Some(Self::Tmpfs),
+            "pvc" => Some(Self::Pvc),
+            "configmap" => Some(Self::ConfigMap),
+            "secret" => Some(Self::Secret),
+            _ => None,
+        }
+    }
+}
+
+/// Why a mount is in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountOrigin {
+    /// The workspace itself.
+    Workspace,
+    /// The workflow's (or devcontainer's) `mounts:`.
+    Workflow,
+    /// A host_state candidate or its tmpfs HOME.
+    HostState,
+    /// The per-run scratch area.
+    Scratch,
+    /// The attachments directory.
+    Attachments,
+    /// The run-files directory (`ITERION_ARTIFACT_FILES_DIR`).
+    RunFiles,
+    /// A declared read-back path other than run-files.
+    ReadBack,
+    /// The bundle directory.
+    Bundle,
+    /// The worktree's repository `.git`.
+    WorktreeGit,
+    /// A per-run secret file.
+    SecretFile,
+}
+
+/// A declared read-back path (ADR-143).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadBackDecl {
+    /// Absolute, normalized container path.
+    pub container_path: String,
+    /// Cap on the bytes kept for this path (summed over drain attempts).
+    pub cap: ByteSize,
+    /// Whether this is the run-files directory or a workflow-declared path.
+    pub origin: MountOrigin,
+}
+
+/// Containment limits a runaway agent cannot talk its way out of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Maximum number of processes (default 4096).
+    pub pids: i64,
+    /// Memory limit in bytes (`ITERION_SANDBOX_MEMORY`).
+    pub memory: Option<ByteSize>,
+    /// CPU limit in nano-CPUs (`ITERION_SANDBOX_CPUS`).
+    pub nano_cpus: Option<i64>,
+    /// `no-new-privileges` (always on; a field so events can show it).
+    pub no_new_privileges: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { pids: 4096, memory: None, nano_cpus: None, no_new_privileges: true }
+    }
+}
+
+/// How the sandbox reaches the egress proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressAttachment {
+    /// Port the proxy listens on, on the host side.
+    pub proxy_port: u16,
+    /// Token the container presents (goes into `*_PROXY` env, never argv).
+    pub token: String,
+    /// Confine the container to a per-run internal network.
+    pub enforce: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_is_under_is_component_wise() {
+        assert!(path_is_under("/a/b", "/a/b"));
+        assert!(path_is_under("/a/b/c", "/a/b/"));
+        assert!(!path_is_under("/a/bc", "/a/b"));
+        assert!(!path_is_under("/a", "/a/b"));
+    }
+}

@@ -1,0 +1,1 @@
+//! iterion-driver-docker (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! iterion-dsl (placeholder until its issue lands).

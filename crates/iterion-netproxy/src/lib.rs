@@ -1,0 +1,1 @@
+//! iterion-netproxy (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! iterion-runtime (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! iterion-sandbox (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! iterion-store-postgres (placeholder until its issue lands).

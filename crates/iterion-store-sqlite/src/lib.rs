@@ -1,0 +1,1 @@
+//! iterion-store-sqlite (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! iterion-testkit (placeholder until its issue lands).

@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# Shared settings of the project's scripts: where the test engines live and
+# how tests find them. Sourced, never executed.
+
+ITERION_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export ITERION_ROOT
+
+# Dedicated sockets so tests never touch an operator's own engines.
+export ITERION_TEST_DOCKER_HOST="${ITERION_TEST_DOCKER_HOST:-unix:///run/iterion-test-docker.sock}"
+export ITERION_TEST_PODMAN_HOST="${ITERION_TEST_PODMAN_HOST:-unix:///run/iterion-test-podman.sock}"
+export ITERION_TEST_POSTGRES_URL="${ITERION_TEST_POSTGRES_URL:-postgres://iterion:iterion-test@127.0.0.1:5432/iterion_test}"
+
+# Images every test and example uses; built locally (no registry here).
+export ITERION_TEST_BUSYBOX_IMAGE="${ITERION_TEST_BUSYBOX_IMAGE:-iterion-test/busybox:local}"
+export ITERION_TEST_SLIM_IMAGE="${ITERION_TEST_SLIM_IMAGE:-iterion-sandbox-slim:local}"
+
+# A shared target dir keeps CI incremental on one machine; absent, cargo builds from scratch.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/iterion-target}"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }

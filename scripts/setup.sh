@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what iterion's examples and tests need on a fresh Debian 12 machine:
+# Docker Engine, Podman, PostgreSQL, and the tools to build local images.
+# Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+need=()
+for pkg in docker.io podman runc busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# Podman on this VM needs runc + cgroupfs and ulimits below the VM's hard
+# limits (crun refuses the cgroup v1/v2 hybrid; the VM lacks CAP_SYS_RESOURCE).
+mkdir -p /etc/containers
+if ! grep -q 'iterion' /etc/containers/containers.conf 2>/dev/null; then
+  cat >/etc/containers/containers.conf <<'CONF'
+# written by iterion scripts/setup.sh
+[containers]
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+CONF
+fi
