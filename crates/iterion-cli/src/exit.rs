@@ -40,7 +40,9 @@ pub struct UserInputError {
 impl UserInputError {
     /// Wrap a message.
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
+        Self {
+            message: message.into(),
+        }
     }
 }
 

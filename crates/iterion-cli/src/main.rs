@@ -9,7 +9,10 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");

@@ -170,7 +170,10 @@ impl ExecRequest {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self { argv: argv.into_iter().map(Into::into).collect(), ..Self::default() }
+        Self {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
     }
 }
 
@@ -201,7 +204,10 @@ pub struct OutputLimits {
 
 impl Default for OutputLimits {
     fn default() -> Self {
-        Self { stdout: 16 * 1024 * 1024, stderr_tail: 64 * 1024 }
+        Self {
+            stdout: 16 * 1024 * 1024,
+            stderr_tail: 64 * 1024,
+        }
     }
 }
 
@@ -242,7 +248,8 @@ pub async fn collect_output(
             OutputStream::Stdout => {
                 out.stdout_total += chunk.data.len() as u64;
                 let room = limits.stdout.saturating_sub(out.stdout.len());
-                out.stdout.extend_from_slice(&chunk.data[..room.min(chunk.data.len())]);
+                out.stdout
+                    .extend_from_slice(&chunk.data[..room.min(chunk.data.len())]);
             }
             OutputStream::Stderr | OutputStream::System => {
                 out.stderr_total += chunk.data.len() as u64;
@@ -342,7 +349,10 @@ pub trait Driver: Send + Sync {
         observer: &dyn DriverObserver,
     ) -> Result<Prepared, DriverError> {
         let _ = (prepared, info, observer);
-        Err(DriverError::Unsupported { driver: self.name(), feature: "build" })
+        Err(DriverError::Unsupported {
+            driver: self.name(),
+            feature: "build",
+        })
     }
     /// Start the one long-lived sandbox of the run. On error nothing is
     /// left behind.
@@ -511,7 +521,10 @@ mod tests {
     }
 
     fn chunk(stream: OutputStream, s: &str) -> OutputChunk {
-        OutputChunk { stream, data: Bytes::copy_from_slice(s.as_bytes()) }
+        OutputChunk {
+            stream,
+            data: Bytes::copy_from_slice(s.as_bytes()),
+        }
     }
 
     #[test]
@@ -526,9 +539,13 @@ mod tests {
             3,
         );
         let mut seen = 0;
-        let limits = OutputLimits { stdout: 8, stderr_tail: 5 };
-        let fut = collect_output(&mut s, limits, &mut |_| seen += 1);
-        let out = futures_executor_block_on(fut).expect("collect");
+        let limits = OutputLimits {
+            stdout: 8,
+            stderr_tail: 5,
+        };
+        let mut count = |_: &OutputChunk| seen += 1;
+        let out =
+            futures_executor_block_on(collect_output(&mut s, limits, &mut count)).expect("collect");
         assert_eq!(seen, 4);
         assert_eq!(out.exit_code, 3);
         assert_eq!(out.stdout, b"hello wo");

@@ -61,10 +61,20 @@ impl From<EventKind> for EventDraft {
                     Some(Value::String(s)) => s,
                     _ => kind.name().to_owned(),
                 };
-                let data = obj.remove("data").unwrap_or(Value::Object(Default::default()));
-                EventDraft { kind: name, node_id: None, data }
+                let data = obj
+                    .remove("data")
+                    .unwrap_or(Value::Object(Default::default()));
+                EventDraft {
+                    kind: name,
+                    node_id: None,
+                    data,
+                }
             }
-            _ => EventDraft { kind: kind.name().to_owned(), node_id: None, data: Value::Null },
+            _ => EventDraft {
+                kind: kind.name().to_owned(),
+                node_id: None,
+                data: Value::Null,
+            },
         }
     }
 }
@@ -321,7 +331,10 @@ mod tests {
     fn draft_carries_type_and_data() {
         let draft: EventDraft = EventKind::SandboxHostBindsDropped {
             driver: "kubernetes".into(),
-            dropped: vec![DroppedBind { source: "/h".into(), target: "/c".into() }],
+            dropped: vec![DroppedBind {
+                source: "/h".into(),
+                target: "/c".into(),
+            }],
             withdrawn_env: vec!["ITERION_ARTIFACT_FILES_DIR".into()],
         }
         .into();

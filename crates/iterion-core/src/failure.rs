@@ -42,7 +42,10 @@ impl RunStatus {
 
     /// Terminal for pollers and the reaper.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Finished | Self::Failed | Self::FailedResumable | Self::Cancelled)
+        matches!(
+            self,
+            Self::Finished | Self::Failed | Self::FailedResumable | Self::Cancelled
+        )
     }
 
     /// The legal transitions of the run state machine. A store refuses any
@@ -53,7 +56,12 @@ impl RunStatus {
             Queued => matches!(next, Running | Failed | FailedResumable | Cancelled),
             Running => matches!(
                 next,
-                PausedWaitingHuman | PausedOperator | Finished | Failed | FailedResumable | Cancelled
+                PausedWaitingHuman
+                    | PausedOperator
+                    | Finished
+                    | Failed
+                    | FailedResumable
+                    | Cancelled
             ),
             PausedWaitingHuman | PausedOperator => {
                 matches!(next, Running | Failed | FailedResumable | Cancelled)
@@ -239,13 +247,22 @@ mod tests {
 
     #[test]
     fn seed_codes_have_seed_statuses() {
-        assert_eq!(FailureCode::SandboxDriverUnavailable.status(), RunStatus::Failed);
+        assert_eq!(
+            FailureCode::SandboxDriverUnavailable.status(),
+            RunStatus::Failed
+        );
         assert_eq!(
             FailureCode::SandboxDriverUnavailable.disposition(),
             Disposition::Deterministic
         );
-        assert_eq!(FailureCode::SandboxSetupTimeout.status(), RunStatus::FailedResumable);
-        assert_eq!(FailureCode::SandboxCapacity.disposition(), Disposition::Infrastructure);
+        assert_eq!(
+            FailureCode::SandboxSetupTimeout.status(),
+            RunStatus::FailedResumable
+        );
+        assert_eq!(
+            FailureCode::SandboxCapacity.disposition(),
+            Disposition::Infrastructure
+        );
         assert_eq!(FailureCode::Cancelled.status(), RunStatus::Cancelled);
     }
 
@@ -253,14 +270,20 @@ mod tests {
     fn codes_round_trip() {
         let c: FailureCode = "SANDBOX_SETUP_TIMEOUT".parse().expect("known");
         assert_eq!(c.as_str(), "SANDBOX_SETUP_TIMEOUT");
-        assert_eq!(serde_json::to_string(&c).expect("ser"), "\"SANDBOX_SETUP_TIMEOUT\"");
+        assert_eq!(
+            serde_json::to_string(&c).expect("ser"),
+            "\"SANDBOX_SETUP_TIMEOUT\""
+        );
     }
 
     #[test]
     fn terminal_statuses_never_move_except_resumable() {
         for from in RunStatus::ALL {
             for to in RunStatus::ALL {
-                if matches!(from, RunStatus::Finished | RunStatus::Failed | RunStatus::Cancelled) {
+                if matches!(
+                    from,
+                    RunStatus::Finished | RunStatus::Failed | RunStatus::Cancelled
+                ) {
                     assert!(!from.can_transition_to(to));
                 }
             }

@@ -41,7 +41,11 @@ impl RunId {
     /// Parse and validate a run id.
     pub fn parse(value: impl Into<String>) -> Result<Self, InvalidId> {
         let value = value.into();
-        let err = |reason| InvalidId { what: "run id", value: value.clone(), reason };
+        let err = |reason| InvalidId {
+            what: "run id",
+            value: value.clone(),
+            reason,
+        };
         if value.is_empty() {
             return Err(err("empty"));
         }
@@ -49,7 +53,9 @@ impl RunId {
             return Err(err("longer than 63 characters"));
         }
         let mut chars = value.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
         if !first_ok {
             return Err(err("must start with a lower-case letter or a digit"));
         }

@@ -125,7 +125,9 @@ impl FromStr for Trust {
         match s.trim().to_ascii_lowercase().as_str() {
             "trusted" => Ok(Trust::Trusted),
             "untrusted" => Ok(Trust::Untrusted),
-            other => Err(format!("invalid trust {other:?} (expected trusted or untrusted)")),
+            other => Err(format!(
+                "invalid trust {other:?} (expected trusted or untrusted)"
+            )),
         }
     }
 }

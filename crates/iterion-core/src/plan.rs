@@ -185,7 +185,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { pids: 4096, memory: None, nano_cpus: None, no_new_privileges: true }
+        Self {
+            pids: 4096,
+            memory: None,
+            nano_cpus: None,
+            no_new_privileges: true,
+        }
     }
 }
 

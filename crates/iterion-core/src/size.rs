@@ -37,9 +37,13 @@ pub struct InvalidSize {
 
 /// Parse a size such as `256MiB`, `10G` or `4096`.
 pub fn parse_size(text: &str) -> Result<ByteSize, InvalidSize> {
-    let err = || InvalidSize { value: text.to_owned() };
+    let err = || InvalidSize {
+        value: text.to_owned(),
+    };
     let trimmed = text.trim();
-    let split = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
     let (digits, unit) = trimmed.split_at(split);
     if digits.is_empty() {
         return Err(err());

@@ -42,7 +42,10 @@ pub struct Spec {
 impl Spec {
     /// A spec that only names a mode (the short form `sandbox: auto`).
     pub fn with_mode(mode: Mode) -> Self {
-        Self { mode, ..Self::default() }
+        Self {
+            mode,
+            ..Self::default()
+        }
     }
 
     /// Whether the block names a container recipe (`image:` or `build:`).

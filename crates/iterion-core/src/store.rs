@@ -91,7 +91,11 @@ pub struct Failure {
 impl Failure {
     /// A failure with the code's own disposition.
     pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
-        Self { code, disposition: code.disposition(), message: message.into() }
+        Self {
+            code,
+            disposition: code.disposition(),
+            message: message.into(),
+        }
     }
 }
 
@@ -188,7 +192,10 @@ pub struct RunFilePath(String);
 impl RunFilePath {
     /// Validate a path.
     pub fn parse(path: &str) -> Result<Self, StoreError> {
-        let bad = |reason: &'static str| StoreError::UnsafePath { path: path.to_owned(), reason };
+        let bad = |reason: &'static str| StoreError::UnsafePath {
+            path: path.to_owned(),
+            reason,
+        };
         if path.is_empty() {
             return Err(bad("empty"));
         }
@@ -319,7 +326,9 @@ pub enum StoreError {
         to: RunStatus,
     },
     /// The run changed since the caller read it.
-    #[error("stale update of run {run}: expected {expected_status} rev {expected_revision:?}, found {actual_status} rev {actual_revision}")]
+    #[error(
+        "stale update of run {run}: expected {expected_status} rev {expected_revision:?}, found {actual_status} rev {actual_revision}"
+    )]
     StaleTransition {
         /// Run.
         run: RunId,
@@ -355,7 +364,9 @@ pub enum StoreError {
     #[error("invalid page cursor")]
     InvalidCursor,
     /// The store's schema is newer than this binary.
-    #[error("store schema version {found} is newer than this iterion supports ({supported}); upgrade iterion")]
+    #[error(
+        "store schema version {found} is newer than this iterion supports ({supported}); upgrade iterion"
+    )]
     SchemaTooNew {
         /// Version in the store.
         found: i64,
@@ -421,7 +432,10 @@ impl StoreError {
 
     /// Whether retrying may succeed (the reaper keeps on a transient error).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Backend { .. } | Self::Io { .. })
+        matches!(
+            self,
+            Self::Unavailable { .. } | Self::Backend { .. } | Self::Io { .. }
+        )
     }
 }
 
@@ -508,8 +522,19 @@ mod tests {
 
     #[test]
     fn run_file_paths_are_confined() {
-        assert_eq!(RunFilePath::parse("a/./b//c").expect("valid").as_str(), "a/b/c");
-        for bad in ["", "/etc/passwd", "../x", "a/../../b", "a\0b", ".", "a\\..\\b"] {
+        assert_eq!(
+            RunFilePath::parse("a/./b//c").expect("valid").as_str(),
+            "a/b/c"
+        );
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../b",
+            "a\0b",
+            ".",
+            "a\\..\\b",
+        ] {
             assert!(RunFilePath::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

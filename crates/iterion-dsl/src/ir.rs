@@ -1,0 +1,252 @@
+//! The compiled form of a workflow: what the runtime executes.
+//!
+//! This is the contract between the compiler and `iterion-runtime`. It is
+//! plain data; every name is already resolved and checked by the compiler.
+
+use std::collections::BTreeMap;
+
+use iterion_core::{NodeId, Spec};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A position in a source file (1-based line and column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Pos {
+    /// Line, from 1.
+    pub line: u32,
+    /// Column (in characters), from 1.
+    pub column: u32,
+}
+
+/// One compiled workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    /// Workflow name.
+    pub name: String,
+    /// Entry node.
+    pub entry: NodeId,
+    /// Nodes by id.
+    pub nodes: BTreeMap<NodeId, Node>,
+    /// Edges in source order (evaluation order for a node's outgoing edges).
+    pub edges: Vec<Edge>,
+    /// Variables (top-level `vars:` merged with the workflow's own).
+    pub vars: BTreeMap<String, VarDecl>,
+    /// Schemas by name.
+    pub schemas: BTreeMap<String, Schema>,
+    /// The workflow-level `sandbox:` block, when written.
+    pub sandbox: Option<SandboxDecl>,
+    /// `worktree:` (`auto` / `none`), when written.
+    pub worktree: Option<String>,
+    /// `budget:` entries.
+    pub budget: BTreeMap<String, Value>,
+    /// Secrets the workflow asks for.
+    pub secrets: Vec<SecretDecl>,
+    /// Where the workflow is declared.
+    pub pos: Pos,
+}
+
+impl Workflow {
+    /// Outgoing edges of a node, in source order.
+    pub fn edges_from<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = &'a Edge> + 'a {
+        self.edges.iter().filter(move |e| &e.from == node)
+    }
+}
+
+/// A workflow-level or node-level `sandbox:` declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxDecl {
+    /// The typed spec (host-side variables not yet expanded).
+    pub spec: Spec,
+    /// Whether `mode:` was written (a block without it is `inline`).
+    pub mode_written: bool,
+    /// Short form (`sandbox: auto`) vs block.
+    pub short_form: bool,
+    /// Where.
+    pub pos: Pos,
+}
+
+/// Node kinds of the language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// LLM agent.
+    Agent,
+    /// LLM judge.
+    Judge,
+    /// Router (fan-out / condition / llm).
+    Router,
+    /// Human input.
+    Human,
+    /// Shell tool.
+    Tool,
+    /// Expression evaluation.
+    Compute,
+}
+
+impl NodeKind {
+    /// The keyword.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Judge => "judge",
+            Self::Router => "router",
+            Self::Human => "human",
+            Self::Tool => "tool",
+            Self::Compute => "compute",
+        }
+    }
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Id (its declared name).
+    pub id: NodeId,
+    /// Kind.
+    pub kind: NodeKind,
+    /// The executable part of a tool node.
+    pub tool: Option<ToolSpec>,
+    /// Router mode (`fan_out_all`, `condition`, `round_robin`, `llm`…), when a router.
+    pub router_mode: Option<String>,
+    /// Input schema name.
+    pub input: Option<String>,
+    /// Output schema name.
+    pub output: Option<String>,
+    /// Node-level sandbox block (parsed, never honoured at run time).
+    pub sandbox: Option<SandboxDecl>,
+    /// Every other property as written (for kinds this engine does not
+    /// execute yet, and for tooling).
+    pub properties: BTreeMap<String, Value>,
+    /// Where.
+    pub pos: Pos,
+}
+
+/// A tool node's command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolSpec {
+    /// `command:` run through `bash -c` (or `sh -c`).
+    Command(String),
+    /// `script:` + `language:`.
+    Script {
+        /// Script text.
+        script: String,
+        /// Interpreter (`sh`, `bash`, `python3`, `node`…).
+        language: String,
+    },
+}
+
+/// Where an edge goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// A node.
+    Node(NodeId),
+    /// Successful end.
+    Done,
+    /// Failed end.
+    Fail,
+}
+
+/// An edge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    /// Source node.
+    pub from: NodeId,
+    /// Target.
+    pub to: Target,
+    /// Condition, when conditional.
+    pub condition: Option<Condition>,
+    /// Loop bound, when the edge closes a cycle (`as name(N)`).
+    pub loop_bound: Option<LoopBound>,
+    /// `with` mappings: target input field → template expression.
+    pub with: BTreeMap<String, String>,
+    /// Where.
+    pub pos: Pos,
+}
+
+/// An edge condition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Condition {
+    /// `when field` / `when not field` on a bool output field.
+    Field {
+        /// Field of the source's output.
+        field: String,
+        /// `when not`.
+        negated: bool,
+    },
+    /// `when "expression"`.
+    Expr(String),
+}
+
+/// `as name(N)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopBound {
+    /// Loop name.
+    pub name: String,
+    /// Maximum iterations.
+    pub max: u32,
+}
+
+/// A schema.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Schema {
+    /// Fields in order.
+    pub fields: Vec<Field>,
+}
+
+/// A schema field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Field {
+    /// Name.
+    pub name: String,
+    /// Type.
+    pub ty: FieldType,
+    /// Allowed values (`enum`), when restricted.
+    pub enum_values: Vec<String>,
+}
+
+/// Field and variable types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldType {
+    /// `string`.
+    String,
+    /// `bool`.
+    Bool,
+    /// `int`.
+    Int,
+    /// `float`.
+    Float,
+    /// `json`.
+    Json,
+    /// `string[]`.
+    StringArray,
+}
+
+/// A variable declaration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VarDecl {
+    /// Type.
+    pub ty: FieldType,
+    /// Default value, when given.
+    pub default: Option<Value>,
+}
+
+/// A secret the workflow needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretDecl {
+    /// Name.
+    pub name: String,
+    /// How it reaches the sandbox.
+    pub delivery: SecretDelivery,
+}
+
+/// Secret delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecretDelivery {
+    /// As an environment variable.
+    Env,
+    /// As a per-run secret file mount (`as: file`).
+    File,
+}
