@@ -1,1 +1,13 @@
-//! iterion-sandbox (placeholder until its issue lands).
+//! The sandbox policy of iterion, as pure functions: which mode wins and
+//! which knob spoke, which driver a host gets, how a spec is built and
+//! fused with a devcontainer, which mounts a driver keeps and which
+//! promised variables survive, whether a bind source is safe, whether an
+//! absent runtime degrades or refuses, and whether an orphan is reapable.
+//! Plus the `noop` driver (host passthrough for runs that are not sandboxed).
+//!
+//! Each decision lives in exactly one function here (shared/ARCHITECTURE.md,
+//! "One place per decision"); the runtime and the drivers call them.
+
+pub mod guards;
+pub mod noop;
+pub mod reaper;

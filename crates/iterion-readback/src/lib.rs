@@ -1,0 +1,1 @@
+//! ADR-143 drain (lands with its issue).
