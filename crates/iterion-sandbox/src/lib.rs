@@ -6,8 +6,23 @@
 //! Plus the `noop` driver (host passthrough for runs that are not sandboxed).
 //!
 //! Each decision lives in exactly one function here (shared/ARCHITECTURE.md,
-//! "One place per decision"); the runtime and the drivers call them.
+//! "One place per decision"); the runtime and the drivers call them. The
+//! only functions that touch the host are named so
+//! ([`env::EnvSnapshot::from_process`], [`mounts::HostSnapshot::capture`],
+//! [`devcontainer::read_repo_devcontainer`],
+//! [`guards::check_build_context_symlinks`]).
 
+pub mod admission;
+pub mod devcontainer;
+pub mod env;
+pub mod error;
 pub mod guards;
+pub mod host;
+pub mod mounts;
 pub mod noop;
+pub mod precedence;
 pub mod reaper;
+pub mod spec;
+pub mod verdict;
+
+pub use error::PolicyError;
