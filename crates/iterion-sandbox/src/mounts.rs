@@ -25,7 +25,8 @@ use iterion_core::{
 use crate::env::EnvSnapshot;
 use crate::error::PolicyError;
 use crate::guards::{
-    check_build_path, check_read_back_path, normalize_lexical, parse_docker_mount,
+    check_bind_source, check_build_path, check_read_back_path, normalize_lexical,
+    parse_docker_mount,
 };
 
 /// Container path of the per-run scratch area (the sources leave it open).
@@ -224,9 +225,13 @@ pub fn plan_launch(
             let mut binds = Vec::new();
             for cand in host.host_state_candidates() {
                 let cand = normalize_lexical(&cand);
+                // Skip rules (facts §6.2), plus: a candidate the bind guard
+                // would refuse (e.g. under /root, or a credential dir) is
+                // skipped rather than failing the whole run at Start.
                 if !host.exists(&cand)
                     || path_is_under(&cand, &workspace)
                     || path_is_under(&workspace, &cand)
+                    || check_bind_source(&cand).is_err()
                 {
                     continue;
                 }

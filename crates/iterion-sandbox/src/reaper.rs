@@ -54,8 +54,23 @@ pub fn reapable(run_id: &str, lease: LeaseState, lookup: RunLookup) -> ReapVerdi
     }
 }
 
+/// The whole reaper is off under `ITERION_SANDBOX_OVERRIDE=none`: the
+/// runner is then itself the boundary and spawns no sibling (seed, guards).
+pub fn reaper_enabled(sandbox_override: Option<&str>) -> bool {
+    !sandbox_override.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reaper_off_under_override_none() {
+        assert!(!super::reaper_enabled(Some("none")));
+        assert!(!super::reaper_enabled(Some(" NONE ")));
+        assert!(super::reaper_enabled(Some("auto")));
+        assert!(super::reaper_enabled(Some("")));
+        assert!(super::reaper_enabled(None));
+    }
+
     use super::*;
     use proptest::prelude::*;
 
