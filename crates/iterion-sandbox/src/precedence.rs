@@ -17,6 +17,10 @@ use crate::error::PolicyError;
 /// (no registry exists here, so no `ghcr.io/...:<tag>` default).
 pub const BUILTIN_DEFAULT_IMAGE: &str = "iterion-sandbox-slim:local";
 
+/// Tier 4 as the product entry points (`iterion run`, the runner, the
+/// server) install it; an engine built without it stays neutral.
+pub const PRODUCT_GLOBAL_DEFAULT: Mode = Mode::Auto;
+
 /// Which tier decided the mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ModeSource {

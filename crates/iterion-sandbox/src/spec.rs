@@ -142,6 +142,116 @@ pub struct SpecInputs<'a> {
     pub operator_env: BTreeMap<String, String>,
     /// For the `sandbox_env_denied` payload.
     pub run_id: &'a str,
+    /// Host environment for `${localEnv:NAME}` (only allowlisted names are
+    /// ever read from it, see [`LOCAL_ENV_ALLOWLIST`]).
+    pub local_env: BTreeMap<String, String>,
+    /// Host workspace path for `${localWorkspaceFolder}`.
+    pub workspace: &'a str,
+}
+
+/// Host variables `${localEnv:NAME}` may read (facts §2.2): anything else
+/// resolves to its default, so a hostile devcontainer or block cannot
+/// exfiltrate a secret through substitution. `LC_*` is also allowed.
+pub const LOCAL_ENV_ALLOWLIST: &[&str] = &[
+    "HOME",
+    "USER",
+    "USERNAME",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "PWD",
+    "OLDPWD",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "PUID",
+    "PGID",
+    "VARIANT",
+];
+
+/// Expand `${localEnv:NAME[:default]}`, `${localWorkspaceFolder}` and
+/// `${localWorkspaceFolderBasename}`; leave every other `${…}` (e.g.
+/// `${containerEnv:…}`) as written.
+pub fn expand_host_vars(
+    text: &str,
+    local_env: &BTreeMap<String, String>,
+    workspace: &str,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &after[..end];
+        let replaced = if inner == "localWorkspaceFolder" {
+            Some(workspace.to_owned())
+        } else if inner == "localWorkspaceFolderBasename" {
+            Some(
+                workspace
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        } else if let Some(spec) = inner.strip_prefix("localEnv:") {
+            let (name, default) = match spec.split_once(':') {
+                Some((n, d)) => (n, d),
+                None => (spec, ""),
+            };
+            let allowed = LOCAL_ENV_ALLOWLIST.contains(&name) || name.starts_with("LC_");
+            Some(
+                allowed
+                    .then(|| local_env.get(name).cloned())
+                    .flatten()
+                    .unwrap_or_else(|| default.to_owned()),
+            )
+        } else {
+            None
+        };
+        match replaced {
+            Some(v) => out.push_str(&v),
+            None => out.push_str(&rest[start..start + 2 + end + 1]),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn expand_spec(spec: &mut Spec, local_env: &BTreeMap<String, String>, workspace: &str) {
+    let x = |s: &mut String| *s = expand_host_vars(s, local_env, workspace);
+    for field in [
+        &mut spec.image,
+        &mut spec.user,
+        &mut spec.workspace_folder,
+        &mut spec.post_create,
+    ] {
+        if let Some(v) = field.as_mut() {
+            x(v);
+        }
+    }
+    spec.mounts.iter_mut().for_each(x);
+    spec.env.values_mut().for_each(x);
+    if let Some(b) = spec.build.as_mut() {
+        for field in [&mut b.dockerfile, &mut b.context] {
+            if let Some(v) = field.as_mut() {
+                x(v);
+            }
+        }
+        b.args.values_mut().for_each(x);
+    }
 }
 
 /// Build the spec for an active mode.
@@ -191,6 +301,7 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<BuiltSpec, PolicyError> {
         }
     };
     spec.mode = inputs.mode;
+    expand_spec(&mut spec, &inputs.local_env, inputs.workspace);
     for (k, v) in &inputs.operator_env {
         spec.env.insert(k.clone(), v.clone());
     }
@@ -310,6 +421,7 @@ mod tests {
             default_image: "default:img",
             operator_env: overlay,
             run_id: "run-1",
+            ..SpecInputs::default()
         })
         .expect("built");
         assert_eq!(
@@ -358,6 +470,7 @@ mod tests {
             default_image: "d",
             operator_env: BTreeMap::new(),
             run_id: "r",
+            ..SpecInputs::default()
         })
         .expect("built");
         assert_eq!(
@@ -444,6 +557,47 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn host_vars_expand_only_allowlisted_names() {
+        let env = BTreeMap::from([
+            ("USER".to_owned(), "dev".to_owned()),
+            ("LC_ALL".to_owned(), "C".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY".to_owned(), "s3cr3t".to_owned()),
+        ]);
+        let ws = "/home/dev/repo";
+        for (input, want) in [
+            ("${localEnv:USER}", "dev"),
+            ("${localEnv:LC_ALL}", "C"),
+            ("${localEnv:AWS_SECRET_ACCESS_KEY}", ""),
+            ("${localEnv:AWS_SECRET_ACCESS_KEY:none}", "none"),
+            ("${localEnv:MISSING:x:y}", "x:y"),
+            (
+                "src=${localWorkspaceFolder},dst=/w/${localWorkspaceFolderBasename}",
+                "src=/home/dev/repo,dst=/w/repo",
+            ),
+            ("${containerEnv:PATH}:/x", "${containerEnv:PATH}:/x"),
+            ("${unterminated", "${unterminated"),
+        ] {
+            assert_eq!(expand_host_vars(input, &env, ws), want, "{input}");
+        }
+        let block = Spec {
+            mode: Mode::Inline,
+            image: Some("img:${localEnv:VARIANT:slim}".into()),
+            env: BTreeMap::from([("LEAK".into(), "${localEnv:AWS_SECRET_ACCESS_KEY}".into())]),
+            ..Spec::default()
+        };
+        let built = build_spec(&SpecInputs {
+            mode: Mode::Inline,
+            workflow: Some(&block),
+            local_env: env,
+            workspace: ws,
+            ..SpecInputs::default()
+        })
+        .expect("built");
+        assert_eq!(built.spec.image.as_deref(), Some("img:slim"));
+        assert_eq!(built.spec.env["LEAK"], "");
     }
 
     #[test]

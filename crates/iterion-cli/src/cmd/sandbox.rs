@@ -250,7 +250,7 @@ pub async fn strict_report(
         env: env.clone(),
         workflow: workflow.as_ref(),
         // The `iterion` binary is a product entry point: it installs tier 4.
-        global_default: Some(Mode::Auto),
+        global_default: Some(iterion_sandbox::precedence::PRODUCT_GLOBAL_DEFAULT),
     };
     let resolved = resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
     let (host_state, host_state_source) =
@@ -309,6 +309,10 @@ pub async fn strict_report(
 
     // spec valid (+ construction, devcontainer fusion)
     let repo_root = std::env::current_dir().ok();
+    let workspace = repo_root
+        .as_ref()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut spec: Option<Spec> = None;
     let mut label = resolved.source.to_string();
     if active {
@@ -330,6 +334,8 @@ pub async fn strict_report(
                     default_image: &default_image,
                     operator_env: BTreeMap::new(),
                     run_id: "doctor",
+                    local_env: local_env_snapshot(),
+                    workspace: &workspace,
                 });
                 match built {
                     Ok(b) => {
@@ -548,6 +554,15 @@ pub async fn strict_report(
         capabilities: selected.map(|d| d.capabilities()),
         checks,
     })
+}
+
+/// The host variables `${localEnv:…}` may read, and nothing else.
+fn local_env_snapshot() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            iterion_sandbox::spec::LOCAL_ENV_ALLOWLIST.contains(&k.as_str()) || k.starts_with("LC_")
+        })
+        .collect()
 }
 
 fn render_strict(r: &StrictReport) -> String {

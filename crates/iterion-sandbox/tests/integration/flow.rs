@@ -92,6 +92,8 @@ fn auto_run_from_a_repo_devcontainer_to_a_guarded_plan() {
         default_image: &default_image,
         operator_env: BTreeMap::new(),
         run_id: "r1",
+        local_env: BTreeMap::new(),
+        workspace: &repo.to_string_lossy(),
     })
     .expect("spec");
     let names: Vec<&str> = built.events.iter().map(|e| e.name()).collect();
