@@ -919,6 +919,96 @@ mod tests {
         assert_eq!(net.rules, vec!["api.example.com", "!evil.example.com"]);
     }
 
+    fn statuses(r: &StrictReport) -> Vec<String> {
+        r.checks
+            .iter()
+            .map(|c| format!("{}: {:?}", c.name, c.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn strict_battery_on_a_hostile_inline_block() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("wf.iter");
+        std::fs::write(
+            &file,
+            "workflow w:\n  entry: a\n  sandbox:\n    image: \"iterion-sandbox-slim:local\"\n    mounts: [\"source=/home/u/.ssh,target=/k\"]\n  a -> done\n",
+        )
+        .expect("write");
+        let opts = StrictOptions {
+            file: Some(file),
+            target: Some(TargetFlag::Local),
+            ..StrictOptions::default()
+        };
+        let env = EnvSnapshot {
+            iterion_mode: Some("local".into()),
+            ..EnvSnapshot::default()
+        };
+        let r = strict_report(&opts, &env).await.expect("report");
+        assert!(r.failed());
+        assert_eq!(
+            (r.mode.as_str(), r.source.as_str()),
+            ("inline", "workflow sandbox: block")
+        );
+        // Driver-backed rows change once the docker driver is wired in
+        // drivers.rs; the policy rows must not.
+        let policy_rows: Vec<String> = statuses(&r)
+            .into_iter()
+            .filter(|row| {
+                ![
+                    "driver available",
+                    "docker daemon",
+                    "image resolvable",
+                    "driver capabilities",
+                ]
+                .iter()
+                .any(|n| row.starts_with(n))
+            })
+            .collect();
+        insta::assert_debug_snapshot!("strict_hostile_inline", policy_rows);
+    }
+
+    #[tokio::test]
+    async fn strict_battery_under_none_passes_and_bad_input_is_exit_2() {
+        let env = EnvSnapshot {
+            iterion_mode: Some("local".into()),
+            ..EnvSnapshot::default()
+        };
+        let opts = StrictOptions {
+            sandbox: Some(SandboxFlag::None),
+            ..StrictOptions::default()
+        };
+        let r = strict_report(&opts, &env).await.expect("report");
+        assert!(!r.failed(), "{:?}", statuses(&r));
+        assert_eq!(r.driver.as_deref(), Some("noop"));
+        let json = serde_json::to_value(&r).expect("json");
+        for key in [
+            "mode",
+            "source",
+            "host_state",
+            "host_state_source",
+            "driver",
+            "image",
+            "checks",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        let missing = StrictOptions {
+            file: Some(PathBuf::from("/nonexistent/wf.iter")),
+            ..StrictOptions::default()
+        };
+        let err = strict_report(&missing, &env).await.expect_err("bad file");
+        assert!(err.downcast_ref::<UserInputError>().is_some());
+        let bad_env = EnvSnapshot {
+            sandbox_default: Some("sometimes".into()),
+            ..env
+        };
+        let err = strict_report(&StrictOptions::default(), &bad_env)
+            .await
+            .expect_err("bad env");
+        assert!(err.downcast_ref::<UserInputError>().is_some());
+    }
+
     #[test]
     fn no_block_and_errors() {
         assert_eq!(parse_sandbox_block("workflow w:\n  entry: a\n"), Ok(None));
