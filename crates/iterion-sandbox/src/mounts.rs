@@ -8,6 +8,11 @@
 //! served: a promised variable is named iff a kept mount serves its path
 //! (ADR-143 R5/R13). It does not launch anything, and the guards
 //! ([`crate::guards::check_launch_plan`]) run on its output in the driver.
+//!
+//! Driver contract not expressible in [`Mount`] without a core change: a
+//! `Tmpfs` with origin `HostState` (HOME and its intermediate parents) is
+//! "uid-owned" — the driver mounts it with `uid=`/`gid=` (or mode 1777)
+//! taken from the plan's numeric `user`, so binds under it stay reachable.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;

@@ -676,6 +676,37 @@ pub fn check_network_syntax(net: &iterion_core::NetworkSpec) -> Result<(), Strin
 }
 
 #[cfg(test)]
+mod fusion_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever its case, a deny-class key from the repo file never
+        /// reaches the spec, and is always reported.
+        #[test]
+        fn denied_repo_keys_never_survive(
+            key in prop::sample::select(vec!["PATH", "ld_preload", "Https_Proxy", "ANTHROPIC_BASE_URL", "no_proxy", "ITERION_X", "NODE_OPTIONS"]),
+            value in "[ -~]{0,16}",
+        ) {
+            let dc = Devcontainer {
+                image: Some("i".into()),
+                env: BTreeMap::from([(key.to_owned(), value)]),
+                ..Devcontainer::default()
+            };
+            let built = build_spec(&SpecInputs {
+                mode: Mode::Auto,
+                devcontainer: Some(("p", &dc)),
+                ..SpecInputs::default()
+            })
+            .expect("built");
+            prop_assert!(!built.spec.env.contains_key(key));
+            let reported = built.events.iter().any(|e| matches!(e, EventKind::SandboxEnvDenied { keys, .. } if keys.iter().any(|k| k == key)));
+            prop_assert!(reported);
+        }
+    }
+}
+
+#[cfg(test)]
 mod network_syntax_tests {
     use super::*;
     use iterion_core::NetworkSpec;
