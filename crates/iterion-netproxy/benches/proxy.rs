@@ -36,6 +36,8 @@ const GIB: u64 = 1 << 30;
 const TUNNELS: usize = 200;
 
 fn main() {
+    // One runtime with one worker per core of the 2-core test machines
+    // (a second runtime for the proxy measured worse: more threads than cores).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -89,9 +91,14 @@ async fn run() {
     println!("== 3. 1 GiB download, 5 alternating runs each");
     let mut d = Vec::new();
     let mut p = Vec::new();
+    let (mut d_cpu, mut p_cpu) = (0.0, 0.0);
     for _ in 0..5 {
+        let c = cpu_secs();
         d.push(download(TcpStream::connect(source).await.unwrap()).await);
+        d_cpu += cpu_secs() - c;
+        let c = cpu_secs();
         p.push(download(open_tunnel(proxy.local_addr(), source, &auth).await).await);
+        p_cpu += cpu_secs() - c;
     }
     d.sort();
     p.sort();
@@ -105,6 +112,13 @@ async fn run() {
         mbps(p[0]),
         d[2].as_secs_f64() / p[2].as_secs_f64(),
         d[0].as_secs_f64() / p[0].as_secs_f64()
+    );
+    println!(
+        "process CPU per GiB (source + client, + proxy when proxied): direct {:.2} s, proxied {:.2} s \
+         => the proxy's own cost is about {:.2} CPU-s/GiB",
+        d_cpu / 5.0,
+        p_cpu / 5.0,
+        (p_cpu - d_cpu) / 5.0
     );
     if std::env::var_os("ITERION_BENCH_THROUGHPUT_ONLY").is_some() {
         return;
@@ -305,6 +319,16 @@ async fn download(mut s: TcpStream) -> Duration {
     let took = t.elapsed();
     assert_eq!(total, GIB);
     took
+}
+
+/// User + system CPU seconds of this process (`/proc/self/stat`, 100 Hz ticks).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_comm.split(' ').collect();
+    // Fields 14 and 15 of stat(5); index 11 and 12 after the `comm` field.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
 }
 
 fn rss_kib() -> u64 {
