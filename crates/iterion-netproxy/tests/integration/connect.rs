@@ -188,3 +188,17 @@ async fn unreachable_allowed_target_is_502_not_403() {
     assert_eq!(resp.status, 403);
     assert!(p.blocked().len() == 1);
 }
+
+#[tokio::test]
+async fn idn_rule_matches_the_punycode_authority_clients_send() {
+    let tls = tls_upstream().await;
+    let p = start_proxy(NetworkMode::Allowlist, &["BÜCHER.test.", "127.0.0.1"]).await;
+    let (resp, _) = connect(
+        p.addr(),
+        &format!("xn--bcher-kva.test:{}", tls.addr.port()),
+        &p.bearer(),
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    assert!(p.blocked().is_empty());
+}

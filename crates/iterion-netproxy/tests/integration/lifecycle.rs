@@ -40,3 +40,22 @@ async fn open_policy_needs_no_proxy() {
     assert!(!policy(NetworkMode::Open, &["example.com"]).needs_proxy());
     assert!(policy(NetworkMode::Denylist, &[]).needs_proxy());
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_head_is_disconnected() {
+    use tokio::io::AsyncWriteExt;
+    let p = start_proxy_opts(policy(NetworkMode::Allowlist, &["**"]), false, |o| {
+        o.header_read_timeout = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let mut s = TcpStream::connect(p.addr()).await.unwrap();
+    s.write_all(b"CONNECT slow.test:443 HTTP/1.1\r\nHost: slo")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    // Returns once hyper gives up on the head (it may answer 408 first).
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(out.is_empty() || text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(p.blocked().is_empty());
+}

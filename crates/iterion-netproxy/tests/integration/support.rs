@@ -34,6 +34,7 @@ pub fn resolver() -> StaticResolver {
         .with("mixed.test", &[ip("127.0.0.1"), ip("169.254.169.254")])
         .with("denied.test", &[ip(LOOPBACK)])
         .with("evil.example.test", &[ip(LOOPBACK)])
+        .with("xn--bcher-kva.test", &[ip(LOOPBACK)])
 }
 
 pub struct TestProxy {
@@ -70,6 +71,14 @@ pub async fn start_proxy(mode: NetworkMode, rules: &[&str]) -> TestProxy {
 }
 
 pub async fn start_proxy_with(policy: Policy, panicking_callback: bool) -> TestProxy {
+    start_proxy_opts(policy, panicking_callback, |_| {}).await
+}
+
+pub async fn start_proxy_opts(
+    policy: Policy,
+    panicking_callback: bool,
+    tweak: impl FnOnce(&mut ProxyOptions),
+) -> TestProxy {
     let token = ProxyToken::generate();
     let blocked = Arc::new(Mutex::new(Vec::new()));
     let sink = blocked.clone();
@@ -85,6 +94,7 @@ pub async fn start_proxy_with(policy: Policy, panicking_callback: bool) -> TestP
             panic!("callback bug");
         }
     });
+    tweak(&mut opts);
     let handle = EgressProxy::start(opts).await.unwrap();
     TestProxy {
         handle,
