@@ -629,11 +629,7 @@ pub(crate) fn compile(
                 match b {
                     "vars" => read_vars(&line.children, ctx, &mut vars),
                     "secrets" => read_secrets(&line.children, ctx, &mut secrets),
-                    _ => {
-                        for entry in &line.children {
-                            let _ = ctx.prop(entry, None, b);
-                        }
-                    }
+                    _ => loose_block(&line.children, ctx, b),
                 }
             }
             Some("use") => {
@@ -864,6 +860,33 @@ pub(crate) fn compile(
         }
     }
     out
+}
+
+/// Entries of `presets:` / `attachments:`: `name: value` lines, each may
+/// carry its own indented block of `key: value` lines.
+fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) {
+    for l in lines {
+        match l.toks.as_slice() {
+            [
+                STok {
+                    tok: Tok::Word(_), ..
+                },
+                STok {
+                    tok: Tok::Colon, ..
+                },
+                ..,
+            ] => {
+                for c in &l.children {
+                    let _ = ctx.prop(c, None, what);
+                }
+            }
+            _ => ctx.error(
+                codes::E001,
+                l.pos(),
+                format!("expected `name: …` in {what}, found `{}`", short(&l.toks)),
+            ),
+        }
+    }
 }
 
 fn node_kind(k: &str) -> Option<NodeKind> {
