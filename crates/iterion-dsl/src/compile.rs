@@ -970,10 +970,8 @@ fn node_props<'a>(kind: NodeKind, line: &'a Line, ctx: &mut Ctx<'_>) -> Vec<Prop
                     );
                 }
             }
-            "expr" => {
-                if p.value.is_none() {
-                    let _ = ctx.props(&p.line.children, None, "expr");
-                }
+            "expr" if p.value.is_none() => {
+                let _ = ctx.props(&p.line.children, None, "expr");
             }
             _ => {}
         }
@@ -2184,19 +2182,17 @@ fn graph_checks(
                         color.insert(t, 1);
                         stack.push((t, 0));
                     }
-                    1 => {
-                        if reported.insert((e.pos.line, e.pos.column)) {
-                            ctx.push(
-                                codes::C019,
-                                Severity::Error,
-                                e.pos,
-                                format!(
-                                    "edge `{} -> {t}` closes a cycle with no declared loop",
-                                    e.from
-                                ),
-                                Some("add `as loop_name(N)` to the back-edge to bound the cycle"),
-                            );
-                        }
+                    1 if reported.insert((e.pos.line, e.pos.column)) => {
+                        ctx.push(
+                            codes::C019,
+                            Severity::Error,
+                            e.pos,
+                            format!(
+                                "edge `{} -> {t}` closes a cycle with no declared loop",
+                                e.from
+                            ),
+                            Some("add `as loop_name(N)` to the back-edge to bound the cycle"),
+                        );
                     }
                     _ => {}
                 }

@@ -60,3 +60,54 @@ pub async fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         Exit::Success
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(files: Vec<std::path::PathBuf>, json: bool) -> ValidateArgs {
+        ValidateArgs { files, json }
+    }
+
+    #[tokio::test]
+    async fn exit_codes_follow_the_contract() {
+        let dir = std::env::temp_dir().join(format!("iterion-validate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.iter");
+        std::fs::write(
+            &good,
+            "tool a:\n  command: \"true\"\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        )
+        .unwrap();
+        let warn = dir.join("warn.iter");
+        std::fs::write(
+            &warn,
+            "tool a:\n  command: \"true\"\n\nworkflow w:\n  sandbox: none\n  entry: a\n  a -> done\n",
+        )
+        .unwrap();
+        let bad = dir.join("bad.iter");
+        std::fs::write(&bad, "tool a:\n  command: \"true\"\n\nworkflow w:\n  sandbox: allowlist\n  entry: a\n  a -> done\n")
+            .unwrap();
+        let missing = dir.join("missing.iter");
+
+        assert_eq!(
+            run(args(vec![good.clone()], false)).await.unwrap(),
+            Exit::Success
+        );
+        assert_eq!(
+            run(args(vec![warn.clone()], true)).await.unwrap(),
+            Exit::Success
+        );
+        assert_eq!(
+            run(args(vec![good.clone(), bad.clone()], true))
+                .await
+                .unwrap(),
+            Exit::Failure
+        );
+        assert_eq!(
+            run(args(vec![bad, missing], false)).await.unwrap(),
+            Exit::BadInput
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
