@@ -1817,6 +1817,8 @@ fn compile_workflow(
         }
     }
 
+    let known: HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+
     // entry
     let entry_id = match &entry {
         None => {
@@ -1830,7 +1832,7 @@ fn compile_workflow(
             None
         }
         Some((e, p)) => {
-            if ir_nodes.contains_key(&NodeId::new(e.clone())) {
+            if known.contains(e.as_str()) {
                 Some(NodeId::new(e.clone()))
             } else {
                 ctx.push(
@@ -1858,7 +1860,7 @@ fn compile_workflow(
                     format!("`{n}` is a terminal target and cannot start an edge"),
                 );
                 ok = false;
-            } else if !ir_nodes.contains_key(&NodeId::new(n.clone())) {
+            } else if !known.contains(n.as_str()) {
                 ctx.push(
                     codes::C001,
                     Severity::Error,
@@ -1872,7 +1874,7 @@ fn compile_workflow(
         if let Some((n, p)) = e.chain.last()
             && n != "done"
             && n != "fail"
-            && !ir_nodes.contains_key(&NodeId::new(n.clone()))
+            && !known.contains(n.as_str())
         {
             ctx.push(
                 codes::C001,
@@ -2048,7 +2050,7 @@ fn graph_checks(
     ctx: &mut Ctx<'_>,
 ) {
     // per-source checks
-    let mut by_src: BTreeMap<&NodeId, Vec<&Edge>> = BTreeMap::new();
+    let mut by_src: HashMap<&NodeId, Vec<&Edge>> = HashMap::new();
     for e in edges {
         by_src.entry(&e.from).or_default().push(e);
     }
