@@ -50,6 +50,7 @@ const LLM: &[(&str, K)] = &[
     ("backend", K::S),
     ("provider", K::Any),
     ("command", K::S),
+    ("delegate", K::S),
     ("input", K::I),
     ("output", K::I),
     ("publish", K::I),
@@ -169,6 +170,15 @@ const FAIL: &[(&str, K)] = &[
     ("code", K::S),
     ("message", K::S),
     ("resumable", K::B),
+];
+/// Legacy `join` node of early v1 files (`strategy: wait_all`, `require: [a, b]`).
+const JOIN: &[(&str, K)] = &[
+    ("description", K::S),
+    ("strategy", K::I),
+    ("require", K::L),
+    ("input", K::I),
+    ("output", K::I),
+    ("publish", K::I),
 ];
 const SUBBOT: &[(&str, K)] = &[
     ("description", K::S),
@@ -679,7 +689,7 @@ pub(crate) fn compile(
                 }
                 let ns = match k {
                     "agent" | "judge" | "router" | "human" | "tool" | "compute" | "emit"
-                    | "wait" | "await_answers" | "subbot" | "fail" => "node",
+                    | "wait" | "await_answers" | "subbot" | "fail" | "join" => "node",
                     other => other,
                 };
                 if let Some(prev) = names.get(&(ns.to_string(), name.clone())) {
@@ -902,6 +912,7 @@ fn node_kind(k: &str) -> Option<NodeKind> {
         "await_answers" => NodeKind::AwaitAnswers,
         "subbot" => NodeKind::Subbot,
         "fail" => NodeKind::Fail,
+        "join" => NodeKind::Join,
         _ => return None,
     })
 }
@@ -918,6 +929,7 @@ fn node_props<'a>(kind: NodeKind, line: &'a Line, ctx: &mut Ctx<'_>) -> Vec<Prop
         NodeKind::AwaitAnswers => AWAIT_ANSWERS,
         NodeKind::Subbot => SUBBOT,
         NodeKind::Fail => FAIL,
+        NodeKind::Join => JOIN,
     };
     let what = format!("{} node", kind.as_str());
     let props = ctx.props(&line.children, Some(table), &what);

@@ -91,6 +91,8 @@ pub enum NodeKind {
     Subbot,
     /// Named terminal failure (`fail NAME:`).
     Fail,
+    /// Legacy convergence node (`join NAME:` with `strategy:`/`require:`).
+    Join,
 }
 
 impl NodeKind {
@@ -108,6 +110,7 @@ impl NodeKind {
             Self::AwaitAnswers => "await_answers",
             Self::Subbot => "subbot",
             Self::Fail => "fail",
+            Self::Join => "join",
         }
     }
 }
