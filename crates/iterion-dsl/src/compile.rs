@@ -417,7 +417,29 @@ impl Ctx<'_> {
             None => K::Any,
         };
         let value_pos = rest.first().map_or(pos, |t| t.pos);
-        let value = if rest.is_empty() {
+        let dash_items = rest.is_empty()
+            && !line.children.is_empty()
+            && line
+                .children
+                .iter()
+                .all(|c| matches!(c.toks.first().map(|t| &t.tok), Some(Tok::Punct('-'))));
+        let value = if dash_items {
+            // a list written as one `- item` per indented line
+            let mut items = Vec::new();
+            for c in &line.children {
+                let item = &c.toks[1..];
+                match parse_value(item) {
+                    Ok(PValue::Expr(e)) if e.is_empty() => {
+                        self.error(codes::E002, c.pos(), "empty list item");
+                    }
+                    Ok(v) => items.push((v, item.first().map_or(c.pos(), |t| t.pos))),
+                    Err((p, m)) => {
+                        self.error(codes::E002, if p.line == 0 { c.pos() } else { p }, m)
+                    }
+                }
+            }
+            Some(PValue::List(items))
+        } else if rest.is_empty() {
             None
         } else {
             match parse_value(rest) {
@@ -428,7 +450,7 @@ impl Ctx<'_> {
                 }
             }
         };
-        if value.is_some() && !line.children.is_empty() {
+        if value.is_some() && !dash_items && !line.children.is_empty() {
             self.error(
                 codes::E003,
                 line.children[0].pos(),

@@ -189,11 +189,11 @@ pub fn render_human(source: &str, diags: &[Diagnostic]) -> String {
     let mut out = String::new();
     for d in diags {
         let _ = writeln!(out, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
-        let _ = writeln!(out, "  --> {}:{}:{}", d.file.display(), d.line, d.column);
+        let num = d.line.to_string();
+        let pad = " ".repeat(num.len());
+        let _ = writeln!(out, "{pad}--> {}:{}:{}", d.file.display(), d.line, d.column);
         if let Some(src) = lines.get((d.line as usize).saturating_sub(1)) {
             let src = src.trim_end_matches('\r');
-            let num = d.line.to_string();
-            let pad = " ".repeat(num.len());
             let shown: String = src
                 .chars()
                 .map(|c| if c == '\t' { ' ' } else { c })
@@ -206,7 +206,7 @@ pub fn render_human(source: &str, diags: &[Diagnostic]) -> String {
             let _ = writeln!(out, "{pad} | {}^", " ".repeat(caret_at));
         }
         if let Some(h) = &d.hint {
-            let _ = writeln!(out, "  = hint: {h}");
+            let _ = writeln!(out, "{pad} = hint: {h}");
         }
         out.push('\n');
     }
