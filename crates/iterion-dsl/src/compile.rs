@@ -401,9 +401,14 @@ impl Ctx<'_> {
                 Some((_, k)) => *k,
                 None => {
                     let names: Vec<&str> = t.iter().map(|(n, _)| *n).collect();
-                    let hint = nearest(&key, &names)
-                        .map(|n| format!("did you mean `{n}`?"))
-                        .unwrap_or_else(|| format!("accepted properties: {}", names.join(", ")));
+                    let hint = if key == "network" {
+                        // facts §2.3: `network:` is only a sub-block of `sandbox:`
+                        "`network:` is a sub-block of `sandbox:`: indent it under the workflow's `sandbox:` block".to_string()
+                    } else {
+                        nearest(&key, &names)
+                            .map(|n| format!("did you mean `{n}`?"))
+                            .unwrap_or_else(|| format!("accepted properties: {}", names.join(", ")))
+                    };
                     self.push(
                         codes::E012,
                         Severity::Error,
@@ -966,8 +971,10 @@ fn node_props<'a>(kind: NodeKind, line: &'a Line, ctx: &mut Ctx<'_>) -> Vec<Prop
         }
         match p.key.as_str() {
             "reasoning_effort" => {
-                if let Some(PValue::Word(w)) = &p.value
-                    && !REASONING.contains(&w.as_str())
+                if let Some(w) = p.text()
+                    && !w.contains("${")
+                    && !w.contains("{{")
+                    && !REASONING.contains(&w)
                 {
                     ctx.push(
                         codes::C027,
