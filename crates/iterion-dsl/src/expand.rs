@@ -151,16 +151,21 @@ mod tests {
 
     #[test]
     fn spec_fields_are_expanded() {
-        let mut s = Spec::default();
-        s.image = Some("img:${localEnv:USER:dev}".into());
-        s.mounts = vec!["type=bind,source=${localEnv:HOME},target=/h".into()];
-        s.env
-            .insert("K".into(), "${localWorkspaceFolderBasename}".into());
-        s.build = Some(iterion_core::BuildSpec {
-            dockerfile: Some("${localWorkspaceFolder}/Dockerfile".into()),
-            context: None,
-            args: [("A".to_string(), "${localEnv:HOME}".to_string())].into(),
-        });
+        let s = Spec {
+            image: Some("img:${localEnv:USER:dev}".into()),
+            mounts: vec!["type=bind,source=${localEnv:HOME},target=/h".into()],
+            env: [(
+                "K".to_string(),
+                "${localWorkspaceFolderBasename}".to_string(),
+            )]
+            .into(),
+            build: Some(iterion_core::BuildSpec {
+                dockerfile: Some("${localWorkspaceFolder}/Dockerfile".into()),
+                context: None,
+                args: [("A".to_string(), "${localEnv:HOME}".to_string())].into(),
+            }),
+            ..Spec::default()
+        };
         let e = expand_spec(&s, &env, Path::new("/w/p"));
         assert_eq!(e.image.as_deref(), Some("img:dev"));
         assert_eq!(e.mounts[0], "type=bind,source=/home/me,target=/h");
