@@ -20,6 +20,11 @@ use crate::lexer::{STok, Tok};
 use crate::parser::{Line, PValue, is_ident, parse_value, tokens_text};
 use crate::sandbox;
 
+// `system:`/`user:`/`instructions:`/`interaction_prompt:` take K::S: a bare
+// name refers to a declared prompt (C003 when unknown), a string is an
+// inline prompt (upstream docs/dsl.md, "A prompt may also be written where
+// it is used").
+
 /// Property kinds of the tables.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum K {
@@ -55,8 +60,8 @@ const LLM: &[(&str, K)] = &[
     ("output", K::I),
     ("publish", K::I),
     ("artifact_labels", K::L),
-    ("system", K::I),
-    ("user", K::I),
+    ("system", K::S),
+    ("user", K::S),
     ("session", K::I),
     ("session_slot", K::Any),
     ("tools", K::L),
@@ -71,7 +76,7 @@ const LLM: &[(&str, K)] = &[
     ("full_access", K::B),
     ("images", K::L),
     ("interaction", K::I),
-    ("interaction_prompt", K::I),
+    ("interaction_prompt", K::S),
     ("interaction_model", K::S),
     ("await", K::I),
     ("compress", K::I),
@@ -93,8 +98,8 @@ const ROUTER: &[(&str, K)] = &[
     ("model", K::S),
     ("backend", K::S),
     ("provider", K::Any),
-    ("system", K::I),
-    ("user", K::I),
+    ("system", K::S),
+    ("user", K::S),
     ("multi", K::B),
     ("reasoning_effort", K::S),
     ("over", K::S),
@@ -109,12 +114,12 @@ const HUMAN: &[(&str, K)] = &[
     ("output", K::I),
     ("publish", K::I),
     ("artifact_labels", K::L),
-    ("instructions", K::I),
+    ("instructions", K::S),
     ("interaction", K::I),
-    ("interaction_prompt", K::I),
+    ("interaction_prompt", K::S),
     ("interaction_model", K::S),
     ("model", K::S),
-    ("system", K::I),
+    ("system", K::S),
     ("min_answers", K::N),
     ("await", K::I),
     ("review_url", K::S),
@@ -201,7 +206,7 @@ const CURSOR: &[(&str, K)] = &[("description", K::S), ("values", K::Blk), ("band
 const SUPERVISOR: &[(&str, K)] = &[
     ("watches", K::L),
     ("model", K::S),
-    ("system", K::I),
+    ("system", K::S),
     ("cooldown", K::S),
     ("max_evals", K::N),
 ];
