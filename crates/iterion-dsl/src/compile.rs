@@ -209,6 +209,7 @@ const SUPERVISOR: &[(&str, K)] = &[
     ("system", K::S),
     ("cooldown", K::S),
     ("max_evals", K::N),
+    ("monitors", K::L),
 ];
 const WORKFLOW: &[(&str, K)] = &[
     ("vars", K::Blk),
@@ -244,6 +245,7 @@ const BUDGET: &[(&str, K)] = &[
     ("max_cost_usd", K::F),
     ("max_tokens", K::N),
     ("max_iterations", K::N),
+    ("warn_tokens", K::N),
 ];
 
 /// Accepted words for enumerated properties, with the code a bad word gets.
@@ -785,6 +787,11 @@ pub(crate) fn compile(
                             }
                         }
                         groups.insert(name, g);
+                    }
+                    "contract" => {
+                        for c in &line.children {
+                            let _ = ctx.prop(c, None, "contract");
+                        }
                     }
                     "mcp_server" => {
                         let _ = ctx.props(&line.children, Some(MCP_SERVER), "mcp_server");

@@ -1,9 +1,10 @@
 //! The `sandbox:` block: short form and block form → [`iterion_core::Spec`].
 //!
 //! Owns C044 (modes, host_state, image XOR build, inline needs a recipe,
-//! and the dedicated message for a network mode word written as the sandbox
-//! mode — facts §2.5), C312 (`network:` without `mode:`), C320 (`read_back:`
-//! paths, ADR-143) and the network-rule hook (C313). A block without
+//! the dedicated message for a network mode word written as the sandbox
+//! mode — facts §2.5 — and a bad `network.mode`/`inherit` word, as
+//! upstream's property registry does), C312 (`network:` without `mode:`),
+//! C320 (`read_back:` paths, ADR-143) and the network-rule hook (C313). A block without
 //! `mode:` is `inline` (facts §2.2). Host-side variables stay unexpanded
 //! here; [`crate::expand`] does that at run time.
 
@@ -292,7 +293,7 @@ fn network(
             "mode" => match np.text().and_then(NetworkMode::parse) {
                 Some(m) => n.mode = Some(m),
                 None => ctx.push(
-                    codes::E020,
+                    codes::C044,
                     Severity::Error,
                     np.value_pos,
                     format!("invalid network mode `{}`", np.text().unwrap_or_default()),
@@ -303,7 +304,7 @@ fn network(
             "inherit" => match np.text().and_then(NetworkInherit::parse) {
                 Some(i) => n.inherit = Some(i),
                 None => ctx.push(
-                    codes::E020,
+                    codes::C044,
                     Severity::Error,
                     np.value_pos,
                     format!(
