@@ -388,7 +388,7 @@ impl Lexer<'_> {
                     k += 1;
                 }
                 let closer = matches!(self.src.get(k), Some(']' | '}' | ')'));
-                if w < self.open_indent || (w == self.open_indent && !closer) {
+                if !closer && w <= self.open_indent {
                     let pos = self.pos();
                     self.err(
                         codes::E002,

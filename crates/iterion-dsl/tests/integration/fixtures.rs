@@ -158,3 +158,31 @@ fn not_utf8_is_a_diagnostic() {
     assert_eq!(c.diagnostics[0].line, 2);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn crlf_and_bom_read_like_lf() {
+    for (name, text) in fixtures("valid") {
+        let crlf = format!("\u{feff}{}", text.replace('\n', "\r\n"));
+        let a = compile_source(&text, Path::new(&name));
+        let b = compile_source(&crlf, Path::new(&name));
+        assert_eq!(
+            a.diagnostics.len(),
+            b.diagnostics.len(),
+            "{name}: {:?}",
+            b.diagnostics
+        );
+        assert_eq!(a.workflows.len(), b.workflows.len(), "{name}");
+        assert_eq!(
+            a.workflows[0].nodes.keys().collect::<Vec<_>>(),
+            b.workflows[0].nodes.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn with_block_may_close_at_any_indentation() {
+    let text = "tool a:\n  command: \"x\"\n\ntool b:\n  command: \"y\"\n\nworkflow w:\n  entry: a\n  a -> b with {\n      k: \"v\"\n}\n  b -> done\n";
+    let c = compile_source(text, Path::new("t.iter"));
+    assert!(!c.has_errors(), "{:?}", c.diagnostics);
+    assert_eq!(c.workflows[0].edges[0].with["k"], "v");
+}
