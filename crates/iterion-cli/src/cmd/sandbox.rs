@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use iterion_core::{
-    BuildSpec, Capabilities, Driver, DriverName, HostState, Mode, NetworkMode, NetworkSpec, Spec,
-};
+use iterion_core::{Capabilities, Driver, DriverName, HostState, Mode, Spec};
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::guards::{KubeCheck, check_kubernetes_spec, check_spec};
 use iterion_sandbox::host::{HostKind, detect_host, select_driver};
@@ -594,281 +592,11 @@ fn render_strict(r: &StrictReport) -> String {
     out
 }
 
-/// Read the workflow-level `sandbox:` block of a `.iter` file.
-///
-/// TODO(lead): replace with `iterion_dsl` (compile the file, take
-/// `Workflow::sandbox.spec`) once the DSL lands on main. Until then this is
-/// a minimal line reader of the grammar subset of facts §2.6 for the
-/// workflow-level block only; an unreadable file or an unparsable block is
-/// a [`UserInputError`] (exit 2).
+/// The workflow-level `sandbox:` block of a `.iter` file, compiled by the
+/// DSL; an unreadable or invalid file is a [`UserInputError`] (exit 2).
 fn read_workflow_sandbox(path: &Path) -> anyhow::Result<Option<Spec>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UserInputError::new(format!("cannot read {}: {e}", path.display())))?;
-    parse_sandbox_block(&text)
-        .map_err(|e| UserInputError::new(format!("{}: {e}", path.display())).into())
-}
-
-fn indent_of(line: &str) -> usize {
-    line.len() - line.trim_start().len()
-}
-
-fn strip_comment(line: &str) -> &str {
-    // `##` starts a comment outside a string (facts §2.6).
-    let mut in_str = false;
-    let bytes = line.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' if in_str => i += 1,
-            b'"' => in_str = !in_str,
-            b'#' if !in_str && bytes.get(i + 1) == Some(&b'#') => return &line[..i],
-            _ => {}
-        }
-        i += 1;
-    }
-    line
-}
-
-fn unquote(v: &str) -> String {
-    let v = v.trim();
-    if v.len() >= 2 && v.starts_with('"') && v.ends_with('"') {
-        v[1..v.len() - 1]
-            .replace("\\\"", "\"")
-            .replace("\\\\", "\\")
-    } else {
-        v.to_owned()
-    }
-}
-
-/// Split a `[a, "b,c"]` / `{ K: v, K2: "x" }` body on top-level commas.
-fn split_items(body: &str) -> Vec<String> {
-    let mut items = Vec::new();
-    let mut cur = String::new();
-    let mut in_str = false;
-    let mut escaped = false;
-    for c in body.chars() {
-        if in_str {
-            cur.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_str = false;
-            }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_str = true;
-                cur.push(c);
-            }
-            ',' => items.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    items.push(cur);
-    items
-        .into_iter()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-fn parse_list(v: &str) -> Result<Vec<String>, String> {
-    let v = v.trim();
-    let body = v
-        .strip_prefix('[')
-        .and_then(|s| s.strip_suffix(']'))
-        .ok_or_else(|| format!("expected a [list], got {v:?}"))?;
-    Ok(split_items(body).iter().map(|s| unquote(s)).collect())
-}
-
-fn parse_inline_map(v: &str) -> Result<BTreeMap<String, String>, String> {
-    let v = v.trim();
-    let body = v
-        .strip_prefix('{')
-        .and_then(|s| s.strip_suffix('}'))
-        .ok_or_else(|| format!("expected a {{map}}, got {v:?}"))?;
-    split_items(body)
-        .iter()
-        .map(|item| {
-            item.split_once(':')
-                .map(|(k, v)| (k.trim().to_owned(), unquote(v)))
-                .ok_or_else(|| format!("bad map entry {item:?}"))
-        })
-        .collect()
-}
-
-/// Parse the workflow-level sandbox block out of `.iter` source text.
-fn parse_sandbox_block(text: &str) -> Result<Option<Spec>, String> {
-    let lines: Vec<&str> = text.lines().map(strip_comment).collect();
-    let mut i = 0;
-    // Find `workflow NAME:` at column 0.
-    while i < lines.len()
-        && !(lines[i].starts_with("workflow ") && lines[i].trim_end().ends_with(':'))
-    {
-        i += 1;
-    }
-    if i == lines.len() {
-        return Ok(None);
-    }
-    i += 1;
-    let mut body_indent = None;
-    while i < lines.len() {
-        let line = lines[i];
-        if line.trim().is_empty() {
-            i += 1;
-            continue;
-        }
-        let ind = indent_of(line);
-        if ind == 0 {
-            return Ok(None);
-        }
-        let bi = *body_indent.get_or_insert(ind);
-        if ind == bi
-            && let Some(rest) = line.trim().strip_prefix("sandbox:")
-        {
-            let rest = rest.trim();
-            if !rest.is_empty() {
-                let mode: Mode = rest
-                    .parse()
-                    .map_err(|e: iterion_core::mode::InvalidMode| e.to_string())?;
-                return Ok(Some(Spec::with_mode(mode)));
-            }
-            let block: Vec<&str> = lines[i + 1..]
-                .iter()
-                .copied()
-                .take_while(|l| l.trim().is_empty() || indent_of(l) > bi)
-                .collect();
-            return parse_block_props(&block).map(Some);
-        }
-        i += 1;
-    }
-    Ok(None)
-}
-
-fn nested<'a>(lines: &[&'a str], start: usize, parent_indent: usize) -> Vec<&'a str> {
-    lines[start..]
-        .iter()
-        .copied()
-        .take_while(|l| l.trim().is_empty() || indent_of(l) > parent_indent)
-        .filter(|l| !l.trim().is_empty())
-        .collect()
-}
-
-fn parse_block_props(lines: &[&str]) -> Result<Spec, String> {
-    let mut spec = Spec {
-        mode: Mode::Inline,
-        ..Spec::default()
-    };
-    let lines: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let Some(first) = lines.first() else {
-        return Ok(spec);
-    };
-    let prop_indent = indent_of(first);
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        if indent_of(line) != prop_indent {
-            i += 1;
-            continue;
-        }
-        let (key, value) = line
-            .trim()
-            .split_once(':')
-            .ok_or_else(|| format!("expected `key: value`, got {:?}", line.trim()))?;
-        let value = value.trim();
-        let sub = nested(&lines, i + 1, prop_indent);
-        match key.trim() {
-            "mode" => {
-                spec.mode = value
-                    .parse()
-                    .map_err(|e: iterion_core::mode::InvalidMode| e.to_string())?
-            }
-            "image" => spec.image = Some(unquote(value)),
-            "user" => spec.user = Some(unquote(value)),
-            "workspace_folder" => spec.workspace_folder = Some(unquote(value)),
-            "post_create" => spec.post_create = Some(unquote(value)),
-            "host_state" => {
-                spec.host_state = Some(
-                    value
-                        .parse()
-                        .map_err(|e: iterion_core::mode::InvalidHostState| e.to_string())?,
-                )
-            }
-            "mounts" => spec.mounts = parse_list(value)?,
-            "read_back" => spec.read_back = parse_list(value)?,
-            "env" => {
-                spec.env = if value.is_empty() {
-                    sub_map(&sub)?
-                } else {
-                    parse_inline_map(value)?
-                };
-            }
-            "build" => {
-                let mut b = BuildSpec::default();
-                for l in &sub {
-                    let (k, v) = l
-                        .trim()
-                        .split_once(':')
-                        .ok_or_else(|| format!("bad build line {l:?}"))?;
-                    match k.trim() {
-                        "dockerfile" => b.dockerfile = Some(unquote(v)),
-                        "context" => b.context = Some(unquote(v)),
-                        "args" if !v.trim().is_empty() => b.args = parse_inline_map(v)?,
-                        "args" => {}
-                        _ if indent_of(l) > indent_of(sub[0]) => {
-                            b.args.insert(k.trim().to_owned(), unquote(v));
-                        }
-                        other => return Err(format!("unknown build property {other:?}")),
-                    }
-                }
-                spec.build = Some(b);
-            }
-            "network" => {
-                let mut n = NetworkSpec::default();
-                for l in &sub {
-                    let (k, v) = l
-                        .trim()
-                        .split_once(':')
-                        .ok_or_else(|| format!("bad network line {l:?}"))?;
-                    match k.trim() {
-                        "mode" => {
-                            n.mode = Some(
-                                NetworkMode::parse(v)
-                                    .ok_or_else(|| format!("bad network mode {v:?}"))?,
-                            )
-                        }
-                        "preset" => n.preset = Some(unquote(v)),
-                        "rules" => n.rules = parse_list(v)?,
-                        "inherit" => n.inherit = iterion_core::spec::NetworkInherit::parse(v),
-                        other => return Err(format!("unknown network property {other:?}")),
-                    }
-                }
-                spec.network = Some(n);
-            }
-            other => return Err(format!("unknown sandbox property {other:?}")),
-        }
-        i += 1 + sub.len();
-    }
-    Ok(spec)
-}
-
-fn sub_map(lines: &[&str]) -> Result<BTreeMap<String, String>, String> {
-    lines
-        .iter()
-        .map(|l| {
-            l.trim()
-                .split_once(':')
-                .map(|(k, v)| (k.trim().to_owned(), unquote(v)))
-                .ok_or_else(|| format!("bad env line {l:?}"))
-        })
-        .collect()
+    let (_, workflow) = crate::workflow::load_workflow(path)?;
+    Ok(workflow.sandbox.map(|decl| decl.spec))
 }
 
 /// `iterion sandbox reap`.
@@ -880,44 +608,6 @@ pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_form_and_block() {
-        let src = "## c\nschema s:\n  x: string\n\nworkflow w:\n  sandbox: auto\n  entry: a\n";
-        assert_eq!(
-            parse_sandbox_block(src),
-            Ok(Some(Spec::with_mode(Mode::Auto)))
-        );
-        let src = r#"workflow w:
-  entry: a
-  sandbox:
-    image: "iterion-sandbox-slim:local" ## pinned
-    user: "1000:1000"
-    host_state: none
-    env: { A: "1", B: two }
-    mounts: ["type=volume,source=c,target=/c", "type=tmpfs,target=/t"]
-    build:
-      dockerfile: "Dockerfile"
-    network:
-      mode: allowlist
-      preset: "iterion-default"
-      rules: ["api.example.com", "!evil.example.com"]
-  a -> done
-"#;
-        let spec = parse_sandbox_block(src).expect("parse").expect("block");
-        assert_eq!(spec.mode, Mode::Inline, "a block without mode: is inline");
-        assert_eq!(spec.image.as_deref(), Some("iterion-sandbox-slim:local"));
-        assert_eq!(spec.host_state, Some(HostState::None));
-        assert_eq!(spec.env["B"], "two");
-        assert_eq!(spec.mounts.len(), 2);
-        assert_eq!(
-            spec.build.and_then(|b| b.dockerfile).as_deref(),
-            Some("Dockerfile")
-        );
-        let net = spec.network.expect("network");
-        assert_eq!(net.mode, Some(NetworkMode::Allowlist));
-        assert_eq!(net.rules, vec!["api.example.com", "!evil.example.com"]);
-    }
 
     fn statuses(r: &StrictReport) -> Vec<String> {
         r.checks
@@ -932,7 +622,7 @@ mod tests {
         let file = dir.path().join("wf.iter");
         std::fs::write(
             &file,
-            "workflow w:\n  entry: a\n  sandbox:\n    image: \"iterion-sandbox-slim:local\"\n    mounts: [\"source=/home/u/.ssh,target=/k\"]\n  a -> done\n",
+            "tool a:\n  command: \"true\"\n\nworkflow w:\n  entry: a\n  sandbox:\n    image: \"iterion-sandbox-slim:local\"\n    mounts: [\"source=/home/u/.ssh,target=/k\"]\n  a -> done\n",
         )
         .expect("write");
         let opts = StrictOptions {
@@ -1007,12 +697,5 @@ mod tests {
             .await
             .expect_err("bad env");
         assert!(err.downcast_ref::<UserInputError>().is_some());
-    }
-
-    #[test]
-    fn no_block_and_errors() {
-        assert_eq!(parse_sandbox_block("workflow w:\n  entry: a\n"), Ok(None));
-        assert!(parse_sandbox_block("workflow w:\n  sandbox: sometimes\n").is_err());
-        assert!(parse_sandbox_block("workflow w:\n  sandbox:\n    colour: red\n").is_err());
     }
 }

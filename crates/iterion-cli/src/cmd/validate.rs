@@ -29,7 +29,7 @@ pub async fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                 continue;
             }
         };
-        let compiled = iterion_dsl::compile_file(path)?;
+        let compiled = crate::workflow::load(path)?.compiled;
         any_error |= compiled.has_errors();
         human.push_str(&iterion_dsl::render_human(&source, &compiled.diagnostics));
         let errors = compiled
