@@ -7,10 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::exec::CreateExecOptions;
 use bollard::query_parameters::{
-    DownloadFromContainerOptions, RemoveContainerOptions, RemoveVolumeOptions,
-    StopContainerOptions, UploadToContainerOptions,
+    RemoveContainerOptions, RemoveVolumeOptions, StopContainerOptions, UploadToContainerOptions,
 };
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use iterion_core::{
     ByteStream, DriverError, DriverName, ExecRequest, ExecSession, OutputStream, SandboxRun,
 };
@@ -163,26 +162,39 @@ impl SandboxRun for DockerRun {
             .inspect_container(&self.container, None)
             .await
             .map_err(|e| self.map_err("inspect container", e))?;
-        let stream = self
-            .driver
-            .docker
-            .download_from_container(
-                &self.container,
-                Some(DownloadFromContainerOptions {
-                    path: container_path.to_owned(),
-                }),
-            )
-            .map_err(|e| match status_of(&e) {
-                Some(404) => std::io::Error::new(std::io::ErrorKind::NotFound, message_of(&e)),
-                _ => std::io::Error::other(e),
-            });
+        let path = format!(
+            "/v1.41/containers/{}/archive?path={}",
+            self.container,
+            crate::rawlist::encode_query(container_path)
+        );
+        let stream = match crate::rawlist::get_stream(self.driver.endpoint(), &path).await {
+            Ok(crate::rawlist::Streamed::Ok(stream)) => stream,
+            Ok(crate::rawlist::Streamed::Status(404, body)) => {
+                return Err(DriverError::Io {
+                    operation: format!("export {container_path}"),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, body),
+                });
+            }
+            Ok(crate::rawlist::Streamed::Status(code, body)) => {
+                return Err(DriverError::Engine {
+                    operation: "download archive",
+                    source: format!("status {code}: {body}").into(),
+                });
+            }
+            Err(source) => {
+                return Err(DriverError::Io {
+                    operation: format!("export {container_path}"),
+                    source,
+                });
+            }
+        };
         let basename = container_path
             .trim_end_matches('/')
             .rsplit('/')
             .next()
             .unwrap_or_default()
             .to_owned();
-        Ok(crate::tarfix::reroot(Box::pin(stream), basename))
+        Ok(crate::tarfix::reroot(stream, basename))
     }
 
     async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError> {

@@ -14,10 +14,13 @@ use iterion_core::ByteStream;
 const BLOCK: usize = 512;
 
 /// Wrap `inner` so absolute entry names are re-rooted under `basename`.
+/// Entry data passes through as the engine's own chunks (no copy); only
+/// 512-byte headers are assembled and rewritten.
 pub(crate) fn reroot(inner: ByteStream, basename: String) -> ByteStream {
     let state = Rerooter {
         basename,
-        buf: BytesMut::new(),
+        cur: Bytes::new(),
+        hdr: BytesMut::with_capacity(BLOCK),
         data_left: 0,
     };
     Box::pin(futures_util::stream::unfold(
@@ -28,14 +31,15 @@ pub(crate) fn reroot(inner: ByteStream, basename: String) -> ByteStream {
                     return Some((Ok(out), (inner, st, ended)));
                 }
                 if ended {
-                    if st.buf.is_empty() {
+                    if st.hdr.is_empty() {
                         return None;
                     }
-                    let rest = st.buf.split().freeze();
+                    // A truncated trailing header: hand it on unchanged.
+                    let rest = st.hdr.split().freeze();
                     return Some((Ok(rest), (inner, st, ended)));
                 }
                 match inner.next().await {
-                    Some(Ok(chunk)) => st.buf.extend_from_slice(&chunk),
+                    Some(Ok(chunk)) => st.cur = chunk,
                     Some(Err(e)) => return Some((Err(e), (inner, st, true))),
                     None => ended = true,
                 }
@@ -46,25 +50,31 @@ pub(crate) fn reroot(inner: ByteStream, basename: String) -> ByteStream {
 
 struct Rerooter {
     basename: String,
-    buf: BytesMut,
+    /// Unconsumed rest of the current input chunk.
+    cur: Bytes,
+    /// A header being assembled across chunks.
+    hdr: BytesMut,
     /// Bytes of entry data (padded to blocks) still to pass through.
     data_left: u64,
 }
 
 impl Rerooter {
     fn next_output(&mut self) -> Option<Bytes> {
-        if self.data_left > 0 {
-            if self.buf.is_empty() {
-                return None;
-            }
-            let n = (self.data_left.min(self.buf.len() as u64)) as usize;
-            self.data_left -= n as u64;
-            return Some(self.buf.split_to(n).freeze());
-        }
-        if self.buf.len() < BLOCK {
+        if self.cur.is_empty() {
             return None;
         }
-        let mut header = self.buf.split_to(BLOCK);
+        if self.data_left > 0 {
+            let n = (self.data_left.min(self.cur.len() as u64)) as usize;
+            self.data_left -= n as u64;
+            return Some(self.cur.split_to(n));
+        }
+        let need = BLOCK - self.hdr.len();
+        let take = need.min(self.cur.len());
+        self.hdr.extend_from_slice(&self.cur.split_to(take));
+        if self.hdr.len() < BLOCK {
+            return None;
+        }
+        let mut header = self.hdr.split();
         if header.iter().all(|b| *b == 0) {
             return Some(header.freeze());
         }

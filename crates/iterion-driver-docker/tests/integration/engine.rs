@@ -473,3 +473,130 @@ async fn bindless_run_files_volume_is_per_run_and_removed() {
     s.run.cleanup().await.expect("cleanup");
     assert!(d.client().inspect_volume(&vols[0].name).await.is_err());
 }
+
+async fn containment_defaults(engine: Engine) {
+    let d = driver(
+        engine,
+        DockerSettings {
+            memory: Some(iterion_core::ByteSize(256 << 20)),
+            nano_cpus: Some(500_000_000),
+            ..DockerSettings::default()
+        },
+    )
+    .await;
+    let s = start(&*d, "contain", base_plan(BUSYBOX)).await;
+    let inspect = d
+        .client()
+        .inspect_container(s.run.container(), None)
+        .await
+        .expect("inspect");
+    let hc = inspect.host_config.expect("host config");
+    assert_eq!(hc.privileged, Some(false));
+    assert!(
+        hc.security_opt
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.starts_with("no-new-privileges")),
+        "no-new-privileges missing"
+    );
+    assert_eq!(hc.pids_limit, Some(4096));
+    assert_eq!(hc.memory, Some(256 << 20));
+    assert_eq!(hc.nano_cpus, Some(500_000_000));
+    let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
+    assert_eq!(
+        labels.get("iterion.io/managed").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels.get("iterion.io/run-id").map(String::as_str),
+        Some(s.info.run_id.as_str())
+    );
+    assert!(labels.contains_key("iterion.io/run-name"));
+    // No engine socket inside, and the process really has no_new_privs.
+    let out = s
+        .sh("grep NoNewPrivs /proc/self/status; ls /var/run/docker.sock /run/podman 2>&1 | grep -c 'No such'")
+        .await;
+    let text = Started::stdout(&out);
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    s.run.cleanup().await.expect("cleanup");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_containment_defaults() {
+    containment_defaults(Engine::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_containment_defaults() {
+    containment_defaults(Engine::Podman).await;
+}
+
+async fn orphans_listed_and_removed(engine: Engine) {
+    let d = driver(engine, DockerSettings::default()).await;
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let mut plan = base_plan(BUSYBOX);
+    plan.egress = Some(EgressAttachment {
+        proxy_port: listener.local_addr().expect("addr").port(),
+        token: "t0k".to_owned(),
+        enforce: true,
+    });
+    let s = start(&*d, "orphan", plan).await;
+    // Simulate a crashed owner: kill the container, never call cleanup.
+    d.client()
+        .kill_container(
+            s.run.container(),
+            Some(bollard::query_parameters::KillContainerOptions {
+                signal: "SIGKILL".to_owned(),
+            }),
+        )
+        .await
+        .expect("kill");
+    let mine = |all: Vec<iterion_core::driver::ManagedResource>| -> Vec<_> {
+        all.into_iter()
+            .filter(|r| r.run_id == s.info.run_id.as_str())
+            .collect()
+    };
+    let found = mine(d.list_managed().await.expect("list"));
+    let kinds: Vec<_> = found.iter().map(|r| r.kind).collect();
+    use iterion_core::driver::ResourceKind as K;
+    for k in [K::Container, K::Network, K::Volume] {
+        assert!(kinds.contains(&k), "{k:?} not listed: {found:?}");
+    }
+    // Containers first: a network or volume in use cannot be removed.
+    let mut ordered = found.clone();
+    ordered.sort_by_key(|r| match r.kind {
+        K::Container => 0,
+        K::Network => 1,
+        K::Volume => 2,
+    });
+    for r in &ordered {
+        d.remove_managed(r).await.expect("remove");
+        d.remove_managed(r).await.expect("remove again is success");
+    }
+    assert!(mine(d.list_managed().await.expect("list")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_orphans_listed_and_removed() {
+    orphans_listed_and_removed(Engine::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_orphans_listed_and_removed() {
+    orphans_listed_and_removed(Engine::Podman).await;
+}
+
+#[tokio::test]
+async fn foreign_prepared_is_refused() {
+    let d = driver(Engine::Docker, DockerSettings::default()).await;
+    let prepared = iterion_core::Prepared {
+        driver: DriverName::Podman,
+        plan: base_plan(BUSYBOX),
+    };
+    let err = d
+        .start(prepared, &info("foreign"), &NullObserver)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), "SANDBOX_FOREIGN_PREPARED");
+}
