@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod drivers;
 mod exit;
 
 use clap::Parser;
