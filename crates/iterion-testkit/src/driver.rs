@@ -58,21 +58,12 @@ pub fn base_plan(image: &str) -> LaunchPlan {
     }
 }
 
-/// Prepare through the driver. While the policy guards are still the
-/// fail-closed stub (issue 3 not merged), fall back to an unvalidated
-/// `Prepared` so the engine behaviour can be tested; loudly.
+/// Prepare through the driver (guards included).
 pub async fn prepare(driver: &dyn Driver, plan: &LaunchPlan) -> Prepared {
-    match driver.prepare(plan, &NullObserver).await {
-        Ok(p) => p,
-        Err(DriverError::SpecRefused { reason }) if reason.contains("not implemented yet") => {
-            eprintln!("conformance: guards are the fail-closed stub; preparing unvalidated");
-            Prepared {
-                driver: driver.name(),
-                plan: plan.clone(),
-            }
-        }
-        Err(e) => panic!("prepare failed: {e}"),
-    }
+    driver
+        .prepare(plan, &NullObserver)
+        .await
+        .unwrap_or_else(|e| panic!("prepare failed: {e} ({})", e.code()))
 }
 
 /// A started run that is cleaned up when dropped (best effort).

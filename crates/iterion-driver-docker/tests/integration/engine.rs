@@ -600,3 +600,49 @@ async fn foreign_prepared_is_refused() {
         .expect("refused");
     assert_eq!(err.code(), "SANDBOX_FOREIGN_PREPARED");
 }
+
+#[tokio::test]
+async fn prepare_runs_the_guards_and_refuses_binds_when_bindless() {
+    let d = driver(Engine::Docker, DockerSettings::default()).await;
+    let mut plan = base_plan(BUSYBOX);
+    plan.mounts.push(iterion_core::Mount {
+        kind: iterion_core::MountKind::Bind,
+        source: Some("/var/run/docker.sock".to_owned()),
+        target: "/var/run/docker.sock".to_owned(),
+        readonly: false,
+        size: None,
+        origin: iterion_core::MountOrigin::Workflow,
+    });
+    let err = d
+        .prepare(&plan, &NullObserver)
+        .await
+        .expect_err("engine socket refused");
+    assert_eq!(err.code(), "SANDBOX_SPEC_REFUSED", "{err}");
+
+    let ws = tempfile::tempdir().expect("tmp");
+    let mut plan = base_plan(BUSYBOX);
+    plan.mounts.push(iterion_core::Mount {
+        kind: iterion_core::MountKind::Bind,
+        source: Some(ws.path().display().to_string()),
+        target: "/tmp/iterion-ws".to_owned(),
+        readonly: false,
+        size: None,
+        origin: iterion_core::MountOrigin::Workspace,
+    });
+    d.prepare(&plan, &NullObserver)
+        .await
+        .expect("a workspace bind is fine locally");
+    let bindless = driver(
+        Engine::Docker,
+        DockerSettings {
+            binds: iterion_driver_docker::BindsMode::None,
+            ..DockerSettings::default()
+        },
+    )
+    .await;
+    let err = bindless
+        .prepare(&plan, &NullObserver)
+        .await
+        .expect_err("no host bind in bindless mode");
+    assert_eq!(err.code(), "SANDBOX_SPEC_REFUSED", "{err}");
+}
