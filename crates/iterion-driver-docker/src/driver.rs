@@ -400,7 +400,7 @@ impl DockerDriver {
                 extra_hosts.push(format!("host.docker.internal:{gateway}"));
                 gateway
             } else {
-                extra_hosts.push("host.docker.internal:host-gateway".to_owned());
+                extra_hosts.push(self.host_gateway_alias().await?);
                 "host.docker.internal".to_owned()
             };
             let url = format!("http://t:{token}@{proxy_host}:{proxy_port}");
@@ -412,7 +412,7 @@ impl DockerDriver {
                 env.insert(key.to_owned(), "localhost,127.0.0.1".to_owned());
             }
         } else if plan.host_gateway_alias {
-            extra_hosts.push("host.docker.internal:host-gateway".to_owned());
+            extra_hosts.push(self.host_gateway_alias().await?);
         }
 
         let mut mounts = Vec::new();
@@ -576,6 +576,19 @@ impl DockerDriver {
                 }),
             )
             .await;
+    }
+
+    /// The `host.docker.internal` entry. Podman 4.3 does not know the
+    /// `host-gateway` keyword (it writes it verbatim into /etc/hosts), so
+    /// there the alias points at its default network's gateway.
+    async fn host_gateway_alias(&self) -> Result<String, DriverError> {
+        match self.name {
+            DriverName::Podman => Ok(format!(
+                "host.docker.internal:{}",
+                self.network_gateway("podman").await?
+            )),
+            _ => Ok("host.docker.internal:host-gateway".to_owned()),
+        }
     }
 
     async fn network_gateway(&self, net: &str) -> Result<String, DriverError> {

@@ -276,6 +276,8 @@ async fn egress_is_confined(engine: Engine) {
     });
     let token = "0123456789abcdef-secret-token";
     let mut plan = base_plan(BUSYBOX);
+    // Prints the proxy URL: the observer must only ever see it redacted.
+    plan.post_create = Some("env | grep -i _proxy".to_owned());
     plan.egress = Some(EgressAttachment {
         proxy_port: port,
         token: token.to_owned(),
@@ -324,8 +326,15 @@ async fn egress_is_confined(engine: Engine) {
             "direct connect to {ip} worked"
         );
     }
+    let lines = rec.lines();
     assert!(
-        !rec.lines().iter().any(|l| l.contains(token)),
+        lines
+            .iter()
+            .any(|l| l.contains("HTTPS_PROXY=http://t:***@")),
+        "post_create output not streamed: {lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(token)),
         "token leaked into observer lines"
     );
     let net = format!("iterion-{}", s.info.run_id);
@@ -645,4 +654,47 @@ async fn prepare_runs_the_guards_and_refuses_binds_when_bindless() {
         .await
         .expect_err("no host bind in bindless mode");
     assert_eq!(err.code(), "SANDBOX_SPEC_REFUSED", "{err}");
+}
+
+async fn host_gateway_alias_resolves(engine: Engine) {
+    let d = driver(engine, DockerSettings::default()).await;
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let _ = sock.write_all(b"mcp-here\n").await;
+        }
+    });
+    let mut plan = base_plan(BUSYBOX);
+    plan.host_gateway_alias = true;
+    let s = start(&*d, "alias", plan).await;
+    let hosts = s.sh("grep host.docker.internal /etc/hosts").await;
+    let line = Started::stdout(&hosts);
+    let ip = line
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        ip.parse::<std::net::Ipv4Addr>().is_ok(),
+        "alias is not an address: {line:?}"
+    );
+    let out = s
+        .sh(&format!(
+            "nc -w 3 host.docker.internal {port} </dev/null 2>/dev/null || true"
+        ))
+        .await;
+    assert_eq!(Started::stdout(&out), "mcp-here");
+    s.run.cleanup().await.expect("cleanup");
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_host_gateway_alias_resolves() {
+    host_gateway_alias_resolves(Engine::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_host_gateway_alias_resolves() {
+    host_gateway_alias_resolves(Engine::Podman).await;
 }
