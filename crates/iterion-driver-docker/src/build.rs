@@ -1,7 +1,10 @@
 //! Build context handling: containment against the workspace and a tar of
 //! the context that stores symlinks as symlinks (never followed out).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
 
 use iterion_core::DriverError;
 use iterion_core::plan::ResolvedBuild;
@@ -31,18 +34,21 @@ fn canonical(path: &str, what: &str) -> Result<PathBuf, DriverError> {
     })
 }
 
-/// A tarred context plus the Dockerfile path inside it.
-pub(crate) struct ContextTar {
-    pub(crate) tar: Vec<u8>,
-    pub(crate) dockerfile: String,
+/// A build context checked against the workspace, ready to be tarred.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckedContext {
+    context: PathBuf,
+    dockerfile: PathBuf,
+    /// The Dockerfile's path inside the tar.
+    pub(crate) dockerfile_name: String,
 }
 
 /// Re-check that context and Dockerfile resolve (symlinks included) inside
-/// the workspace, then tar the context without following any symlink.
-pub(crate) fn tar_context(
+/// the workspace (facts §6.8; policy already checked the spelling).
+pub(crate) fn check_context(
     build: &ResolvedBuild,
     workspace: &str,
-) -> Result<ContextTar, DriverError> {
+) -> Result<CheckedContext, DriverError> {
     let ws = canonical(workspace, "workspace")?;
     let context = canonical(&build.context, "context")?;
     let dockerfile = canonical(&build.dockerfile, "dockerfile")?;
@@ -64,38 +70,88 @@ pub(crate) fn tar_context(
             build.context
         )));
     }
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(false);
-    append_dir(&mut builder, &context, Path::new(""))?;
-    let inside = dockerfile
+    let dockerfile_name = dockerfile
         .strip_prefix(&context)
         .ok()
         .and_then(|p| p.to_str())
-        .map(str::to_owned);
-    let dockerfile_name = match inside {
-        Some(rel) => rel,
-        None => {
-            let data = std::fs::read(&dockerfile).map_err(|source| DriverError::Io {
-                operation: format!("read dockerfile {}", dockerfile.display()),
-                source,
-            })?;
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            builder
-                .append_data(&mut header, OUTSIDE_DOCKERFILE, data.as_slice())
-                .map_err(|source| tar_err(&dockerfile, source))?;
-            OUTSIDE_DOCKERFILE.to_owned()
-        }
-    };
-    let tar = builder
-        .into_inner()
-        .map_err(|source| tar_err(&context, source))?;
-    Ok(ContextTar {
-        tar,
-        dockerfile: dockerfile_name,
+        .map_or_else(|| OUTSIDE_DOCKERFILE.to_owned(), str::to_owned);
+    Ok(CheckedContext {
+        context,
+        dockerfile,
+        dockerfile_name,
     })
+}
+
+/// Tar a checked context into `out` without following any symlink.
+pub(crate) fn write_context<W: Write>(checked: &CheckedContext, out: W) -> Result<(), DriverError> {
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    append_dir(&mut builder, &checked.context, Path::new(""))?;
+    if checked.dockerfile_name == OUTSIDE_DOCKERFILE {
+        let data = std::fs::read(&checked.dockerfile).map_err(|source| DriverError::Io {
+            operation: format!("read dockerfile {}", checked.dockerfile.display()),
+            source,
+        })?;
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, OUTSIDE_DOCKERFILE, data.as_slice())
+            .map_err(|source| tar_err(&checked.dockerfile, source))?;
+    }
+    builder
+        .into_inner()
+        .map_err(|source| tar_err(&checked.context, source))?;
+    Ok(())
+}
+
+/// A `Write` that hands 256 KiB chunks to the request body, so a large
+/// context is streamed, never held whole.
+pub(crate) struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+const CHUNK: usize = 256 * 1024;
+
+impl ChannelWriter {
+    pub(crate) fn new(tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>) -> Self {
+        Self {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+        }
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "build request ended"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+impl Drop for ChannelWriter {
+    fn drop(&mut self) {
+        let _ = self.send();
+    }
 }
 
 fn tar_err(path: &Path, source: std::io::Error) -> DriverError {
@@ -105,8 +161,8 @@ fn tar_err(path: &Path, source: std::io::Error) -> DriverError {
     }
 }
 
-fn append_dir(
-    builder: &mut tar::Builder<Vec<u8>>,
+fn append_dir<W: Write>(
+    builder: &mut tar::Builder<W>,
     dir: &Path,
     rel: &Path,
 ) -> Result<(), DriverError> {
@@ -159,9 +215,11 @@ mod tests {
             context: ctx.display().to_string(),
             ..ResolvedBuild::default()
         };
-        let out = tar_context(&build, &ws.path().display().to_string()).expect("tar");
-        assert_eq!(out.dockerfile, "Dockerfile");
-        let mut archive = tar::Archive::new(out.tar.as_slice());
+        let checked = check_context(&build, &ws.path().display().to_string()).expect("check");
+        assert_eq!(checked.dockerfile_name, "Dockerfile");
+        let mut tar = Vec::new();
+        write_context(&checked, &mut tar).expect("tar");
+        let mut archive = tar::Archive::new(tar.as_slice());
         for entry in archive.entries().expect("entries") {
             let entry = entry.expect("entry");
             if entry.path().expect("p").to_str() == Some("link") {
@@ -173,7 +231,7 @@ mod tests {
             ..build.clone()
         };
         assert!(matches!(
-            tar_context(&escaping, &ws.path().display().to_string()),
+            check_context(&escaping, &ws.path().display().to_string()),
             Err(DriverError::SpecRefused { .. })
         ));
         std::os::unix::fs::symlink(outside.path(), ws.path().join("ctx2")).expect("ln");
@@ -182,7 +240,7 @@ mod tests {
             ..build
         };
         assert!(matches!(
-            tar_context(&via_link, &ws.path().display().to_string()),
+            check_context(&via_link, &ws.path().display().to_string()),
             Err(DriverError::SpecRefused { .. })
         ));
     }

@@ -25,7 +25,7 @@ use iterion_core::{
     OutputStream, Prepared, RunInfo, SandboxRun,
 };
 
-use crate::build::{build_tag, tar_context};
+use crate::build::{ChannelWriter, build_tag, check_context, write_context};
 use crate::firewall;
 use crate::run::{DockerRun, RunResources};
 use crate::settings::{BindsMode, DockerSettings, PULL_TIMEOUT_ENV};
@@ -718,12 +718,22 @@ impl Driver for DockerDriver {
             return Ok(prepared);
         };
         let workspace = info.host_workspace.clone();
-        let context = tokio::task::spawn_blocking(move || tar_context(&build, &workspace))
+        let checked = tokio::task::spawn_blocking(move || check_context(&build, &workspace))
             .await
             .map_err(|e| DriverError::Io {
-                operation: "tar build context".to_owned(),
+                operation: "check build context".to_owned(),
                 source: std::io::Error::other(e),
             })??;
+        let dockerfile_name = checked.dockerfile_name.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+        let writer = tokio::task::spawn_blocking(move || {
+            let result = write_context(&checked, ChannelWriter::new(tx.clone()));
+            if let Err(e) = &result {
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+            }
+            result
+        });
+        let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
         let tag = build_tag(info.run_id.as_str());
         let args = prepared
             .plan
@@ -732,7 +742,7 @@ impl Driver for DockerDriver {
             .map(|b| b.args.clone())
             .unwrap_or_default();
         let options = BuildImageOptions {
-            dockerfile: context.dockerfile.clone(),
+            dockerfile: dockerfile_name,
             t: Some(tag.clone()),
             rm: true,
             forcerm: true,
@@ -743,7 +753,7 @@ impl Driver for DockerDriver {
         let mut tail = String::new();
         let mut stream =
             self.docker
-                .build_image(options, None, Some(bollard::body_full(context.tar.into())));
+                .build_image(options, None, Some(bollard::body_try_stream(body)));
         let mut failure = None;
         while let Some(item) = stream.next().await {
             match item {
@@ -768,6 +778,21 @@ impl Driver for DockerDriver {
                     break;
                 }
             }
+        }
+        let written = writer.await;
+        if failure.is_some() {
+            return Err(DriverError::BuildFailed { stderr_tail: tail });
+        }
+        // A context that could not be read is that error, not a build failure.
+        match written {
+            Ok(Err(e)) => return Err(e),
+            Err(e) => {
+                return Err(DriverError::Io {
+                    operation: "tar build context".to_owned(),
+                    source: std::io::Error::other(e),
+                });
+            }
+            Ok(Ok(())) => {}
         }
         if failure.is_some() || !self.image_present(&tag).await? {
             return Err(DriverError::BuildFailed { stderr_tail: tail });
