@@ -52,6 +52,13 @@ driver_conformance!(
     support::external_kill(Engine::Docker)
 );
 
+driver_conformance!(
+    podman_slim,
+    support::driver(Engine::Podman, DockerSettings::default()),
+    support::SLIM,
+    support::external_kill(Engine::Podman)
+);
+
 #[allow(dead_code)]
 fn _assert_send(d: Arc<DockerDriver>) -> Arc<dyn iterion_core::Driver> {
     d
