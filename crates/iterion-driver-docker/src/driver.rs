@@ -235,6 +235,38 @@ impl DockerDriver {
         })
     }
 
+    /// Every distinct engine that answers (at most one `docker` and one
+    /// `podman`), for `doctor` and the driver factory: `DOCKER_HOST` first,
+    /// then `CONTAINER_HOST` (Podman's variable), then the standard
+    /// sockets. Probes are bounded and run one after another.
+    pub async fn discover_all(env: &BTreeMap<String, String>) -> Result<Vec<Self>, DriverError> {
+        let settings = DockerSettings::from_env(env).map_err(|e| DriverError::Unavailable {
+            reason: e.to_string(),
+        })?;
+        let mut candidates = Vec::new();
+        for var in ["DOCKER_HOST", "CONTAINER_HOST"] {
+            if let Some(v) = env.get(var).filter(|v| !v.trim().is_empty()) {
+                candidates.push(v.clone());
+            }
+        }
+        let mut without_host = env.clone();
+        without_host.remove("DOCKER_HOST");
+        candidates.extend(discovery_candidates(&without_host));
+        let mut found: Vec<Self> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for candidate in candidates {
+            if !seen.insert(candidate.clone()) {
+                continue;
+            }
+            if let Ok(driver) = Self::connect(&candidate, settings.clone()).await
+                && !found.iter().any(|d| d.name == driver.name)
+            {
+                found.push(driver);
+            }
+        }
+        Ok(found)
+    }
+
     /// Report cleanup problems (never surfaced as run failures) here.
     pub fn with_reporter(mut self, reporter: Arc<dyn DriverObserver>) -> Self {
         self.reporter = reporter;

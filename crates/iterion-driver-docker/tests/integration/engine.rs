@@ -690,3 +690,15 @@ async fn dockerd_host_gateway_alias_resolves() {
 async fn podman_host_gateway_alias_resolves() {
     host_gateway_alias_resolves(Engine::Podman).await;
 }
+
+#[tokio::test]
+async fn discover_all_finds_both_engines() {
+    let env = BTreeMap::from([
+        ("DOCKER_HOST".to_owned(), Engine::Docker.endpoint()),
+        ("CONTAINER_HOST".to_owned(), Engine::Podman.endpoint()),
+    ]);
+    let found = DockerDriver::discover_all(&env).await.expect("discover");
+    let names: Vec<_> = found.iter().map(|d| d.name()).collect();
+    assert!(names.contains(&DriverName::Docker), "{names:?}");
+    assert!(names.contains(&DriverName::Podman), "{names:?}");
+}
