@@ -12,6 +12,15 @@
 //! mounts survive, which mode runs): `iterion-sandbox` does, and the
 //! runtime orchestrates the orphan reaper.
 //!
+//! Containment defaults of every sandbox: `no-new-privileges`, pids limit
+//! (plan, default 4096), never privileged, the engine's default capability
+//! set, no engine socket, memory/CPU from the plan or else from the
+//! settings below; PID 1 is the engine's init (docker-init / catatonit) in
+//! front of a long sleep, or — on a Podman without catatonit — a shell
+//! whose `wait` reaps orphans. With enforced egress the container sits
+//! only on a per-run `--internal` network; on dockerd one host INPUT rule
+//! (see `firewall.rs`) also closes the host's own addresses.
+//!
 //! Environment (read by [`DockerSettings::from_env`]):
 //! - `DOCKER_HOST`: engine endpoint (`unix://`, `tcp://`); remote ⇒ bindless.
 //! - `ITERION_SANDBOX_PULL_TIMEOUT`: Go duration bounding a pull (default `10m`).
