@@ -1,1 +1,4 @@
-//! iterion-testkit (placeholder until its issue lands).
+//! iterion-testkit: shared test suites and fixtures. `driver` holds the
+//! driver conformance suite every sandbox driver mounts.
+
+pub mod driver;
