@@ -2,22 +2,51 @@
 //! builds its sandbox drivers, so `doctor`, `reap` and `run` see the same
 //! set. Policy (which one a run gets) stays in `iterion_sandbox::host`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use iterion_core::{Driver, DriverName};
+use iterion_driver_docker::DockerDriver;
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::host::{DriverProbe, HostKind, driver_order};
 
-/// Every real driver that constructs on this host, in no particular order.
-///
-/// TODO(lead): plug the docker/podman driver in here once
-/// `iterion-driver-docker` lands on main (construct against
-/// `DOCKER_HOST` / the podman socket and keep those that `ping`). Until
-/// then this returns none, and `doctor --strict` reports every
-/// driver-backed check as `unavailable`.
-pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
+/// The drivers that constructed on this host and, when none did, why.
+pub struct Discovered {
+    /// Every real driver whose engine answered, in discovery order.
+    pub drivers: Vec<Arc<dyn Driver>>,
+    /// Why discovery found nothing (shown as the degrade/refuse reason).
+    pub failure: Option<String>,
+}
+
+/// Discover every real driver: each distinct Docker or Podman engine that
+/// answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
+/// The driver is wrapped with nothing here; the runtime tees its lines
+/// into the run log through the observer it passes to each call.
+pub async fn discover(env: &EnvSnapshot) -> Discovered {
     let _ = env;
-    Vec::new()
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    match DockerDriver::discover_all(&process_env).await {
+        Ok(found) if !found.is_empty() => Discovered {
+            drivers: found
+                .into_iter()
+                .map(|d| Arc::new(d) as Arc<dyn Driver>)
+                .collect(),
+            failure: None,
+        },
+        Ok(_) => Discovered {
+            drivers: Vec::new(),
+            failure: Some("no Docker or Podman engine answered".to_owned()),
+        },
+        Err(e) => Discovered {
+            drivers: Vec::new(),
+            failure: Some(e.to_string()),
+        },
+    }
+}
+
+/// Every real driver that constructs on this host.
+pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
+    discover(env).await.drivers
 }
 
 /// Probe each driver of the host's order: available when constructed and
@@ -30,7 +59,10 @@ pub async fn probe_drivers(host: HostKind, drivers: &[Arc<dyn Driver>]) -> Vec<D
         .filter(|d| *d != DriverName::Noop)
     {
         let unavailable = match drivers.iter().find(|d| d.name() == name) {
-            None => Some("driver not built into this binary yet".to_owned()),
+            None => Some(match name {
+                DriverName::Kubernetes => "driver not built into this binary".to_owned(),
+                _ => "no such engine answered".to_owned(),
+            }),
             Some(d) => d.ping().await.err().map(|e| e.to_string()),
         };
         probes.push(DriverProbe {
