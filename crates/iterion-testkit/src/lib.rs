@@ -1,1 +1,4 @@
-//! iterion-testkit (placeholder until its issue lands).
+//! iterion-testkit: the conformance suites every backend runs and their
+//! fixtures (dev-dependency only).
+
+pub mod store;
