@@ -1,0 +1,2 @@
+//! Placeholder; the benchmark lands next.
+fn main() {}
