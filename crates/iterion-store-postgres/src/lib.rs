@@ -481,6 +481,36 @@ impl RunStore for PostgresStore {
         let data = to_json("encode event data", &event.data)?;
         let node = event.node_id.as_ref().map(|n| n.as_str().to_owned());
         let mut c = self.client().await?;
+        if at_seq.is_none() {
+            // The common path in one statement (one round trip, one
+            // commit): the UPDATE row-locks the run and bumps its counter,
+            // the INSERT uses the new value, both commit or neither does.
+            let ts = now();
+            let stmt = c
+                .prepare_cached(
+                    "WITH r AS (UPDATE runs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq) \
+                     INSERT INTO events (run_id, seq, ts, kind, node_id, data) \
+                     SELECT $1, event_seq, $2, $3, $4, $5 FROM r RETURNING seq",
+                )
+                .await
+                .map_err(map)?;
+            let row = c
+                .query_opt(&stmt, &[&run.as_str(), &ts, &event.kind, &node, &data])
+                .await
+                .map_err(map)?;
+            let Some(row) = row else {
+                return Err(StoreError::RunNotFound(run.clone()));
+            };
+            self.bump();
+            return Ok(EventRecord {
+                seq: get::<i64>(&row, 0)? as u64,
+                timestamp: ts,
+                kind: event.kind,
+                run_id: run.clone(),
+                node_id: event.node_id,
+                data: event.data,
+            });
+        }
         let tx = c.transaction().await.map_err(map)?;
         let Some(row) = tx
             .query_opt(
