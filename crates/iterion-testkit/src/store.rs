@@ -1047,8 +1047,10 @@ pub async fn unknown_run_is_not_found(fx: &StoreFixture, _open: OpenFn) {
     );
 }
 
-/// Kill a writer process (SIGKILL, by pid) mid-append; reopen: every
-/// acknowledged event is there, nothing torn, appends continue gapless.
+/// Kill a writer process (SIGKILL, by pid) mid-append while this process
+/// appends to the same run concurrently (two processes, one seq); reopen:
+/// every event either process acknowledged is there under the seq it was
+/// acknowledged with, nothing torn, appends continue gapless.
 pub async fn killed_writer_loses_nothing_acknowledged(
     fx: &StoreFixture,
     open: OpenFn,
@@ -1069,6 +1071,24 @@ pub async fn killed_writer_loses_nothing_acknowledged(
     let exe = std::env::current_exe().expect("test binary path");
     let locator = fx.locator.clone();
     let run_id = run.id.to_string();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let parent = {
+        let (store, id, stop) = (fx.store.clone(), run.id.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                i += 1;
+                let rec = store
+                    .append_event(&id, draft("parent", json!({"i": i})), None)
+                    .await
+                    .expect("parent append while the child writes");
+                acked.push(rec.seq);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            acked
+        })
+    };
     let acked = tokio::task::spawn_blocking(move || {
         let mut child = std::process::Command::new(exe)
             .args([
@@ -1106,6 +1126,12 @@ pub async fn killed_writer_loses_nothing_acknowledged(
     })
     .await
     .expect("child driver");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let parent_acked = parent.await.expect("parent appender");
+    assert!(
+        !parent_acked.is_empty(),
+        "the parent never wrote alongside the child"
+    );
 
     let reopened = open(fx.locator.clone()).await.expect("reopen after kill");
     let events = reopened
@@ -1118,15 +1144,33 @@ pub async fn killed_writer_loses_nothing_acknowledged(
         (1..=seqs.len() as u64).collect::<Vec<_>>(),
         "gapless after kill"
     );
+    let kind_at = |seq: u64| events.get(seq as usize - 1).map(|e| e.kind.as_str());
     for seq in &acked {
-        assert!(seqs.contains(seq), "acknowledged seq {seq} lost");
+        assert_eq!(
+            kind_at(*seq),
+            Some("tick"),
+            "child's acknowledged seq {seq} lost"
+        );
     }
-    for e in &events {
-        // Nothing torn: each event is whole, exactly as the child wrote it.
-        assert_eq!(e.kind, "tick");
-        assert_eq!(e.data["n"], e.seq);
+    for seq in &parent_acked {
+        assert_eq!(
+            kind_at(*seq),
+            Some("parent"),
+            "parent's acknowledged seq {seq} lost"
+        );
+    }
+    // Nothing torn, nothing doubled: the child's events are whole and its
+    // counter runs 1, 2, 3… in seq order.
+    let ticks: Vec<&_> = events.iter().filter(|e| e.kind == "tick").collect();
+    for (k, e) in ticks.iter().enumerate() {
+        assert_eq!(e.data["n"], k as u64 + 1, "child event at seq {}", e.seq);
         assert_eq!(e.data["pad"].as_str().map(str::len), Some(512));
     }
+    assert_eq!(
+        events.len(),
+        ticks.len() + parent_acked.len(),
+        "only the two writers' events"
+    );
     let next = reopened
         .append_event(&run.id, draft("after_kill", json!({})), None)
         .await
@@ -1150,7 +1194,6 @@ pub async fn writer_child(open: OpenFn) {
             .append_event(&run, draft("tick", json!({"n": n, "pad": pad})), None)
             .await
             .expect("child append");
-        assert_eq!(rec.seq, n);
         let mut out = std::io::stdout().lock();
         writeln!(out, "ACK {}", rec.seq).expect("child stdout");
         out.flush().expect("child flush");
