@@ -359,6 +359,16 @@ pub enum StoreError {
         /// The next free seq.
         next: u64,
     },
+    /// An event payload the store could not read back (e.g. nested deeper
+    /// than JSON readers accept); refused at append so an accepted event is
+    /// always readable.
+    #[error("event payload for run {run} refused: {reason}")]
+    InvalidPayload {
+        /// Run.
+        run: RunId,
+        /// Why.
+        reason: &'static str,
+    },
     /// A run-file path that would leave the run's area.
     #[error("unsafe run-file path {path:?}: {reason}")]
     UnsafePath {
@@ -430,6 +440,7 @@ impl StoreError {
             Self::StaleTransition { .. } => "STORE_STALE_TRANSITION",
             Self::SeqConflict { .. } => "STORE_SEQ_CONFLICT",
             Self::SeqGap { .. } => "STORE_SEQ_GAP",
+            Self::InvalidPayload { .. } => "STORE_INVALID_PAYLOAD",
             Self::UnsafePath { .. } => "STORE_UNSAFE_PATH",
             Self::FileNotFound(_) => "STORE_FILE_NOT_FOUND",
             Self::InvalidCursor => "STORE_INVALID_CURSOR",
