@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod drivers;
 mod exit;
+mod stores;
 mod workflow;
 
 use clap::Parser;
