@@ -83,6 +83,9 @@ pub fn hint(e: &StoreError) -> &'static str {
             "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
         }
         StoreError::Backend { .. } => "retry; if it persists, report it with the message above",
+        StoreError::InvalidPayload { .. } => {
+            "report it: the runtime produced an event the store cannot keep"
+        }
         StoreError::InvalidCursor
         | StoreError::RunExists(_)
         | StoreError::IllegalTransition { .. }

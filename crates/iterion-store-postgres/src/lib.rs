@@ -118,6 +118,18 @@ fn now() -> OffsetDateTime {
         .unwrap_or(t)
 }
 
+/// Deepest payload nesting accepted: serde_json refuses to read past 128,
+/// so anything deeper would be stored and then never readable.
+const MAX_PAYLOAD_DEPTH: usize = 100;
+
+fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
+    match v {
+        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
+        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
+        _ => false,
+    }
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
 }
@@ -478,6 +490,12 @@ impl RunStore for PostgresStore {
         at_seq: Option<u64>,
     ) -> Result<EventRecord, StoreError> {
         let map = |e| classify(e, "append event");
+        if too_deep(&event.data, MAX_PAYLOAD_DEPTH) {
+            return Err(StoreError::InvalidPayload {
+                run: run.clone(),
+                reason: "nested deeper than 100 arrays/objects",
+            });
+        }
         let data = to_json("encode event data", &event.data)?;
         let node = event.node_id.as_ref().map(|n| n.as_str().to_owned());
         let mut c = self.client().await?;
@@ -654,7 +672,14 @@ impl RunStore for PostgresStore {
             seq += 1;
             tx.execute(
                 &stmt,
-                &[&run.as_str(), &seq, &ts, &l.stream, &l.node_id, &l.line],
+                &[
+                    &run.as_str(),
+                    &seq,
+                    &ts,
+                    &l.stream,
+                    &l.node_id,
+                    &l.line.as_bytes(),
+                ],
             )
             .await
             .map_err(map)?;
@@ -697,7 +722,8 @@ impl RunStore for PostgresStore {
                     timestamp: get(r, 1)?,
                     stream: get(r, 2)?,
                     node_id: get(r, 3)?,
-                    line: get(r, 4)?,
+                    line: String::from_utf8(get::<Vec<u8>>(r, 4)?)
+                        .map_err(|e| decode_err("decode log line", e.to_string()))?,
                 })
             })
             .collect()
