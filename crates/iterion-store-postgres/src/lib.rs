@@ -174,7 +174,11 @@ fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
                     .as_deref()
                     .unwrap_or("unknown"),
             )?,
-            message: get::<Option<String>>(row, 7)?.unwrap_or_default(),
+            message: get::<Option<Vec<u8>>>(row, 7)?
+                .map(String::from_utf8)
+                .transpose()
+                .map_err(|e| decode_err("decode failure message", e.to_string()))?
+                .unwrap_or_default(),
         }),
         None => None,
     };
@@ -394,7 +398,7 @@ impl RunStore for PostgresStore {
             Some(f) => (
                 Some(f.code.as_str().to_owned()),
                 Some(f.disposition.as_str().to_owned()),
-                Some(f.message.clone()),
+                Some(f.message.as_bytes().to_vec()),
             ),
             None => (None, None, None),
         };

@@ -16,8 +16,9 @@ use crate::{classify, ident};
 const MIGRATIONS: &[&str] = &[
     // v1. `event_seq`/`log_seq` are the per-run counters: an append locks
     // the run row, so seq allocation and insert commit together (gapless
-    // under concurrent writers in any number of processes). Log lines are
-    // BYTEA: process output may hold NUL, which PostgreSQL TEXT cannot.
+    // under concurrent writers in any number of processes). Log lines and
+    // failure messages are BYTEA: process output (and errors quoting it)
+    // may hold NUL, which PostgreSQL TEXT cannot.
     r#"
     CREATE TABLE runs (
         ord                 BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
@@ -28,7 +29,7 @@ const MIGRATIONS: &[&str] = &[
         status              TEXT NOT NULL,
         failure_code        TEXT,
         failure_disposition TEXT,
-        failure_message     TEXT,
+        failure_message     BYTEA,
         admission           TEXT,
         owner               TEXT,
         revision            BIGINT NOT NULL,

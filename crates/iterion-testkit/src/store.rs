@@ -347,7 +347,7 @@ pub async fn runs_failure_and_admission(fx: &StoreFixture, _open: OpenFn) {
                 expected_revision: Some(with_adm.revision),
                 failure: Some(Failure::new(
                     FailureCode::LaunchFailed,
-                    "refused at admission",
+                    "refused at admission: stderr said \u{0}\u{1b}[31m\u{1F980}",
                 )),
                 ..to(RunStatus::Queued, RunStatus::Failed)
             },
@@ -359,7 +359,11 @@ pub async fn runs_failure_and_admission(fx: &StoreFixture, _open: OpenFn) {
     let f = loaded.failure.expect("failure persisted");
     assert_eq!(f.code, FailureCode::LaunchFailed);
     assert_eq!(f.disposition, Disposition::Deterministic);
-    assert_eq!(f.message, "refused at admission");
+    // Messages may quote process output, NUL and escapes included.
+    assert_eq!(
+        f.message,
+        "refused at admission: stderr said \u{0}\u{1b}[31m\u{1F980}"
+    );
     assert_eq!(loaded.admission, Some(admission));
 
     // A resumable failure re-queued sheds its failure; an explicit
