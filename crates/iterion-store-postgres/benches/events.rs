@@ -205,10 +205,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this
+    // binary without it: then a quick smoke pass keeps it honest and cheap.
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    let rounds = if bench_mode { ROUNDS } else { 1 };
     let n: usize = std::env::var("ITERION_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(if bench_mode { 1000 } else { 16 });
     let url = std::env::var("ITERION_TEST_POSTGRES_URL")
         .expect("ITERION_TEST_POSTGRES_URL is not set: run scripts/test.sh (it starts PostgreSQL)");
     let tmp = tempfile::tempdir().unwrap();
@@ -221,7 +225,7 @@ async fn main() {
         ));
 
     let mut rows = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         bench_jsonl(tmp.path(), n, round, &mut rows);
         bench_store("sqlite", sqlite.clone(), n, round, &mut rows).await;
         bench_store("postgres", pg.clone(), n, round, &mut rows).await;
@@ -266,7 +270,7 @@ async fn main() {
         rate("jsonl", &want)
     };
     println!(
-        "events per case and round: {n} (ITERION_BENCH_EVENTS), {ROUNDS} interleaved rounds, median events/s"
+        "events per case and round: {n} (ITERION_BENCH_EVENTS), {rounds} interleaved rounds, median events/s"
     );
     println!(
         "baseline = raw JSONL appends to a file in this process, fsync per batch (batch 1 = per event)"

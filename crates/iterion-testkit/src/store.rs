@@ -7,7 +7,8 @@
 //! directory or schema) and an `open` closure reopening a store from its
 //! [`StoreFixture::locator`] — used for second connections and by the
 //! killed-writer child process, which re-executes the test binary with
-//! [`WRITER_ENV`] set.
+//! [`WRITER_ENV`] set. The mounting crate needs `tokio` (the checks are
+//! `#[tokio::test]`s) and must not set `harness = false` on that test.
 //!
 //! ```ignore
 //! iterion_testkit::store_conformance!(
