@@ -143,6 +143,7 @@ enum Stop {
 
 /// Per-run state of the node loop.
 struct RunState {
+    run_id: RunId,
     vars: BTreeMap<String, Value>,
     outputs: BTreeMap<NodeId, Value>,
     shell: Option<&'static str>,
@@ -318,6 +319,7 @@ impl Engine {
 
         // ---- nodes
         let mut state = RunState {
+            run_id: options.run_id.clone(),
             vars,
             outputs: BTreeMap::new(),
             shell: None,
@@ -625,6 +627,9 @@ impl Engine {
         request
             .env
             .insert("ITERION_NODE_ID".into(), node.id.to_string());
+        request
+            .env
+            .insert("ITERION_RUN_ID".into(), state.run_id.to_string());
         let mut session = booted
             .run()
             .exec(request)

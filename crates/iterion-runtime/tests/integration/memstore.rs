@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use iterion_core::store::*;
@@ -14,6 +15,8 @@ pub struct MemStore {
     runs: Mutex<HashMap<RunId, RunRecord>>,
     events: Mutex<HashMap<RunId, Vec<EventRecord>>>,
     logs: Mutex<HashMap<RunId, Vec<LogLine>>>,
+    /// Make every event and log append fail (emission must not break runs).
+    pub fail_appends: AtomicBool,
 }
 
 fn unsupported() -> StoreError {
@@ -114,6 +117,9 @@ impl RunStore for MemStore {
         event: EventDraft,
         _at_seq: Option<u64>,
     ) -> Result<EventRecord, StoreError> {
+        if self.fail_appends.load(Ordering::SeqCst) {
+            return Err(unsupported());
+        }
         let mut all = self.events.lock().unwrap();
         let list = all.entry(run.clone()).or_default();
         let rec = EventRecord {
@@ -145,6 +151,9 @@ impl RunStore for MemStore {
         Box::pin(futures_util::stream::empty())
     }
     async fn append_logs(&self, run: &RunId, lines: Vec<NewLogLine>) -> Result<u64, StoreError> {
+        if self.fail_appends.load(Ordering::SeqCst) {
+            return Err(unsupported());
+        }
         let mut all = self.logs.lock().unwrap();
         let list = all.entry(run.clone()).or_default();
         for l in lines {

@@ -340,3 +340,126 @@ async fn output_not_matching_the_schema_fails_the_node() {
         failure.message
     );
 }
+
+#[tokio::test]
+async fn failing_event_appends_never_break_the_run() {
+    let mem = std::sync::Arc::new(crate::memstore::MemStore::default());
+    mem.fail_appends.store(true, Ordering::SeqCst);
+    let store: std::sync::Arc<dyn iterion_core::RunStore> = mem;
+    let engine = iterion_runtime::Engine::new(
+        store.clone(),
+        std::sync::Arc::new(iterion_runtime::HostBooter::default()),
+    );
+    let h = Harness::new();
+    let wf = workflow(
+        "a",
+        vec![tool("a", "echo hi", None)],
+        vec![edge("a", "done")],
+    );
+    let out = engine
+        .run(h.options(wf), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    assert!(
+        store
+            .events_after(&out.run_id, 0, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_run_future_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let h = Harness::new();
+    let wf = workflow("a", vec![tool("a", "true", None)], vec![edge("a", "done")]);
+    let fut = h.engine.run(h.options(wf), CancellationToken::new());
+    assert_send(&fut);
+}
+
+/// A booter whose boot lets "someone else" (the reaper) move the run to
+/// a terminal status: the engine must report the store's status, not
+/// overwrite it.
+struct Hijacker(
+    iterion_runtime::HostBooter,
+    std::sync::Arc<dyn iterion_core::RunStore>,
+);
+
+#[async_trait::async_trait]
+impl iterion_runtime::SandboxBooter for Hijacker {
+    async fn boot(
+        &self,
+        ctx: &iterion_runtime::BootContext<'_>,
+    ) -> Result<iterion_runtime::Booted, iterion_runtime::BootError> {
+        let rec = self.1.load_run(ctx.run_id).await.unwrap().unwrap();
+        self.1
+            .transition(
+                ctx.run_id,
+                iterion_core::store::Transition {
+                    from: RunStatus::Running,
+                    expected_revision: Some(rec.revision),
+                    to: RunStatus::FailedResumable,
+                    failure: Some(iterion_core::store::Failure::new(
+                        FailureCode::Interrupted,
+                        "owner gone",
+                    )),
+                },
+            )
+            .await
+            .unwrap();
+        self.0.boot(ctx).await
+    }
+    async fn teardown(
+        &self,
+        booted: iterion_runtime::Booted,
+        ctx: &iterion_runtime::BootContext<'_>,
+    ) -> Result<(), iterion_runtime::BootError> {
+        self.0.teardown(booted, ctx).await
+    }
+}
+
+#[tokio::test]
+async fn a_run_moved_by_someone_else_is_not_overwritten() {
+    let h = Harness::new();
+    let engine = iterion_runtime::Engine::new(
+        h.store.clone(),
+        std::sync::Arc::new(Hijacker(Default::default(), h.store.clone())),
+    );
+    let wf = workflow("a", vec![tool("a", "true", None)], vec![edge("a", "done")]);
+    let out = engine
+        .run(h.options(wf), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::FailedResumable);
+    assert_eq!(out.failure.unwrap().code, FailureCode::Interrupted);
+}
+
+#[tokio::test]
+async fn hello_event_stream_snapshot() {
+    let h = Harness::new();
+    let mut wf = workflow(
+        "hello",
+        vec![tool("hello", "echo hello", Some("echo_out"))],
+        vec![edge("hello", "done")],
+    );
+    wf.schemas
+        .insert("echo_out".into(), schema(&[("result", FieldType::String)]));
+    let out = h.run(wf).await;
+    let events: Vec<serde_json::Value> = h
+        .events(&out.run_id)
+        .await
+        .into_iter()
+        .map(|e| {
+            let mut v = serde_json::to_value(&e).unwrap();
+            v["timestamp"] = json!("[timestamp]");
+            v["run_id"] = json!("[run_id]");
+            if v["data"].get("duration_ms").is_some() {
+                v["data"]["duration_ms"] = json!("[ms]");
+            }
+            v
+        })
+        .collect();
+    insta::assert_json_snapshot!(events);
+}
