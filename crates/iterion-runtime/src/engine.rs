@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
-use crate::events::{Emitter, NodeLog, spawn_writer};
+use crate::events::{Emitter, EventTap, NodeLog, spawn_writer};
 use crate::owner;
 use crate::routing::{self, RouteError, Router};
 use crate::template::{self, Scope};
@@ -123,6 +123,7 @@ pub struct Engine {
     store: Arc<dyn RunStore>,
     booter: Arc<dyn SandboxBooter>,
     settings: EngineSettings,
+    tap: Option<EventTap>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -157,7 +158,15 @@ impl Engine {
             store,
             booter,
             settings: EngineSettings::default(),
+            tap: None,
         }
+    }
+
+    /// Copy every persisted event to `tap` (live progress; never drives
+    /// the run).
+    pub fn with_event_tap(mut self, tap: EventTap) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// Replace the settings.
@@ -190,7 +199,11 @@ impl Engine {
                 operation: "create run",
                 source,
             })?;
-        let (events, writer) = spawn_writer(Arc::clone(&self.store), options.run_id.clone());
+        let (events, writer) = spawn_writer(
+            Arc::clone(&self.store),
+            options.run_id.clone(),
+            self.tap.clone(),
+        );
         let ctx = BootContext {
             run_id: &options.run_id,
             workflow: &options.workflow,

@@ -9,8 +9,11 @@
 
 use std::sync::Arc;
 
+use iterion_core::driver::{DriverObserver, Progress};
 use iterion_core::store::NewLogLine;
-use iterion_core::{EventDraft, EventKind, NodeId, OutputChunk, OutputStream, RunId, RunStore};
+use iterion_core::{
+    EventDraft, EventKind, EventRecord, NodeId, OutputChunk, OutputStream, RunId, RunStore,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -81,8 +84,16 @@ impl Emitter {
     }
 }
 
+/// Where appended events are copied for live rendering (the CLI's
+/// progress). A tap that is gone or slow never affects the run.
+pub type EventTap = mpsc::UnboundedSender<EventRecord>;
+
 /// Start the writer task of `run`. It ends when every [`Emitter`] is dropped.
-pub fn spawn_writer(store: Arc<dyn RunStore>, run: RunId) -> (Emitter, JoinHandle<()>) {
+pub fn spawn_writer(
+    store: Arc<dyn RunStore>,
+    run: RunId,
+    tap: Option<EventTap>,
+) -> (Emitter, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let handle = tokio::spawn(async move {
         let mut held: Option<Msg> = None;
@@ -97,9 +108,16 @@ pub fn spawn_writer(store: Arc<dyn RunStore>, run: RunId) -> (Emitter, JoinHandl
             match msg {
                 Msg::Event(draft) => {
                     let kind = draft.kind.clone();
-                    if let Err(e) = store.append_event(&run, draft, None).await {
-                        tracing::warn!(run = %run, event = %kind, code = e.code(), error = %e,
-                            "event emission failed; the run continues");
+                    match store.append_event(&run, draft, None).await {
+                        Ok(record) => {
+                            if let Some(tap) = &tap {
+                                let _ = tap.send(record);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(run = %run, event = %kind, code = e.code(), error = %e,
+                                "event emission failed; the run continues");
+                        }
                     }
                 }
                 Msg::Logs(mut lines) => {
@@ -127,6 +145,49 @@ pub fn spawn_writer(store: Arc<dyn RunStore>, run: RunId) -> (Emitter, JoinHandl
         }
     });
     (Emitter { tx }, handle)
+}
+
+/// A [`DriverObserver`] that writes a driver's lines into the run log and
+/// its pull progress as `sandbox_image_pull` events (facts §8: in cloud the
+/// run logger is teed into the store, so driver commands are readable
+/// afterwards). Build lines go to the log only.
+#[derive(Debug, Clone)]
+pub struct RunObserver {
+    emitter: Emitter,
+}
+
+impl RunObserver {
+    /// An observer writing through `emitter`.
+    pub fn new(emitter: Emitter) -> Self {
+        Self { emitter }
+    }
+}
+
+impl DriverObserver for RunObserver {
+    fn log(&self, stream: OutputStream, line: &str) {
+        self.emitter.logs(vec![NewLogLine {
+            stream: stream.as_str().into(),
+            node_id: None,
+            line: line.to_owned(),
+        }]);
+    }
+
+    fn progress(&self, progress: Progress) {
+        match progress {
+            Progress::Pull {
+                image,
+                status,
+                current,
+                total,
+            } => self.emitter.emit(EventKind::SandboxImagePull {
+                image,
+                status,
+                current,
+                total,
+            }),
+            Progress::Build { line } => self.log(OutputStream::System, &line),
+        }
+    }
 }
 
 /// Splits one node's output chunks into run-log lines, bounded.

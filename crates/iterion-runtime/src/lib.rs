@@ -24,4 +24,4 @@ pub use boot::{
     AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
-pub use events::Emitter;
+pub use events::{Emitter, EventTap, RunObserver};

@@ -463,3 +463,20 @@ async fn hello_event_stream_snapshot() {
         .collect();
     insta::assert_json_snapshot!(events);
 }
+
+#[tokio::test]
+async fn the_event_tap_sees_every_persisted_event_in_order() {
+    let h = Harness::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let engine = iterion_runtime::Engine::new(h.store.clone(), h.booter.clone()).with_event_tap(tx);
+    let wf = workflow("a", vec![tool("a", "true", None)], vec![edge("a", "done")]);
+    let out = engine
+        .run(h.options(wf), CancellationToken::new())
+        .await
+        .unwrap();
+    let mut tapped = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        tapped.push(e);
+    }
+    assert_eq!(tapped, h.events(&out.run_id).await);
+}
