@@ -10,6 +10,16 @@
 //! It does not decide which sandbox a run gets (the booter does, with the
 //! policy of `iterion-sandbox`), talk to a container engine (drivers do),
 //! or parse `.iter` files (`iterion-dsl` does).
+//!
+//! Wiring a real sandbox is one type: implement [`SandboxBooter`] —
+//! `admit` returns the policy's verdict (e.g. `untrusted_without_sandbox`),
+//! `boot` resolves the mode, selects the driver (with a [`RunObserver`] so
+//! driver lines land in the run log), starts the proxy, prepares and
+//! starts, and returns [`Booted::Sandbox`] (or [`Booted::Host`] for an
+//! opt-out or a degraded `auto`, after emitting `sandbox_skipped`); a
+//! refusal is a [`BootError::Refused`] carrying its failure code;
+//! `teardown` drains and cleans up. CLI flags reach it through
+//! [`BootFlags`]. The engine does everything else.
 
 pub mod admission;
 pub mod boot;
