@@ -195,3 +195,29 @@ async fn mark_interrupted(store: &dyn RunStore, record: &RunRecord) -> Result<Ru
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_of_self_other_host_and_ghost() {
+        let me = owner::current_owner().expect("owner");
+        assert_eq!(owner_lease(&me), LeaseState::Held);
+        let elsewhere = RunOwner {
+            host: format!("{}-elsewhere", me.host),
+            ..me.clone()
+        };
+        assert_eq!(owner_lease(&elsewhere), LeaseState::CheckFailed);
+        let ghost = RunOwner {
+            pid: 999_999_999,
+            ..me.clone()
+        };
+        assert_eq!(owner_lease(&ghost), LeaseState::NotHeld);
+        let recycled = RunOwner {
+            start_time: me.start_time.wrapping_add(7),
+            ..me
+        };
+        assert_eq!(owner_lease(&recycled), LeaseState::NotHeld);
+    }
+}
