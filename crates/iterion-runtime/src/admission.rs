@@ -19,7 +19,7 @@ use crate::template::check_syntax;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
     /// Node kinds this engine does not execute.
-    #[error("this engine executes tool nodes only; refused: {}", list_nodes(.nodes))]
+    #[error("this engine executes tool and fail nodes only; refused: {}", list_nodes(.nodes))]
     UnsupportedNodes {
         /// Node and kind, sorted by node.
         nodes: Vec<(NodeId, String)>,
@@ -62,6 +62,14 @@ pub enum AdmissionError {
         /// Given text.
         value: String,
     },
+    /// `as foreach …` edges.
+    #[error("edge {from} -> {to}: foreach loops are not executed by this engine")]
+    UnsupportedForEach {
+        /// Source node.
+        from: NodeId,
+        /// Target.
+        to: String,
+    },
     /// The entry or an edge names a node that does not exist.
     #[error("workflow references unknown node {node}")]
     UnknownNode {
@@ -87,6 +95,7 @@ impl AdmissionError {
             Self::BadTemplate { .. } => "bad_template",
             Self::UnknownVar { .. } => "unknown_variable",
             Self::BadVar { .. } => "bad_variable",
+            Self::UnsupportedForEach { .. } => "unsupported_foreach",
             Self::UnknownNode { .. } => "unknown_node",
         }
     }
@@ -97,7 +106,12 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
     let unsupported: Vec<(NodeId, String)> = workflow
         .nodes
         .values()
-        .filter(|n| n.kind != NodeKind::Tool || n.tool.is_none())
+        .filter(|n| match n.kind {
+            NodeKind::Tool => n.tool.is_none(),
+            // A named terminal failure needs nothing executed.
+            NodeKind::Fail => false,
+            _ => true,
+        })
         .map(|n| {
             let kind = match (n.kind, n.router_mode.as_deref()) {
                 (NodeKind::Router, Some(mode)) => format!("router, mode {mode}"),
@@ -135,6 +149,12 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
             if !workflow.nodes.contains_key(n) {
                 return Err(AdmissionError::UnknownNode { node: n.clone() });
             }
+        }
+        if edge.foreach.is_some() {
+            return Err(AdmissionError::UnsupportedForEach {
+                from: edge.from.clone(),
+                to,
+            });
         }
         if let Some(ir::Condition::Expr(expr)) = &edge.condition
             && parse_expr(expr).is_none()

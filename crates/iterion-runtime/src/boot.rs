@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use iterion_core::{DriverError, FailureCode, RunId, SandboxRun, Trust};
 use iterion_dsl::ir;
 use iterion_sandbox::noop::NoopDriver;
+use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
@@ -193,34 +194,17 @@ impl BootError {
         }
     }
 
-    /// The run's failure code.
-    pub fn failure_code(&self) -> FailureCode {
+    /// The run's failure code. A driver error goes through the one
+    /// setup-failure classifier of the policy (facts §9.2), with whether
+    /// the run was cancelled meanwhile.
+    pub fn failure_code(&self, setup: SetupContext) -> FailureCode {
         match self {
             Self::Refused { code, .. } => *code,
             Self::Cancelled => FailureCode::Cancelled,
+            Self::Io { .. } if setup.cancelled => FailureCode::Cancelled,
             Self::Io { .. } => FailureCode::SandboxStartFailed,
-            Self::Driver { source } => driver_failure_code(source),
+            Self::Driver { source } => setup_failure_status(source, setup).1,
         }
-    }
-}
-
-/// The failure code a driver error stamps on a run (facts §9.2).
-pub fn driver_failure_code(error: &DriverError) -> FailureCode {
-    match error {
-        DriverError::Unavailable { .. } => FailureCode::SandboxDriverUnavailable,
-        DriverError::PhaseTimeout { .. } => FailureCode::SandboxSetupTimeout,
-        DriverError::Capacity { .. } => FailureCode::SandboxCapacity,
-        DriverError::ImageUnavailable { .. } => FailureCode::SandboxImageUnavailable,
-        DriverError::BuildFailed { .. } => FailureCode::SandboxBuildFailed,
-        DriverError::SpecRefused { .. } | DriverError::ForeignPrepared { .. } => {
-            FailureCode::SandboxSpecRefused
-        }
-        DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
-        DriverError::Cancelled => FailureCode::Cancelled,
-        DriverError::Unsupported { .. }
-        | DriverError::PostCreateFailed { .. }
-        | DriverError::Engine { .. }
-        | DriverError::Io { .. } => FailureCode::SandboxStartFailed,
     }
 }
 

@@ -25,6 +25,8 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use iterion_sandbox::verdict::SetupContext;
+
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
 use crate::events::{Emitter, EventTap, NodeLog, spawn_writer};
@@ -322,7 +324,11 @@ impl Engine {
         let booted = match self.booter.boot(ctx).await {
             Ok(b) => b,
             Err(e) => {
-                let failure = Failure::new(e.failure_code(), e.to_string());
+                let setup = SetupContext {
+                    cancelled: cancel.is_cancelled(),
+                    interrupted: false,
+                };
+                let failure = Failure::new(e.failure_code(setup), e.to_string());
                 return self.finish(ctx, &record, Some(failure), started).await;
             }
         };
@@ -448,6 +454,17 @@ impl Engine {
                     kind: node.kind.as_str().into(),
                 },
             );
+            if node.kind == ir::NodeKind::Fail {
+                let message = node
+                    .properties
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(String::new, |m| format!(": {m}"));
+                return Err(Stop::Failed(Failure::new(
+                    FailureCode::WorkflowFailed,
+                    format!("reached fail node {}{message}", node.id),
+                )));
+            }
             let node_started = Instant::now();
             let output = match self
                 .run_tool(workflow, node, &input, booted, state, events, cancel)

@@ -164,13 +164,17 @@ impl Router {
         scope: &Scope<'_>,
         output: &Value,
     ) -> Result<Taken<'w>, RouteError> {
+        // Source order among the non-`else` edges; an `else` edge is taken
+        // only when none of its siblings matched.
         let edge = workflow
             .edges_from(node)
+            .filter(|e| !e.is_else)
             .find(|e| {
                 e.condition
                     .as_ref()
                     .is_none_or(|c| condition_holds(c, output))
             })
+            .or_else(|| workflow.edges_from(node).find(|e| e.is_else))
             .ok_or_else(|| RouteError::NoOutgoingEdge {
                 node: node.to_string(),
             })?;
@@ -376,6 +380,8 @@ mod tests {
             condition,
             loop_bound: None,
             with: BTreeMap::new(),
+            is_else: false,
+            foreach: None,
             pos: Pos::default(),
         }
     }
@@ -443,6 +449,29 @@ mod tests {
     }
 
     #[test]
+    fn else_only_when_no_sibling_matched() {
+        let mut otherwise = edge("a", Target::Fail, None);
+        otherwise.is_else = true;
+        let wf = workflow(vec![
+            otherwise,
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "ok".into(),
+                    negated: false,
+                }),
+            ),
+        ]);
+        let mut r = Router::new();
+        assert_eq!(route(&wf, &mut r, &json!({"ok": true})).expect("r"), "done");
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": false})).expect("r"),
+            "fail"
+        );
+    }
+
+    #[test]
     fn no_edge_is_an_error() {
         let wf = workflow(vec![edge(
             "a",
@@ -464,6 +493,7 @@ mod tests {
         e.loop_bound = Some(LoopBound {
             name: "again".into(),
             max: 3,
+            unbounded: false,
         });
         let wf = workflow(vec![e]);
         let mut r = Router::new();

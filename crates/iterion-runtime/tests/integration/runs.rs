@@ -172,6 +172,7 @@ async fn a_loop_stops_at_its_bound() {
     back.loop_bound = Some(LoopBound {
         name: "retry".into(),
         max: 2,
+        unbounded: false,
     });
     let wf = workflow("again", vec![tool("again", "echo x", None)], vec![back]);
     let out = h.run(wf).await;

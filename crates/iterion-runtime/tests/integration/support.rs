@@ -44,6 +44,8 @@ pub fn edge(from: &str, to: &str) -> Edge {
         condition: None,
         loop_bound: None,
         with: BTreeMap::new(),
+        is_else: false,
+        foreach: None,
         pos: Pos::default(),
     }
 }
