@@ -94,7 +94,7 @@ async fn running_run(store: &dyn RunStore, id: &str, owner: RunOwner) -> RunId {
 
 #[tokio::test]
 async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
-    let store = crate::support::store();
+    let (store, _dir) = crate::support::store();
     let me = iterion_runtime::owner::current_owner().unwrap();
     let ghost = RunOwner {
         pid: 999_999_999, // above any pid_max: provably no such process

@@ -15,8 +15,12 @@ use iterion_runtime::{
 };
 use tokio_util::sync::CancellationToken;
 
-pub fn store() -> Arc<dyn RunStore> {
-    Arc::new(crate::memstore::MemStore::default())
+/// The embedded SQLite store in a fresh directory (kept alive by the
+/// returned guard).
+pub fn store() -> (Arc<dyn RunStore>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = iterion_store_sqlite::SqliteStore::open(dir.path()).unwrap();
+    (Arc::new(store), dir)
 }
 
 pub fn tool(id: &str, command: &str, output: Option<&str>) -> Node {
@@ -112,11 +116,12 @@ pub struct Harness {
     pub booter: Arc<CountingBooter>,
     pub engine: Engine,
     pub workspace: tempfile::TempDir,
+    _store_dir: tempfile::TempDir,
 }
 
 impl Harness {
     pub fn new() -> Self {
-        let store = store();
+        let (store, store_dir) = store();
         let booter = Arc::new(CountingBooter::default());
         let engine = Engine::new(Arc::clone(&store), booter.clone());
         Self {
@@ -124,6 +129,7 @@ impl Harness {
             booter,
             engine,
             workspace: tempfile::tempdir().unwrap(),
+            _store_dir: store_dir,
         }
     }
 
