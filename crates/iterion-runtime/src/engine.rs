@@ -593,6 +593,44 @@ impl Engine {
         Ok(shell)
     }
 
+    /// `mkdir -p` a directory in the sandbox (an archive import needs its
+    /// target to exist).
+    async fn ensure_dir(
+        &self,
+        booted: &Booted,
+        dir: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), NodeError> {
+        let mut session = booted
+            .run()
+            .exec(ExecRequest::new(["mkdir", "-p", "--", dir]))
+            .await
+            .map_err(NodeError::driver)?;
+        let limits = OutputLimits {
+            stdout: 4096,
+            stderr_tail: 4096,
+        };
+        let mut ignore = |_: &iterion_core::OutputChunk| {};
+        let made = tokio::select! {
+            r = collect_output(session.as_mut(), limits, &mut ignore) => Some(r),
+            () = cancel.cancelled() => None,
+        };
+        let Some(made) = made else {
+            let _ = session.kill().await;
+            return Err(NodeError::Cancelled);
+        };
+        let out = made.map_err(NodeError::driver)?;
+        if out.exit_code != 0 {
+            return Err(NodeError::Failed {
+                code: FailureCode::NodeFailed,
+                exit_code: Some(out.exit_code),
+                error: format!("cannot create the script directory {dir}"),
+                stderr_tail: String::from_utf8_lossy(&out.stderr_tail).into_owned(),
+            });
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn run_tool(
         &self,
@@ -635,6 +673,10 @@ impl Engine {
                         FailureCode::NodeFailed,
                         format!("script language {language:?} is not an interpreter name"),
                     ));
+                }
+                if state.scripts == 0 {
+                    self.ensure_dir(booted, booted.scratch_dir(), cancel)
+                        .await?;
                 }
                 state.scripts += 1;
                 let name = format!("{}-{}.script", node.id, state.scripts);

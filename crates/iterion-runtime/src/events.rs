@@ -254,9 +254,9 @@ impl NodeLog {
             self.line(slot);
             self.partial[slot] = rest;
         }
-        if self.batch.len() >= LOG_BATCH {
-            self.emitter.logs(std::mem::take(&mut self.batch));
-        }
+        // Hand complete lines over per chunk, not per batch: the log is
+        // followed live, and the writer coalesces whatever queues up.
+        self.emitter.logs(std::mem::take(&mut self.batch));
     }
 
     fn line(&mut self, slot: usize) {
