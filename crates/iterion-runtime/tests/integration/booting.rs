@@ -97,7 +97,8 @@ async fn a_policy_refusal_is_persisted_and_nothing_boots() {
 
 #[tokio::test]
 async fn boot_failures_take_their_classified_status() {
-    let cases: [(fn() -> BootError, FailureCode, RunStatus, Disposition); 3] = [
+    type Case = (fn() -> BootError, FailureCode, RunStatus, Disposition);
+    let cases: [Case; 3] = [
         (
             || BootError::Driver {
                 source: DriverError::Unavailable {
