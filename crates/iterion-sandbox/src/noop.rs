@@ -495,10 +495,18 @@ mod tests {
             .parse()
             .expect("pid");
         s.kill().await.expect("kill");
-        // The grandchild was in the group: it is gone (or a zombie being
-        // reaped by init), never still sleeping.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(stat.is_empty() || stat.contains(") Z "), "{stat}");
+        // The grandchild was in the group: SIGKILL is delivered
+        // asynchronously, so wait (bounded) until it is gone or a zombie
+        // awaiting its reaper; a sleep 100 would outlive the bound.
+        let mut stat = String::new();
+        for _ in 0..500 {
+            stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the grandchild survived the group kill: {stat}");
     }
 
     #[tokio::test]
