@@ -43,6 +43,41 @@ pub struct ReapDecision {
     pub error: Option<String>,
 }
 
+impl ReapDecision {
+    /// The decision as one JSON object (`iterion sandbox reap --json`):
+    /// `driver`, `kind`, `name`, `run_id`, `lease`, `run`, `action`
+    /// (`reap`/`keep`), `reason`, `interrupted`, `removed`, `error`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let lease = match self.lease {
+            LeaseState::Held => "held",
+            LeaseState::NotHeld => "not_held",
+            LeaseState::CheckFailed => "check_failed",
+        };
+        let run = match self.lookup {
+            RunLookup::Found(status) => status.as_str().to_owned(),
+            RunLookup::Absent => "absent".to_owned(),
+            RunLookup::Error => "error".to_owned(),
+        };
+        let (action, reason) = match self.verdict {
+            ReapVerdict::Reap(r) => ("reap", r),
+            ReapVerdict::Keep(r) => ("keep", r),
+        };
+        serde_json::json!({
+            "driver": self.driver.as_str(),
+            "kind": self.resource.kind,
+            "name": self.resource.name,
+            "run_id": self.resource.run_id,
+            "lease": lease,
+            "run": run,
+            "action": action,
+            "reason": reason,
+            "interrupted": self.interrupted,
+            "removed": self.removed,
+            "error": self.error,
+        })
+    }
+}
+
 /// Lease of a recorded owner on this host.
 pub fn owner_lease(owner: &RunOwner) -> LeaseState {
     match owner::hostname() {

@@ -151,6 +151,16 @@ async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
         .collect();
     assert_eq!(kinds, ["run_interrupted", "sandbox_reaped"]);
 
+    assert_eq!(
+        d.to_json(),
+        serde_json::json!({
+            "driver": "docker", "kind": "container", "name": "c-dead",
+            "run_id": "dead-run", "lease": "not_held", "run": "failed_resumable",
+            "action": "reap", "reason": "run terminal", "interrupted": true,
+            "removed": true, "error": null,
+        })
+    );
+
     let l = by_name("c-live");
     assert_eq!(l.lease, LeaseState::Held);
     assert_eq!(l.verdict, ReapVerdict::Keep("lease held"));
