@@ -1,0 +1,337 @@
+//! The drain contract: addressing, outcome marking, events, caps summed over
+//! attempts, failures of one path not stopping the others.
+
+use iterion_core::EventDraft;
+use iterion_core::store::DrainStatus;
+use iterion_readback::{DrainOptions, drain};
+
+use crate::store::{new_run, new_store};
+use crate::stored;
+use crate::support::*;
+
+#[tokio::test]
+async fn an_empty_run_files_dir_is_complete_not_failed() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let run = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(Archive::new().dir("artifact-files/").finish(), 100),
+    );
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Complete);
+    assert_eq!((report.files, report.bytes, report.reason), (0, 0, None));
+    assert!(report.recorded);
+    let draft: EventDraft = report.events[0].clone().into();
+    assert_eq!(draft.kind, "sandbox_runfiles_drained");
+    assert_eq!(draft.data["files"], 0);
+    assert_eq!(draft.data["driver"], "kubernetes");
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("drain not marked"));
+    assert_eq!(record.status, DrainStatus::Complete);
+    assert!(stored(&*ts.store, &run_id).await.is_empty());
+}
+
+#[tokio::test]
+async fn files_are_addressed_relative_to_their_declared_dir() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let long = format!(
+        "artifact-files/{}/deep.txt",
+        "long-directory-name".repeat(8)
+    );
+    let archive = Archive::new()
+        .dir("artifact-files/")
+        .file("artifact-files/report.json", b"{\"ok\":true}")
+        .dir("artifact-files/sub/")
+        .file("artifact-files/sub/a.txt", b"a")
+        .file("artifact-files/empty", b"")
+        .gnu_long(long.as_bytes(), b'0', b"gnu")
+        .pax_path(b"artifact-files/pax/\xc3\xa9t\xc3\xa9.txt", b'0', b"pax")
+        .finish();
+    let out = Archive::new()
+        .dir("out/")
+        .file("out/x.bin", &[7u8; 3000])
+        .finish();
+    let single = Archive::new().file("summary.md", b"# done").finish();
+    let run = ServedRun::new()
+        .serve("/iterion/artifact-files", Source::Bytes(archive, 7))
+        .serve("/home/iterion/out", Source::Bytes(out, 1000))
+        .serve("/work/summary.md", Source::Bytes(single, 4096));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[
+            run_files(MIB),
+            declared("/home/iterion/out", MIB),
+            declared("/work/summary.md", MIB),
+        ],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Complete, "{report:#?}");
+    let files = stored(&*ts.store, &run_id).await;
+    let mut expected = std::collections::BTreeMap::new();
+    expected.insert("report.json".to_owned(), b"{\"ok\":true}".to_vec());
+    expected.insert("sub/a.txt".to_owned(), b"a".to_vec());
+    expected.insert("empty".to_owned(), Vec::new());
+    expected.insert(long["artifact-files/".len()..].to_owned(), b"gnu".to_vec());
+    expected.insert("pax/été.txt".to_owned(), b"pax".to_vec());
+    expected.insert(
+        ".iterion-readback/home/iterion/out/x.bin".to_owned(),
+        vec![7u8; 3000],
+    );
+    expected.insert(
+        ".iterion-readback/work/summary.md/summary.md".to_owned(),
+        b"# done".to_vec(),
+    );
+    assert_eq!(files, expected);
+    assert_eq!(report.files, 7);
+    assert_eq!(report.bytes, 11 + 1 + 3 + 3 + 3000 + 6);
+}
+
+#[tokio::test]
+async fn a_gone_container_fails_one_path_and_the_others_still_drain() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let run = ServedRun::new()
+        .serve("/iterion/artifact-files", Source::Gone)
+        .serve(
+            "/out",
+            Source::Bytes(Archive::new().file("out/kept", b"kept").finish(), 3),
+        );
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB), declared("/out", MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Failed);
+    assert_eq!(report.reason, Some("container_gone"));
+    assert!(report.stale, "files are stored but the set is incomplete");
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        [".iterion-readback/out/kept"]
+    );
+    let draft: EventDraft = report.events[0].clone().into();
+    assert_eq!(draft.kind, "sandbox_runfiles_drain_failed");
+    let keys: Vec<&String> = draft
+        .data
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["declined", "driver", "reason", "stale"]);
+    assert_eq!(draft.data["reason"], "container_gone");
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("drain not marked"));
+    assert_eq!(
+        (record.status, record.reason.as_deref(), record.stale),
+        (DrainStatus::Failed, Some("container_gone"), true)
+    );
+}
+
+#[tokio::test]
+async fn a_gone_container_with_nothing_stored_is_failed_not_stale() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Gone);
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!((report.status, report.stale), (DrainStatus::Failed, false));
+    assert_eq!(report.reason, Some("container_gone"));
+}
+
+#[tokio::test]
+async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let mut bytes = Archive::new()
+        .file("artifact-files/whole", b"whole")
+        .file("artifact-files/cut", &[1u8; 2000])
+        .unfinished()
+        .to_vec();
+    bytes.truncate(512 + 512 + 512 + 700);
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(bytes.into(), 256));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Failed);
+    assert_eq!(report.reason, Some("archive_error"));
+    assert!(report.stale);
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["whole"]
+    );
+}
+
+#[tokio::test]
+async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let bytes = Archive::new().file("artifact-files/a", b"a").unfinished();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(bytes, 512));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.reason, Some("archive_error"));
+    assert_eq!(report.status, DrainStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_stalled_export_times_out_and_later_paths_are_not_started() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let prefix = Archive::new()
+        .file("artifact-files/first", b"1")
+        .unfinished();
+    let run = ServedRun::new()
+        .serve("/iterion/artifact-files", Source::Hang(prefix))
+        .serve("/out", Source::Bytes(Archive::new().finish(), 512));
+    let options = DrainOptions {
+        timeout: short_timeout(),
+        ..DrainOptions::default()
+    };
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB), declared("/out", MIB)],
+        options,
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Failed);
+    assert_eq!(report.reason, Some("timeout"));
+    assert!(report.stale);
+    assert_eq!(
+        report.paths[1].failure.as_ref().map(|f| f.reason),
+        Some("timeout")
+    );
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["first"]
+    );
+}
+
+#[tokio::test]
+async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let decl = [run_files(1000)];
+
+    let first = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(
+            Archive::new()
+                .file("artifact-files/a", &[b'a'; 600])
+                .finish(),
+            100,
+        ),
+    );
+    let report = drain(&first, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
+    assert_eq!(report.status, DrainStatus::Complete);
+    assert_eq!(report.paths[0].metered, 600);
+
+    // Each member alone is under the cap; with the first attempt's 600
+    // bytes, `b` would cross it.
+    let second = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(
+            Archive::new()
+                .file("artifact-files/b", &[b'b'; 500])
+                .file("artifact-files/c", &[b'c'; 300])
+                .finish(),
+            100,
+        ),
+    );
+    let report = drain(&second, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
+    assert_eq!(report.status, DrainStatus::Partial);
+    assert_eq!(report.reason, Some("cap_exceeded"));
+    assert_eq!(report.declined, ["/iterion/artifact-files/b"]);
+    assert_eq!(report.declined_count, 1);
+    assert!(!report.stale);
+    let files = stored(&*ts.store, &run_id).await;
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["a", "c"]);
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("drain not marked"));
+    assert_eq!(
+        record.metered,
+        [("/iterion/artifact-files".to_owned(), 900)]
+    );
+    assert_eq!(record.status, DrainStatus::Partial);
+    assert_eq!(record.declined, ["/iterion/artifact-files/b"]);
+    let draft: EventDraft = report.events[0].clone().into();
+    assert_eq!(draft.data["declined"][0], "/iterion/artifact-files/b");
+    assert_eq!(draft.data["reason"], "cap_exceeded");
+
+    // A third attempt: only 100 bytes of room are left.
+    let third = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(
+            Archive::new()
+                .file("artifact-files/d", &[b'd'; 101])
+                .file("artifact-files/e", &[b'e'; 100])
+                .finish(),
+            64,
+        ),
+    );
+    let report = drain(&third, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
+    assert_eq!(report.declined, ["/iterion/artifact-files/d"]);
+    assert_eq!(report.paths[0].metered, 1000);
+}
+
+#[tokio::test]
+async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    // 2 TiB claimed, then the stream simply ends: the member is declined on
+    // its header, and the missing body is the archive's own error.
+    let bytes = Archive::new()
+        .file("artifact-files/ok", b"ok")
+        .claim(b"artifact-files/huge", b'0', 2 << 40, &[0u8; 4096])
+        .unfinished();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(bytes, 1024));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(256 * MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert!(
+        report
+            .declined
+            .contains(&"/iterion/artifact-files/huge".to_owned())
+    );
+    assert_eq!(report.status, DrainStatus::Failed);
+    assert_eq!(report.paths[0].metered, 2);
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["ok"]
+    );
+}
