@@ -1,0 +1,357 @@
+//! Drain throughput and peak memory, against `tar -x` of the same archive.
+//!
+//! Run: `cargo bench -p iterion-readback --bench drain` (release). The archive
+//! (500 MB in 1,000 files by default; `ITERION_BENCH_FILES`,
+//! `ITERION_BENCH_FILE_BYTES`) is generated lazily on both sides. The
+//! baseline pipes it into `tar -x -C <tmp>`; the drain runs in a child
+//! process of this binary, streaming it into the store, and reports its own
+//! peak RSS (`VmHWM`), so the number is the drain's and not the generator's
+//! or the parent's.
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use iterion_core::driver::DriverError;
+use iterion_core::plan::RUN_FILES_CONTAINER_DIR;
+use iterion_core::{
+    ByteSize, ByteStream, DriverName, ExecRequest, ExecSession, MountOrigin, ReadBackDecl,
+    RunStore, SandboxRun,
+};
+use iterion_readback::{DrainOptions, drain};
+
+fn files() -> u64 {
+    std::env::var("ITERION_BENCH_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000)
+}
+
+fn file_bytes() -> usize {
+    std::env::var("ITERION_BENCH_FILE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500_000)
+}
+
+fn header(name: &str, size: u64) -> [u8; 512] {
+    let mut h = tar::Header::new_gnu();
+    h.set_path(name).unwrap();
+    h.set_mode(0o644);
+    h.set_size(size);
+    h.set_mtime(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_cksum();
+    let mut out = [0u8; 512];
+    out.copy_from_slice(h.as_bytes());
+    out
+}
+
+/// The archive, one member (header + data + padding) per chunk, then the
+/// end marker: what the engine's archive endpoint streams.
+fn archive_chunks() -> impl Iterator<Item = Bytes> {
+    let (n, size) = (files(), file_bytes());
+    let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let body = Bytes::from(body);
+    let pad = (512 - size % 512) % 512;
+    (0..n)
+        .flat_map(move |i| {
+            let mut head =
+                header(&format!("artifact-files/d{}/f{i}.bin", i % 10), size as u64).to_vec();
+            head.shrink_to_fit();
+            [Bytes::from(head), body.clone(), Bytes::from(vec![0u8; pad])]
+        })
+        .chain(std::iter::once(Bytes::from(vec![0u8; 1024])))
+}
+
+struct GeneratedRun;
+
+#[async_trait::async_trait]
+impl SandboxRun for GeneratedRun {
+    fn driver(&self) -> DriverName {
+        DriverName::Docker
+    }
+    fn container(&self) -> &str {
+        "bench"
+    }
+    fn workdir(&self) -> &str {
+        "/"
+    }
+    async fn exec(&self, _r: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {
+        Err(DriverError::Unsupported {
+            driver: DriverName::Docker,
+            feature: "exec",
+        })
+    }
+    async fn export(&self, _path: &str) -> Result<ByteStream, DriverError> {
+        Ok(Box::pin(futures_util::stream::iter(
+            archive_chunks().map(Ok),
+        )))
+    }
+    async fn import(&self, _d: &str, _a: ByteStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    async fn is_alive(&self) -> Result<bool, DriverError> {
+        Ok(true)
+    }
+    async fn cleanup(&self) -> Result<(), DriverError> {
+        Ok(())
+    }
+}
+
+fn vm_hwm_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn child_drain() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, label): (Arc<dyn RunStore>, &str) = bench_store::open(dir.path()).await;
+        let run_id = bench_store::new_run(&*store).await;
+        let before = vm_hwm_kib();
+        let decl = [ReadBackDecl {
+            container_path: RUN_FILES_CONTAINER_DIR.into(),
+            cap: ByteSize(u64::MAX / 2),
+            origin: MountOrigin::RunFiles,
+        }];
+        let start = Instant::now();
+        let report = drain(
+            &GeneratedRun,
+            &*store,
+            &run_id,
+            &decl,
+            DrainOptions::default(),
+        )
+        .await;
+        let secs = start.elapsed().as_secs_f64();
+        assert_eq!(report.files, files(), "{report:?}");
+        println!(
+            "CHILD store={label} secs={secs:.3} bytes={} hwm_kib={} hwm_before_kib={before}",
+            report.bytes,
+            vm_hwm_kib()
+        );
+    });
+}
+
+fn baseline_tar_x() -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let start = Instant::now();
+    let mut child = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("tar");
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for chunk in archive_chunks() {
+            stdin.write_all(&chunk).unwrap();
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--child-drain") {
+        child_drain();
+        return;
+    }
+    let total = files() * file_bytes() as u64;
+    let mb = total as f64 / 1e6;
+    println!("archive: {} files, {:.0} MB", files(), mb);
+    for round in 1..=2 {
+        let tar_secs = baseline_tar_x();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .arg("--child-drain")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("CHILD"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "child failed: {}{}",
+                    text,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        let field = |k: &str| -> String {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let drain_secs: f64 = field("secs").parse().unwrap_or(f64::NAN);
+        let hwm: f64 = field("hwm_kib").parse().unwrap_or(f64::NAN);
+        println!(
+            "round {round}: tar -x {:.2}s ({:.0} MB/s) | drain into {} {:.2}s ({:.0} MB/s) | drain/tar time ratio {:.2} | drain peak RSS {:.1} MiB (target < 64 MiB)",
+            tar_secs,
+            mb / tar_secs,
+            field("store"),
+            drain_secs,
+            mb / drain_secs,
+            drain_secs / tar_secs,
+            hwm / 1024.0
+        );
+    }
+}
+
+/// The store the drain writes into.
+mod bench_store {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use futures_util::StreamExt;
+    use iterion_core::event::{EventDraft, EventRecord};
+    use iterion_core::store::*;
+    use iterion_core::{ByteStream, RunId, RunStore};
+    use tokio::io::AsyncWriteExt;
+
+    pub async fn open(dir: &Path) -> (Arc<dyn RunStore>, &'static str) {
+        (
+            Arc::new(DiskStore {
+                root: dir.to_path_buf(),
+            }),
+            "disk-files",
+        )
+    }
+
+    pub async fn new_run(_store: &dyn RunStore) -> RunId {
+        RunId::generate()
+    }
+
+    /// Files streamed to disk, one per member: the same work `tar -x` does.
+    struct DiskStore {
+        root: PathBuf,
+    }
+
+    fn nope(operation: &'static str) -> StoreError {
+        StoreError::Backend {
+            operation,
+            source: "not in the bench store".into(),
+        }
+    }
+
+    #[async_trait]
+    impl RunStore for DiskStore {
+        fn describe(&self) -> String {
+            "disk".into()
+        }
+        async fn create_run(&self, _run: NewRun) -> Result<RunRecord, StoreError> {
+            Err(nope("create_run"))
+        }
+        async fn load_run(&self, _id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+            Err(nope("load_run"))
+        }
+        async fn list_runs(&self, _p: PageRequest) -> Result<Page<RunRecord>, StoreError> {
+            Err(nope("list_runs"))
+        }
+        async fn transition(&self, _id: &RunId, _t: Transition) -> Result<RunRecord, StoreError> {
+            Err(nope("transition"))
+        }
+        async fn record_admission(
+            &self,
+            _id: &RunId,
+            _a: Admission,
+            _r: Option<u64>,
+        ) -> Result<RunRecord, StoreError> {
+            Err(nope("record_admission"))
+        }
+        async fn append_event(
+            &self,
+            _r: &RunId,
+            _e: EventDraft,
+            _s: Option<u64>,
+        ) -> Result<EventRecord, StoreError> {
+            Err(nope("append_event"))
+        }
+        async fn events_after(
+            &self,
+            _r: &RunId,
+            _a: u64,
+            _l: usize,
+        ) -> Result<Vec<EventRecord>, StoreError> {
+            Err(nope("events_after"))
+        }
+        fn follow_events(&self, _r: &RunId, _a: u64) -> StoreStream<EventRecord> {
+            Box::pin(futures_util::stream::empty())
+        }
+        async fn append_logs(&self, _r: &RunId, _l: Vec<NewLogLine>) -> Result<u64, StoreError> {
+            Err(nope("append_logs"))
+        }
+        async fn logs_after(
+            &self,
+            _r: &RunId,
+            _a: u64,
+            _l: usize,
+        ) -> Result<Vec<LogLine>, StoreError> {
+            Err(nope("logs_after"))
+        }
+        fn follow_logs(&self, _r: &RunId, _a: u64) -> StoreStream<LogLine> {
+            Box::pin(futures_util::stream::empty())
+        }
+        async fn put_file(
+            &self,
+            run: &RunId,
+            path: &RunFilePath,
+            mut content: ByteStream,
+            cap: u64,
+        ) -> Result<PutOutcome, StoreError> {
+            let io = |source| StoreError::Io {
+                operation: "put".into(),
+                source,
+            };
+            let dest = self.root.join(run.as_str()).join(path.as_str());
+            tokio::fs::create_dir_all(dest.parent().unwrap_or(&self.root))
+                .await
+                .map_err(io)?;
+            let mut file = tokio::fs::File::create(&dest).await.map_err(io)?;
+            let mut size = 0u64;
+            while let Some(chunk) = content.next().await {
+                let chunk = chunk.map_err(io)?;
+                size += chunk.len() as u64;
+                if size > cap {
+                    return Ok(PutOutcome::CapExceeded { read: size, cap });
+                }
+                file.write_all(&chunk).await.map_err(io)?;
+            }
+            file.flush().await.map_err(io)?;
+            Ok(PutOutcome::Stored(RunFileRecord {
+                path: path.clone(),
+                size,
+                sha256: String::new(),
+                stored_at: time::OffsetDateTime::now_utc(),
+            }))
+        }
+        async fn list_files(&self, _r: &RunId) -> Result<Vec<RunFileRecord>, StoreError> {
+            Err(nope("list_files"))
+        }
+        async fn get_file(&self, _r: &RunId, _p: &RunFilePath) -> Result<ByteStream, StoreError> {
+            Err(nope("get_file"))
+        }
+        async fn set_drain(&self, _r: &RunId, _d: DrainRecord) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn get_drain(&self, _r: &RunId) -> Result<Option<DrainRecord>, StoreError> {
+            Ok(None)
+        }
+    }
+}
