@@ -253,9 +253,45 @@ struct PathState {
     files: u64,
     bytes: u64,
     metered: u64,
+    /// What the persisted meter already charges this path (≥ `metered`).
+    reserved: u64,
+    /// Size of a member whose put was in flight when the drain stopped: it
+    /// may have landed, so it is charged (deny wins).
+    in_flight: u64,
     declined: u64,
     past_limit: u64,
 }
+
+/// The persisted per-path meter of the run, as read from the previous
+/// attempt and charged ahead of every put.
+struct Meter {
+    entries: Vec<(String, u64)>,
+}
+
+impl Meter {
+    fn get(&self, path: &str) -> u64 {
+        self.entries
+            .iter()
+            .find(|(p, _)| p == path)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn set(&mut self, path: &str, value: u64) {
+        match self.entries.iter_mut().find(|(p, _)| p == path) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((path.to_owned(), value)),
+        }
+    }
+}
+
+/// Bytes charged to the persisted meter ahead of the puts they cover.
+///
+/// The meter must sum every attempt even when an attempt never finishes
+/// (the host crashed mid-drain and the drain is retried): before a put would
+/// go past what the store already charges, the charge is raised by the
+/// member plus this step and written with `set_drain`. A crash therefore
+/// over-counts by at most one step — never under-counts.
+const RESERVE_STEP: u64 = 16 * 1024 * 1024;
 
 /// Drain every declared path of a run into `store`, once, at teardown.
 ///
@@ -285,6 +321,14 @@ pub async fn drain(
     // nothing and overwrites nothing.
     let prior = store.get_drain(run_id).await.ok();
 
+    let mut meter = Meter {
+        entries: prior
+            .as_ref()
+            .and_then(|p| p.as_ref())
+            .map(|r| r.metered.clone())
+            .unwrap_or_default(),
+    };
+
     let mut seen: Vec<&str> = Vec::new();
     let mut paths = Vec::new();
     for decl in declared {
@@ -302,11 +346,9 @@ pub async fn drain(
                     source: None,
                 },
             }),
-            Some(prior) => {
-                state.metered = prior
-                    .as_ref()
-                    .and_then(|r| r.metered.iter().find(|(p, _)| p == container_path))
-                    .map_or(0, |(_, n)| *n);
+            Some(_) => {
+                state.metered = meter.get(container_path);
+                state.reserved = state.metered;
                 if Instant::now() >= deadline {
                     Err(ReadbackError::Timeout {
                         after: options.timeout,
@@ -320,6 +362,7 @@ pub async fn drain(
                         &addr,
                         &options,
                         &mut state,
+                        &mut meter,
                         &mut declines,
                     );
                     match tokio::time::timeout_at(deadline, work).await {
@@ -339,6 +382,8 @@ pub async fn drain(
             ));
             declines.note(reason::CAP_EXCEEDED);
         }
+        state.metered += state.in_flight;
+        meter.set(container_path, state.metered);
         let failure = result.err().map(|e| {
             failed = true;
             declines.note(e.reason());
@@ -442,6 +487,7 @@ async fn drain_path(
     addr: &name::Addressing,
     options: &DrainOptions,
     state: &mut PathState,
+    meter: &mut Meter,
     declines: &mut Declines,
 ) -> Result<(), ReadbackError> {
     let stream = run
@@ -482,7 +528,17 @@ async fn drain_path(
             declines.decline(reason::CAP_EXCEEDED, || name::display(addr, &member));
             continue;
         }
-        match put_member(
+        let needed = state.metered + member.size;
+        if needed > state.reserved {
+            state.reserved = needed.saturating_add(RESERVE_STEP).min(cap.max(needed));
+            meter.set(decl.container_path.trim_end_matches('/'), state.reserved);
+            store
+                .set_drain(run_id, in_flight_record(meter))
+                .await
+                .map_err(|source| ReadbackError::Store { source })?;
+        }
+        state.in_flight = member.size;
+        let outcome = put_member(
             store,
             run_id,
             &path,
@@ -490,8 +546,9 @@ async fn drain_path(
             room,
             options.chunks_in_flight,
         )
-        .await?
-        {
+        .await;
+        state.in_flight = 0;
+        match outcome? {
             PutOutcome::Stored(record) => {
                 state.files += 1;
                 state.bytes += record.size;
@@ -504,6 +561,21 @@ async fn drain_path(
         }
     }
     Ok(())
+}
+
+/// The record that stands while a drain runs: if the host dies here, the
+/// set reads as failed and stale, and the meter already charges what the
+/// puts in flight may have stored. The reason token of an attempt that never
+/// finished is `timeout` (it did not finish in any time).
+fn in_flight_record(meter: &Meter) -> DrainRecord {
+    DrainRecord {
+        status: DrainStatus::Failed,
+        reason: Some(reason::TIMEOUT.to_owned()),
+        declined: Vec::new(),
+        stale: true,
+        metered: meter.entries.clone(),
+        updated_at: time::OffsetDateTime::now_utc(),
+    }
 }
 
 /// Pipe the current member's data into the store through a bounded channel:

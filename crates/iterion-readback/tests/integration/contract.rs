@@ -335,3 +335,117 @@ async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
         ["ok"]
     );
 }
+
+#[tokio::test]
+async fn a_store_failure_is_a_failed_drain_with_store_error() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    faulty
+        .fail_put
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let run = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(Archive::new().file("artifact-files/a", b"a").finish(), 512),
+    );
+    let report = drain(
+        &run,
+        &faulty,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Failed);
+    assert_eq!(report.reason, Some("store_error"));
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("drain not marked"));
+    assert_eq!(
+        (record.status, record.reason.as_deref()),
+        (DrainStatus::Failed, Some("store_error"))
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_meter_drains_nothing_and_resets_nothing() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let decl = [run_files(1000)];
+    let first = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(
+            Archive::new().file("artifact-files/a", &[1; 900]).finish(),
+            512,
+        ),
+    );
+    drain(&first, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
+
+    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    faulty
+        .fail_get_drain
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let second = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(
+            Archive::new().file("artifact-files/b", &[2; 900]).finish(),
+            512,
+        ),
+    );
+    let report = drain(&second, &faulty, &run_id, &decl, DrainOptions::default()).await;
+    assert_eq!(
+        (report.status, report.reason),
+        (DrainStatus::Failed, Some("store_error"))
+    );
+    assert!(!report.recorded);
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["a"]
+    );
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("drain not marked"));
+    assert_eq!(
+        record.metered,
+        [("/iterion/artifact-files".to_owned(), 900)]
+    );
+}
+
+#[tokio::test]
+async fn a_drain_that_dies_mid_member_has_already_charged_the_meter() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let decl = [run_files(100 * MIB)];
+    // 40 MiB claimed, 1 MiB sent, then the stream stalls; the drain future is
+    // dropped as a crashed host would drop it.
+    let prefix = Archive::new()
+        .claim(
+            b"artifact-files/big",
+            b'0',
+            40 * MIB,
+            &vec![0u8; MIB as usize],
+        )
+        .unfinished();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Hang(prefix));
+    let crashed = tokio::time::timeout(
+        short_timeout(),
+        drain(&run, &*ts.store, &run_id, &decl, DrainOptions::default()),
+    )
+    .await;
+    assert!(crashed.is_err(), "the drain should still be waiting");
+    let record = ts.store.get_drain(&run_id).await.ok().flatten();
+    let record = record.unwrap_or_else(|| panic!("no in-flight record"));
+    assert_eq!(record.status, DrainStatus::Failed);
+    assert!(record.stale);
+    let charged = record.metered.first().map_or(0, |(_, n)| *n);
+    assert!(charged >= 40 * MIB, "meter charged {charged}");
+
+    // The retry meters on top of the charge: 61 MiB more would cross 100.
+    let retry = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Generated(generated(1, (61 * MIB) as usize, 1, |_| {
+            "artifact-files/big".into()
+        })),
+    );
+    let report = drain(&retry, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
+    assert_eq!(report.declined, ["/iterion/artifact-files/big"]);
+    assert_eq!(report.reason, Some("cap_exceeded"));
+}
