@@ -167,9 +167,198 @@ fn baseline_tar_x() -> f64 {
     start.elapsed().as_secs_f64()
 }
 
+/// The drain's half of the end-to-end comparison: the engine's archive
+/// endpoint (what the docker driver's `export` streams) into the store.
+struct DockerRun {
+    docker: bollard::Docker,
+    container: String,
+}
+
+#[async_trait::async_trait]
+impl SandboxRun for DockerRun {
+    fn driver(&self) -> DriverName {
+        DriverName::Docker
+    }
+    fn container(&self) -> &str {
+        &self.container
+    }
+    fn workdir(&self) -> &str {
+        "/"
+    }
+    async fn exec(&self, _r: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {
+        Err(DriverError::Unsupported {
+            driver: DriverName::Docker,
+            feature: "exec",
+        })
+    }
+    async fn export(&self, path: &str) -> Result<ByteStream, DriverError> {
+        use futures_util::TryStreamExt;
+        let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+            .path(path)
+            .build();
+        let stream = self
+            .docker
+            .download_from_container(&self.container, Some(options))
+            .map_err(std::io::Error::other);
+        Ok(Box::pin(stream))
+    }
+    async fn import(&self, _d: &str, _a: ByteStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    async fn is_alive(&self) -> Result<bool, DriverError> {
+        Ok(true)
+    }
+    async fn cleanup(&self) -> Result<(), DriverError> {
+        Ok(())
+    }
+}
+
+fn docker_host() -> Option<String> {
+    std::env::var("ITERION_TEST_DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
+fn child_docker(container: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let host = docker_host().unwrap();
+        let socket = host.strip_prefix("unix://").unwrap_or(&host).to_owned();
+        let docker =
+            bollard::Docker::connect_with_unix(&socket, 600, bollard::API_DEFAULT_VERSION).unwrap();
+        let run = DockerRun {
+            docker,
+            container: container.to_owned(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (store, label) = bench_store::open(dir.path()).await;
+        let run_id = bench_store::new_run(&*store).await;
+        let decl = [ReadBackDecl {
+            container_path: RUN_FILES_CONTAINER_DIR.into(),
+            cap: ByteSize(u64::MAX / 2),
+            origin: MountOrigin::RunFiles,
+        }];
+        let start = Instant::now();
+        let report = drain(&run, &*store, &run_id, &decl, DrainOptions::default()).await;
+        let secs = start.elapsed().as_secs_f64();
+        assert_eq!(report.files, files(), "{report:?}");
+        println!(
+            "CHILD store={label} secs={secs:.3} bytes={} hwm_kib={}",
+            report.bytes,
+            vm_hwm_kib()
+        );
+    });
+}
+
+fn docker(host: &str) -> Command {
+    let mut cmd = Command::new("docker");
+    cmd.arg("-H").arg(host);
+    cmd
+}
+
+/// `docker cp` of a real container tree vs the drain of the same tree.
+fn docker_end_to_end() {
+    let Some(host) = docker_host() else {
+        println!(
+            "docker end-to-end: skipped (ITERION_TEST_DOCKER_HOST unset; source scripts/lib.sh)"
+        );
+        return;
+    };
+    let image = std::env::var("ITERION_TEST_BUSYBOX_IMAGE")
+        .unwrap_or_else(|_| "iterion-test/busybox:local".into());
+    let script = format!(
+        "i=0; while [ $i -lt {n} ]; do d=/iterion/artifact-files/d$((i%10)); mkdir -p $d; \
+         head -c {size} /dev/urandom > $d/f$i.bin; i=$((i+1)); done; touch /ready; sleep 3600",
+        n = files(),
+        size = file_bytes()
+    );
+    let out = docker(&host)
+        .args([
+            "run",
+            "-d",
+            "--label",
+            "iterion.io/managed=true",
+            "--label",
+            "iterion.io/test=readback-bench",
+        ])
+        .arg(&image)
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let container = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    loop {
+        let ready = docker(&host)
+            .args(["exec", &container, "test", "-f", "/ready"])
+            .status()
+            .unwrap();
+        if ready.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let mb = (files() * file_bytes() as u64) as f64 / 1e6;
+    for round in 1..=2 {
+        let dir = tempfile::tempdir().unwrap();
+        let start = Instant::now();
+        let cp = docker(&host)
+            .arg("cp")
+            .arg(format!("{container}:/iterion/artifact-files"))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let cp_secs = start.elapsed().as_secs_f64();
+        drop(dir);
+        let out = Command::new(std::env::current_exe().unwrap())
+            .arg("--child-docker")
+            .arg(&container)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = text.lines().find(|l| l.starts_with("CHILD")) else {
+            println!(
+                "docker drain failed: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            break;
+        };
+        let field = |k: &str| -> String {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let secs: f64 = field("secs").parse().unwrap_or(f64::NAN);
+        let hwm: f64 = field("hwm_kib").parse().unwrap_or(f64::NAN);
+        println!(
+            "docker round {round}: docker cp {cp_secs:.2}s ({:.0} MB/s) | drain (archive endpoint) into {} {secs:.2}s ({:.0} MB/s) | drain/cp time ratio {:.2} | drain peak RSS {:.1} MiB",
+            mb / cp_secs,
+            field("store"),
+            mb / secs,
+            secs / cp_secs,
+            hwm / 1024.0
+        );
+    }
+    let _ = docker(&host).args(["rm", "-f", &container]).output();
+}
+
 fn main() {
-    if std::env::args().any(|a| a == "--child-drain") {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--child-drain") {
         child_drain();
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--child-docker") {
+        child_docker(&args[i + 1]);
         return;
     }
     let total = files() * file_bytes() as u64;
@@ -211,6 +400,7 @@ fn main() {
             hwm / 1024.0
         );
     }
+    docker_end_to_end();
 }
 
 /// The store the drain writes into.
