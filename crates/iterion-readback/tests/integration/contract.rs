@@ -1,17 +1,20 @@
 //! The drain contract: addressing, outcome marking, events, caps summed over
 //! attempts, failures of one path not stopping the others.
+//!
+//! The suite is written once over a store [`Backend`] and mounted once per
+//! backend (facts §10 R10: the same contract test passes against the
+//! embedded store and its cloud twin).
 
 use iterion_core::EventDraft;
 use iterion_core::store::DrainStatus;
 use iterion_readback::{DrainOptions, drain};
 
-use crate::store::{new_run, new_store};
+use crate::store::{Backend, new_run, new_store_on};
 use crate::stored;
 use crate::support::*;
 
-#[tokio::test]
-async fn an_empty_run_files_dir_is_complete_not_failed() {
-    let ts = new_store().await;
+pub async fn an_empty_run_files_dir_is_complete_not_failed(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let run = ServedRun::new().serve(
         "/iterion/artifact-files",
@@ -38,9 +41,8 @@ async fn an_empty_run_files_dir_is_complete_not_failed() {
     assert!(stored(&*ts.store, &run_id).await.is_empty());
 }
 
-#[tokio::test]
-async fn files_are_addressed_relative_to_their_declared_dir() {
-    let ts = new_store().await;
+pub async fn files_are_addressed_relative_to_their_declared_dir(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let long = format!(
         "artifact-files/{}/deep.txt",
@@ -97,9 +99,8 @@ async fn files_are_addressed_relative_to_their_declared_dir() {
     assert_eq!(report.bytes, 11 + 1 + 3 + 3 + 3000 + 6);
 }
 
-#[tokio::test]
-async fn a_gone_container_fails_one_path_and_the_others_still_drain() {
-    let ts = new_store().await;
+pub async fn a_gone_container_fails_one_path_and_the_others_still_drain(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let run = ServedRun::new()
         .serve("/iterion/artifact-files", Source::Gone)
@@ -139,9 +140,8 @@ async fn a_gone_container_fails_one_path_and_the_others_still_drain() {
     );
 }
 
-#[tokio::test]
-async fn a_gone_container_with_nothing_stored_is_failed_not_stale() {
-    let ts = new_store().await;
+pub async fn a_gone_container_with_nothing_stored_is_failed_not_stale(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let run = ServedRun::new().serve("/iterion/artifact-files", Source::Gone);
     let report = drain(
@@ -156,9 +156,8 @@ async fn a_gone_container_with_nothing_stored_is_failed_not_stale() {
     assert_eq!(report.reason, Some("container_gone"));
 }
 
-#[tokio::test]
-async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one() {
-    let ts = new_store().await;
+pub async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let mut bytes = Archive::new()
         .file("artifact-files/whole", b"whole")
@@ -184,9 +183,8 @@ async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one() {
     );
 }
 
-#[tokio::test]
-async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set() {
-    let ts = new_store().await;
+pub async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let bytes = Archive::new().file("artifact-files/a", b"a").unfinished();
     let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(bytes, 512));
@@ -202,9 +200,8 @@ async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set() {
     assert_eq!(report.status, DrainStatus::Failed);
 }
 
-#[tokio::test]
-async fn a_stalled_export_times_out_and_later_paths_are_not_started() {
-    let ts = new_store().await;
+pub async fn a_stalled_export_times_out_and_later_paths_are_not_started(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let prefix = Archive::new()
         .file("artifact-files/first", b"1")
@@ -237,9 +234,8 @@ async fn a_stalled_export_times_out_and_later_paths_are_not_started() {
     );
 }
 
-#[tokio::test]
-async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it() {
-    let ts = new_store().await;
+pub async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let decl = [run_files(1000)];
 
@@ -304,9 +300,8 @@ async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it() {
     assert_eq!(report.paths[0].metered, 1000);
 }
 
-#[tokio::test]
-async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
-    let ts = new_store().await;
+pub async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     // 2 TiB claimed, then the stream simply ends: the member is declined on
     // its header, and the missing body is the archive's own error.
@@ -336,9 +331,8 @@ async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
     );
 }
 
-#[tokio::test]
-async fn a_store_failure_is_a_failed_drain_with_store_error() {
-    let ts = new_store().await;
+pub async fn a_store_failure_is_a_failed_drain_with_store_error(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let faulty = crate::faults::Faulty::new(ts.store.clone());
     faulty
@@ -366,9 +360,8 @@ async fn a_store_failure_is_a_failed_drain_with_store_error() {
     );
 }
 
-#[tokio::test]
-async fn an_unreadable_meter_drains_nothing_and_resets_nothing() {
-    let ts = new_store().await;
+pub async fn an_unreadable_meter_drains_nothing_and_resets_nothing(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let decl = [run_files(1000)];
     let first = ServedRun::new().serve(
@@ -409,9 +402,8 @@ async fn an_unreadable_meter_drains_nothing_and_resets_nothing() {
     );
 }
 
-#[tokio::test]
-async fn a_drain_that_dies_mid_member_has_already_charged_the_meter() {
-    let ts = new_store().await;
+pub async fn a_drain_that_dies_mid_member_has_already_charged_the_meter(backend: Backend) {
+    let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
     let decl = [run_files(100 * MIB)];
     // 40 MiB claimed, 1 MiB sent, then the stream stalls; the drain future is
@@ -449,3 +441,84 @@ async fn a_drain_that_dies_mid_member_has_already_charged_the_meter() {
     assert_eq!(report.declined, ["/iterion/artifact-files/big"]);
     assert_eq!(report.reason, Some("cap_exceeded"));
 }
+
+/// Mount the whole contract suite on one store backend.
+macro_rules! drain_contract_suite {
+    ($module:ident, $backend:expr) => {
+        mod $module {
+            #[tokio::test]
+            async fn an_empty_run_files_dir_is_complete_not_failed() {
+                crate::contract::an_empty_run_files_dir_is_complete_not_failed($backend).await
+            }
+            #[tokio::test]
+            async fn files_are_addressed_relative_to_their_declared_dir() {
+                crate::contract::files_are_addressed_relative_to_their_declared_dir($backend).await
+            }
+            #[tokio::test]
+            async fn a_gone_container_fails_one_path_and_the_others_still_drain() {
+                crate::contract::a_gone_container_fails_one_path_and_the_others_still_drain(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn a_gone_container_with_nothing_stored_is_failed_not_stale() {
+                crate::contract::a_gone_container_with_nothing_stored_is_failed_not_stale($backend)
+                    .await
+            }
+            #[tokio::test]
+            async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one() {
+                crate::contract::a_truncated_archive_keeps_whole_members_and_never_a_cut_one(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set() {
+                crate::contract::an_archive_without_its_end_marker_is_an_error_not_a_short_set(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn a_stalled_export_times_out_and_later_paths_are_not_started() {
+                crate::contract::a_stalled_export_times_out_and_later_paths_are_not_started(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it() {
+                crate::contract::the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
+                crate::contract::a_header_claiming_terabytes_is_declined_before_a_byte_is_read(
+                    $backend,
+                )
+                .await
+            }
+            #[tokio::test]
+            async fn a_store_failure_is_a_failed_drain_with_store_error() {
+                crate::contract::a_store_failure_is_a_failed_drain_with_store_error($backend).await
+            }
+            #[tokio::test]
+            async fn an_unreadable_meter_drains_nothing_and_resets_nothing() {
+                crate::contract::an_unreadable_meter_drains_nothing_and_resets_nothing($backend)
+                    .await
+            }
+            #[tokio::test]
+            async fn a_drain_that_dies_mid_member_has_already_charged_the_meter() {
+                crate::contract::a_drain_that_dies_mid_member_has_already_charged_the_meter(
+                    $backend,
+                )
+                .await
+            }
+        }
+    };
+}
+
+drain_contract_suite!(sqlite, crate::store::Backend::Sqlite);

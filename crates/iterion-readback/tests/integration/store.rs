@@ -19,11 +19,30 @@ pub struct TestStore {
     pub store: Arc<dyn RunStore>,
 }
 
+/// Which store backend a test drains into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded store, in a temp dir.
+    Sqlite,
+    /// The cloud twin (`ITERION_TEST_POSTGRES_URL`).
+    #[allow(dead_code)] // mounted once the PostgreSQL store lands on main
+    Postgres,
+}
+
+/// A fresh store on the default (embedded) backend.
 pub async fn new_store() -> TestStore {
+    new_store_on(Backend::Sqlite).await
+}
+
+/// A fresh store on `backend`.
+pub async fn new_store_on(backend: Backend) -> TestStore {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    TestStore {
-        dir,
-        store: Arc::new(Sink::default()),
+    match backend {
+        Backend::Sqlite => TestStore {
+            dir,
+            store: Arc::new(Sink::default()),
+        },
+        Backend::Postgres => panic!("the PostgreSQL store is not on main yet"),
     }
 }
 
