@@ -514,8 +514,15 @@ async fn drain_path(
         let path = match name::judge(&member, addr, options.max_depth) {
             Verdict::Skip => continue,
             Verdict::Decline(_why) => {
+                // A member that would not fit anyway (a sparse file claiming
+                // terabytes) is reported for the cap it breaks.
+                let token = if member.claimed_size > cap.saturating_sub(state.metered) {
+                    reason::CAP_EXCEEDED
+                } else {
+                    reason::ARCHIVE_ERROR
+                };
                 state.declined += 1;
-                declines.decline(reason::ARCHIVE_ERROR, || name::display(addr, &member));
+                declines.decline(token, || name::display(addr, &member));
                 continue;
             }
             Verdict::Store(path) => path,

@@ -213,6 +213,7 @@ mod tests {
             name_truncated: false,
             kind,
             size: 0,
+            claimed_size: 0,
         }
     }
 
@@ -285,6 +286,7 @@ mod tests {
             name_truncated: false,
             kind: f,
             size: 0,
+            claimed_size: 0,
         };
         assert!(matches!(
             judge(&bad_utf8, &run_files, 8),

@@ -80,6 +80,9 @@ pub(crate) struct Member {
     pub kind: MemberKind,
     /// Data bytes that follow in the archive (PAX `size` wins).
     pub size: u64,
+    /// The size a sparse member claims once expanded (its holes included),
+    /// for the cap check; equal to `size` for every other member.
+    pub claimed_size: u64,
 }
 
 /// The reader. Data of the current member must be read with
@@ -195,6 +198,7 @@ impl TarStream {
         let mut pax_path: Option<Vec<u8>> = None;
         let mut pax_size: Option<u64> = None;
         let mut pax_sparse = false;
+        let mut pax_real_size: Option<u64> = None;
         let mut extensions = 0usize;
         loop {
             let Some(header) = self.block().await? else {
@@ -250,6 +254,9 @@ impl TarStream {
                                 pax_size = pax.size;
                             }
                             pax_sparse |= pax.sparse;
+                            if pax.real_size.is_some() {
+                                pax_real_size = pax.real_size;
+                            }
                         }
                         // Global headers never rename or resize a member here.
                         _ => {
@@ -261,6 +268,30 @@ impl TarStream {
                 _ => {}
             }
             let size = pax_size.unwrap_or(header_size);
+            let mut claimed_size = size;
+            if typeflag == b'S' {
+                // Old GNU sparse: the real size sits in the header, and the
+                // sparse map may continue in extension blocks the size field
+                // does not count; they are skipped (bounded) to stay in step.
+                claimed_size = claimed_size.max(parse_numeric(&header[483..495])?);
+                let mut extended = header[482] != 0;
+                let mut blocks: u64 = 0;
+                while extended {
+                    blocks += 1;
+                    if blocks * BLOCK > self.limits.pax {
+                        return Err(ReadbackError::Header {
+                            reason: "sparse map longer than the bound",
+                        });
+                    }
+                    let Some(ext) = self.block().await? else {
+                        return Err(ReadbackError::Truncated);
+                    };
+                    extended = ext[504] != 0;
+                }
+            }
+            if let Some(real) = pax_real_size {
+                claimed_size = claimed_size.max(real);
+            }
             let kind = match typeflag {
                 _ if pax_sparse => MemberKind::Sparse,
                 b'0' | b'\0' | b'7' => MemberKind::File,
@@ -285,6 +316,7 @@ impl TarStream {
                 name_truncated,
                 kind,
                 size,
+                claimed_size,
             }));
         }
     }
@@ -391,6 +423,7 @@ struct Pax {
     path: Option<Vec<u8>>,
     size: Option<u64>,
     sparse: bool,
+    real_size: Option<u64>,
 }
 
 /// PAX records: `"<len> <key>=<value>\n"`, `len` counting the whole record.
@@ -424,6 +457,10 @@ fn parse_pax(mut data: &[u8]) -> Result<Pax, ReadbackError> {
                     .and_then(|s| s.parse().ok())
                     .ok_or(bad("PAX size is not a number"))?;
                 pax.size = Some(size);
+            }
+            b"GNU.sparse.realsize" | b"GNU.sparse.size" => {
+                pax.sparse = true;
+                pax.real_size = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
             }
             k if k.starts_with(b"GNU.sparse.") => pax.sparse = true,
             _ => {}

@@ -447,6 +447,10 @@ macro_rules! drain_contract_suite {
     ($module:ident, $backend:expr) => {
         mod $module {
             #[tokio::test]
+            async fn gnu_tar_formats_ingest_byte_exact() {
+                crate::contract::gnu_tar_formats_ingest_byte_exact($backend).await
+            }
+            #[tokio::test]
             async fn an_empty_run_files_dir_is_complete_not_failed() {
                 crate::contract::an_empty_run_files_dir_is_complete_not_failed($backend).await
             }
@@ -522,3 +526,72 @@ macro_rules! drain_contract_suite {
 }
 
 drain_contract_suite!(sqlite, crate::store::Backend::Sqlite);
+
+/// Archives written by GNU tar in each of its formats (ustar prefixes, GNU
+/// long names, PAX records for long and non-ASCII names) ingest byte-exact.
+pub async fn gnu_tar_formats_ingest_byte_exact(backend: Backend) {
+    let tree = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = tree.path().join("artifact-files");
+    let deep = format!("{}/{}", "segment-".repeat(12), "name-".repeat(30));
+    let mut expected = std::collections::BTreeMap::new();
+    for (rel, data) in [
+        ("a.txt".to_owned(), b"alpha".to_vec()),
+        ("dir/b.bin".to_owned(), vec![0u8, 1, 2, 255]),
+        ("ünïcødé/ß.txt".to_owned(), b"utf8".to_vec()),
+        (format!("{deep}.txt"), vec![b'z'; 5000]),
+        ("empty".to_owned(), Vec::new()),
+    ] {
+        let path = root.join(&rel);
+        std::fs::create_dir_all(path.parent().unwrap_or(&root)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&path, &data).unwrap_or_else(|e| panic!("{e}"));
+        expected.insert(rel, data);
+    }
+    for format in ["gnu", "posix", "ustar", "oldgnu"] {
+        let out = std::process::Command::new("tar")
+            .arg("-c")
+            .arg(format!("--format={format}"))
+            .arg("-C")
+            .arg(tree.path())
+            .arg("artifact-files")
+            .output()
+            .unwrap_or_else(|e| panic!("tar: {e}"));
+        if format == "ustar" {
+            // ustar cannot hold the 200+-byte name: GNU tar refuses it, and
+            // what it wrote must still ingest without it.
+            assert!(!out.stdout.is_empty());
+        } else {
+            assert!(
+                out.status.success(),
+                "{format}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let ts = new_store_on(backend).await;
+        let run_id = new_run(&*ts.store).await;
+        let run = ServedRun::new().serve(
+            "/iterion/artifact-files",
+            Source::Bytes(out.stdout.into(), 1000),
+        );
+        let report = drain(
+            &run,
+            &*ts.store,
+            &run_id,
+            &[run_files(MIB)],
+            DrainOptions::default(),
+        )
+        .await;
+        let files = stored(&*ts.store, &run_id).await;
+        if format == "ustar" {
+            let mut without = expected.clone();
+            without.retain(|k, _| !k.starts_with("segment-"));
+            assert_eq!(files, without, "{format}");
+        } else {
+            assert_eq!(
+                report.status,
+                DrainStatus::Complete,
+                "{format}: {report:#?}"
+            );
+            assert_eq!(files, expected, "{format}");
+        }
+    }
+}

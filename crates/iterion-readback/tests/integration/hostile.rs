@@ -193,3 +193,29 @@ async fn an_oversized_pax_header_fails_the_path_without_buffering_it() {
         ["before"]
     );
 }
+
+#[tokio::test]
+async fn a_sparse_member_claiming_terabytes_is_declined_for_the_cap_and_the_stream_stays_in_step() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let archive = Archive::new()
+        .gnu_sparse(b"artifact-files/sparse-2tb", 2 << 40)
+        .file("artifact-files/after", b"after")
+        .finish();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(archive, 100));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(256 * MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.declined, ["/iterion/artifact-files/sparse-2tb"]);
+    assert_eq!(report.reason, Some("cap_exceeded"));
+    assert_eq!(report.status, DrainStatus::Partial);
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["after"]
+    );
+}

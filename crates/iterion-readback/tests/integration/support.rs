@@ -197,6 +197,23 @@ impl Archive {
             .raw(b"placeholder", typeflag, data, b"")
     }
 
+    /// An old-GNU sparse member claiming `real_size` once expanded, with one
+    /// sparse-map extension block (all zeros: it must not read as the end).
+    pub fn gnu_sparse(mut self, name: &[u8], real_size: u64) -> Self {
+        let mut h = header(name, b'S', 0, b"");
+        h[482] = 1;
+        let mut field = [0u8; 12];
+        field[0] = 0x80;
+        field[4..].copy_from_slice(&real_size.to_be_bytes());
+        h[483..495].copy_from_slice(&field);
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        self.bytes.extend_from_slice(&h);
+        self.bytes.extend_from_slice(&[0u8; 512]);
+        self
+    }
+
     pub fn finish(mut self) -> Bytes {
         self.bytes.extend_from_slice(&[0u8; 1024]);
         Bytes::from(self.bytes)
