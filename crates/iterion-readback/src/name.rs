@@ -115,19 +115,16 @@ pub(crate) fn judge(member: &Member, addr: &Addressing, max_depth: usize) -> Ver
         return Decline("absolute name");
     }
     let mut comps: Vec<&str> = Vec::new();
+    let mut too_deep = false;
     for comp in name.split('/') {
         match comp {
             "" | "." => {}
             ".." => return Decline("'..' component"),
             c if c.contains('\\') => return Decline("backslash in name"),
-            c => {
-                // Bound the work on a hostile 10,000-level name before the
-                // depth check below.
-                if comps.len() > max_depth + 1 {
-                    return Decline("nested deeper than the bound");
-                }
-                comps.push(c);
-            }
+            // Every component is still checked above; only the kept list is
+            // bounded (a 64 KiB name is 32,000 components).
+            _ if comps.len() > max_depth => too_deep = true,
+            c => comps.push(c),
         }
     }
     let rel: &[&str] = if addr.top.is_empty() {
@@ -140,7 +137,12 @@ pub(crate) fn judge(member: &Member, addr: &Addressing, max_depth: usize) -> Ver
             _ => return Decline("outside the declared path"),
         }
     };
-    if rel.len() > max_depth {
+    // Directories are never stored, so depth is no reason to report one; the
+    // files inside them are judged (and reported) on their own.
+    if too_deep || rel.len() > max_depth {
+        if member.kind == MemberKind::Dir {
+            return Verdict::Skip;
+        }
         return Decline("nested deeper than the bound");
     }
     match member.kind {

@@ -1,6 +1,7 @@
 //! Integration tests of the ADR-143 drain: contract, hostile archives, fuzz.
 
 mod contract;
+mod engine;
 mod faults;
 mod fuzz;
 mod hostile;
