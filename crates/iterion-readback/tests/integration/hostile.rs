@@ -219,3 +219,29 @@ async fn a_sparse_member_claiming_terabytes_is_declined_for_the_cap_and_the_stre
         ["after"]
     );
 }
+
+/// What a reader of the event log sees for a hostile archive.
+#[tokio::test]
+async fn the_drain_failed_event_names_what_was_declined() {
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let archive = Archive::new()
+        .file("artifact-files/kept.txt", b"kept")
+        .raw(b"artifact-files/passwd", b'2', b"", b"/etc/passwd")
+        .raw(b"artifact-files/shadow", b'1', b"", b"/etc/shadow")
+        .file("artifact-files/../../x", b"x")
+        .raw(b"artifact-files/pipe", b'6', b"", b"")
+        .file("artifact-files/too-big", &[0u8; 2048])
+        .finish();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(archive, 512));
+    let report = drain(
+        &run,
+        &*ts.store,
+        &run_id,
+        &[run_files(1024)],
+        DrainOptions::default(),
+    )
+    .await;
+    let draft: iterion_core::EventDraft = report.events[0].clone().into();
+    insta::assert_json_snapshot!(serde_json::json!({"type": draft.kind, "data": draft.data}));
+}
