@@ -14,7 +14,12 @@ use crate::store::{new_run, new_store};
 use crate::stored;
 use crate::support::*;
 
+/// `PROPTEST_CASES` raises the count for a long local fuzz run.
 fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
     ProptestConfig {
         cases,
         failure_persistence: None,
