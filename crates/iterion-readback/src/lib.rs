@@ -306,7 +306,11 @@ pub async fn drain(
     declared: &[ReadBackDecl],
     options: DrainOptions,
 ) -> DrainReport {
-    let deadline = Instant::now() + options.timeout;
+    // `Instant + Duration::MAX` would panic; an absurd bound means "none".
+    let start = Instant::now();
+    let deadline = start
+        .checked_add(options.timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
     let driver = run.driver().as_str().to_owned();
     let mut declines = Declines {
         names: Vec::new(),

@@ -140,6 +140,21 @@ pub async fn a_gone_container_fails_one_path_and_the_others_still_drain(backend:
     );
 }
 
+pub async fn an_unbounded_timeout_is_no_timeout(backend: Backend) {
+    let ts = new_store_on(backend).await;
+    let run_id = new_run(&*ts.store).await;
+    let run = ServedRun::new().serve(
+        "/iterion/artifact-files",
+        Source::Bytes(Archive::new().file("artifact-files/a", b"a").finish(), 512),
+    );
+    let options = DrainOptions {
+        timeout: std::time::Duration::MAX,
+        ..DrainOptions::default()
+    };
+    let report = drain(&run, &*ts.store, &run_id, &[run_files(MIB)], options).await;
+    assert_eq!(report.status, DrainStatus::Complete);
+}
+
 pub async fn a_gone_container_with_nothing_stored_is_failed_not_stale(backend: Backend) {
     let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
@@ -446,6 +461,10 @@ pub async fn a_drain_that_dies_mid_member_has_already_charged_the_meter(backend:
 macro_rules! drain_contract_suite {
     ($module:ident, $backend:expr) => {
         mod $module {
+            #[tokio::test]
+            async fn an_unbounded_timeout_is_no_timeout() {
+                crate::contract::an_unbounded_timeout_is_no_timeout($backend).await
+            }
             #[tokio::test]
             async fn gnu_tar_formats_ingest_byte_exact() {
                 crate::contract::gnu_tar_formats_ingest_byte_exact($backend).await
