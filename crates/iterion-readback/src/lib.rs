@@ -293,6 +293,10 @@ impl Meter {
 /// over-counts by at most one step — never under-counts.
 const RESERVE_STEP: u64 = 16 * 1024 * 1024;
 
+/// Consecutive refused puts after which the store, not the member, is taken
+/// to be the problem.
+const MAX_CONSECUTIVE_STORE_ERRORS: usize = 3;
+
 /// Drain every declared path of a run into `store`, once, at teardown.
 ///
 /// Never fails: every problem becomes part of the report, and the stored set
@@ -507,6 +511,7 @@ async fn drain_path(
     );
     let cap = decl.cap.0;
     let mut members: u64 = 0;
+    let mut store_errors = 0usize;
     while let Some(member) = tar.next_member().await? {
         members += 1;
         if members > options.max_members_per_path {
@@ -559,7 +564,23 @@ async fn drain_path(
         )
         .await;
         state.in_flight = 0;
-        match outcome? {
+        let outcome = match outcome {
+            // One refused member (a file where the archive earlier put a
+            // directory of the same name, say) is that member's problem; a
+            // run of refusals is the store's, and stops the path.
+            Err(ReadbackError::Store { source }) => {
+                store_errors += 1;
+                if store_errors >= MAX_CONSECUTIVE_STORE_ERRORS {
+                    return Err(ReadbackError::Store { source });
+                }
+                state.declined += 1;
+                declines.decline(reason::STORE_ERROR, || name::display(addr, &member));
+                continue;
+            }
+            other => other?,
+        };
+        store_errors = 0;
+        match outcome {
             PutOutcome::Stored(record) => {
                 state.files += 1;
                 state.bytes += record.size;

@@ -353,9 +353,13 @@ pub async fn a_store_failure_is_a_failed_drain_with_store_error(backend: Backend
     faulty
         .fail_put
         .store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut archive = Archive::new();
+    for i in 0..5 {
+        archive = archive.file(&format!("artifact-files/f{i}"), b"data");
+    }
     let run = ServedRun::new().serve(
         "/iterion/artifact-files",
-        Source::Bytes(Archive::new().file("artifact-files/a", b"a").finish(), 512),
+        Source::Bytes(archive.finish(), 512),
     );
     let report = drain(
         &run,
@@ -372,6 +376,38 @@ pub async fn a_store_failure_is_a_failed_drain_with_store_error(backend: Backend
     assert_eq!(
         (record.status, record.reason.as_deref()),
         (DrainStatus::Failed, Some("store_error"))
+    );
+}
+
+pub async fn one_refused_member_is_declined_and_the_rest_kept(backend: Backend) {
+    let ts = new_store_on(backend).await;
+    let run_id = new_run(&*ts.store).await;
+    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    faulty
+        .refuse
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push("refused".into());
+    let archive = Archive::new()
+        .file("artifact-files/before", b"b")
+        .file("artifact-files/refused", b"r")
+        .file("artifact-files/after", b"a")
+        .finish();
+    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(archive, 512));
+    let report = drain(
+        &run,
+        &faulty,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    assert_eq!(report.status, DrainStatus::Partial);
+    assert_eq!(report.reason, Some("store_error"));
+    assert_eq!(report.declined, ["/iterion/artifact-files/refused"]);
+    assert_eq!(
+        stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
+        ["after", "before"]
     );
 }
 
@@ -461,6 +497,10 @@ pub async fn a_drain_that_dies_mid_member_has_already_charged_the_meter(backend:
 macro_rules! drain_contract_suite {
     ($module:ident, $backend:expr) => {
         mod $module {
+            #[tokio::test]
+            async fn one_refused_member_is_declined_and_the_rest_kept() {
+                crate::contract::one_refused_member_is_declined_and_the_rest_kept($backend).await
+            }
             #[tokio::test]
             async fn an_unbounded_timeout_is_no_timeout() {
                 crate::contract::an_unbounded_timeout_is_no_timeout($backend).await

@@ -13,6 +13,8 @@ pub struct Faulty {
     pub inner: Arc<dyn RunStore>,
     pub fail_put: AtomicBool,
     pub fail_get_drain: AtomicBool,
+    /// Paths whose put is refused (one member's problem, not the store's).
+    pub refuse: std::sync::Mutex<Vec<String>>,
 }
 
 impl Faulty {
@@ -21,6 +23,7 @@ impl Faulty {
             inner,
             fail_put: AtomicBool::new(false),
             fail_get_drain: AtomicBool::new(false),
+            refuse: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -97,7 +100,13 @@ impl RunStore for Faulty {
         content: ByteStream,
         cap: u64,
     ) -> Result<PutOutcome, StoreError> {
-        if self.fail_put.load(Ordering::SeqCst) {
+        let refused = self
+            .refuse
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|p| p == path.as_str());
+        if refused || self.fail_put.load(Ordering::SeqCst) {
             return Err(injected("put_file"));
         }
         self.inner.put_file(run, path, content, cap).await
