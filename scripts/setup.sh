@@ -6,7 +6,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 need=()
-for pkg in docker.io podman runc busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates; do
+for pkg in docker.io podman runc catatonit iptables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then

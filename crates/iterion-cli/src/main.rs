@@ -3,7 +3,10 @@
 
 mod cli;
 mod cmd;
+mod drivers;
 mod exit;
+mod stores;
+mod workflow;
 
 use clap::Parser;
 

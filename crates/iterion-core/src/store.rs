@@ -349,6 +349,26 @@ pub enum StoreError {
         /// Seq.
         seq: u64,
     },
+    /// An event appended at a seq past the next free one (would leave a gap).
+    #[error("event seq {seq} of run {run} would leave a gap (next is {next})")]
+    SeqGap {
+        /// Run.
+        run: RunId,
+        /// Requested seq.
+        seq: u64,
+        /// The next free seq.
+        next: u64,
+    },
+    /// An event payload the store could not read back (e.g. nested deeper
+    /// than JSON readers accept); refused at append so an accepted event is
+    /// always readable.
+    #[error("event payload for run {run} refused: {reason}")]
+    InvalidPayload {
+        /// Run.
+        run: RunId,
+        /// Why.
+        reason: &'static str,
+    },
     /// A run-file path that would leave the run's area.
     #[error("unsafe run-file path {path:?}: {reason}")]
     UnsafePath {
@@ -419,6 +439,8 @@ impl StoreError {
             Self::IllegalTransition { .. } => "STORE_ILLEGAL_TRANSITION",
             Self::StaleTransition { .. } => "STORE_STALE_TRANSITION",
             Self::SeqConflict { .. } => "STORE_SEQ_CONFLICT",
+            Self::SeqGap { .. } => "STORE_SEQ_GAP",
+            Self::InvalidPayload { .. } => "STORE_INVALID_PAYLOAD",
             Self::UnsafePath { .. } => "STORE_UNSAFE_PATH",
             Self::FileNotFound(_) => "STORE_FILE_NOT_FOUND",
             Self::InvalidCursor => "STORE_INVALID_CURSOR",
@@ -465,7 +487,8 @@ pub trait RunStore: Send + Sync {
     // ---- events ---------------------------------------------------------
     /// Append with the next gapless seq. With `at_seq`, idempotent: an
     /// identical event at that seq returns it; a different one is a
-    /// [`StoreError::SeqConflict`]; a seq that would leave a gap is refused.
+    /// [`StoreError::SeqConflict`]; a seq that would leave a gap is refused
+    /// with [`StoreError::SeqGap`].
     async fn append_event(
         &self,
         run: &RunId,

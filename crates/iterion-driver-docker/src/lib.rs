@@ -1,1 +1,43 @@
-//! iterion-driver-docker (placeholder until its issue lands).
+//! The Docker and Podman sandbox driver of iterion, on the Engine API
+//! (bollard, pinned to API 1.41 which both engines here speak).
+//!
+//! It owns: finding an engine ([`DockerDriver::discover`]), naming itself
+//! `docker` or `podman` from the engine's version answer, image inspect /
+//! bounded pull / offline build, the one long-lived container per run
+//! (labels, mounts, sorted env, init as PID 1, `no-new-privileges`, pids,
+//! memory and CPU limits, per-run internal network for egress enforcement,
+//! per-run named volumes in bindless mode), exec sessions that stream and
+//! can really be killed, tar streams in and out, idempotent cleanup, and
+//! listing/removing labelled leftovers. It does not decide policy (which
+//! mounts survive, which mode runs): `iterion-sandbox` does, and the
+//! runtime orchestrates the orphan reaper.
+//!
+//! Containment defaults of every sandbox: `no-new-privileges`, pids limit
+//! (plan, default 4096), never privileged, the engine's default capability
+//! set, no engine socket, memory/CPU from the plan or else from the
+//! settings below; PID 1 is the engine's init (docker-init / catatonit) in
+//! front of a long sleep, or — on a Podman without catatonit — a shell
+//! whose `wait` reaps orphans. With enforced egress the container sits
+//! only on a per-run `--internal` network; on dockerd one host INPUT rule
+//! (see `firewall.rs`) also closes the host's own addresses.
+//!
+//! Environment (read by [`DockerSettings::from_env`]):
+//! - `DOCKER_HOST`: engine endpoint (`unix://`, `tcp://`); remote ⇒ bindless.
+//! - `ITERION_SANDBOX_PULL_TIMEOUT`: Go duration bounding a pull (default `10m`).
+//! - `ITERION_SANDBOX_MEMORY`: default memory limit (`512MiB`, `2G`…).
+//! - `ITERION_SANDBOX_CPUS`: default CPU limit (`1.5`).
+//! - `ITERION_SANDBOX_DOCKER_BINDS=none`: force bindless mode on a local engine.
+
+mod build;
+mod driver;
+mod exec;
+mod firewall;
+mod rawlist;
+mod run;
+pub mod settings;
+mod tarfix;
+
+pub use driver::{DockerDriver, Endpoint, MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL};
+pub use exec::DockerExec;
+pub use run::{DockerRun, drain_len};
+pub use settings::{BindsMode, DockerSettings, SettingsError};

@@ -81,6 +81,18 @@ pub enum NodeKind {
     Tool,
     /// Expression evaluation.
     Compute,
+    /// Event emission (`emit`).
+    Emit,
+    /// Event wait (`wait`).
+    Wait,
+    /// Sync point for async questions (`await_answers`).
+    AwaitAnswers,
+    /// Child workflow (`subbot`).
+    Subbot,
+    /// Named terminal failure (`fail NAME:`).
+    Fail,
+    /// Legacy convergence node (`join NAME:` with `strategy:`/`require:`).
+    Join,
 }
 
 impl NodeKind {
@@ -93,6 +105,12 @@ impl NodeKind {
             Self::Human => "human",
             Self::Tool => "tool",
             Self::Compute => "compute",
+            Self::Emit => "emit",
+            Self::Wait => "wait",
+            Self::AwaitAnswers => "await_answers",
+            Self::Subbot => "subbot",
+            Self::Fail => "fail",
+            Self::Join => "join",
         }
     }
 }
@@ -160,6 +178,12 @@ pub struct Edge {
     pub loop_bound: Option<LoopBound>,
     /// `with` mappings: target input field → template expression.
     pub with: BTreeMap<String, String>,
+    /// `else`: taken only when no sibling `when` edge matched.
+    #[serde(default)]
+    pub is_else: bool,
+    /// `as foreach NAME(ITEM in "collection")`.
+    #[serde(default)]
+    pub foreach: Option<ForEach>,
     /// Where.
     pub pos: Pos,
 }
@@ -183,8 +207,22 @@ pub enum Condition {
 pub struct LoopBound {
     /// Loop name.
     pub name: String,
-    /// Maximum iterations.
+    /// Maximum iterations (for `unbounded`, its fuel, or `u32::MAX`).
     pub max: u32,
+    /// `as name(unbounded [N])`.
+    #[serde(default)]
+    pub unbounded: bool,
+}
+
+/// `as foreach NAME(ITEM in "collection")`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForEach {
+    /// Loop name.
+    pub name: String,
+    /// Element binding.
+    pub item: String,
+    /// Collection expression.
+    pub collection: String,
 }
 
 /// A schema.

@@ -1,7 +1,100 @@
-//! The `.iter` workflow language: lexer → parser → AST → compiler → [`ir`].
+//! The `.iter` workflow language: lexer → parser → compiler → [`ir`].
 //!
 //! Owns the grammar of upstream Iterion v1 and its diagnostics (codes,
-//! spans, hints). Does no IO beyond what its callers hand it as text, and
-//! knows nothing of drivers or stores.
+//! positions, hints, rendering), plus the host-side variable expansion of a
+//! sandbox spec ([`expand`]). Does no IO beyond reading the file it is
+//! handed ([`compile_file`]), and knows nothing of drivers or stores.
+//! Malformed input always yields diagnostics, never a panic.
 
+pub mod diag;
+pub mod expand;
 pub mod ir;
+pub mod lexer;
+pub mod parser;
+
+mod compile;
+mod sandbox;
+
+use std::path::Path;
+
+pub use diag::{Diagnostic, Severity, codes, render_human};
+pub use iterion_core::NetworkSpec;
+pub use sandbox::read_back_problem;
+
+/// The result of compiling one file.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// Workflows in source order (the runtime runs the first).
+    pub workflows: Vec<ir::Workflow>,
+    /// Every diagnostic, sorted by position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Compiled {
+    /// Whether any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error)
+    }
+}
+
+/// Compile source text. `file` is only used in diagnostics.
+pub fn compile_source(text: &str, file: &Path) -> Compiled {
+    compile_with(text, file, &|_| Vec::new())
+}
+
+/// Compile with a network-rule checker: for each `network:` block the hook
+/// returns `(rule, message)` pairs for the rules it rejects; each becomes a
+/// `C313` error positioned at the rule.
+pub fn compile_with(
+    text: &str,
+    file: &Path,
+    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
+) -> Compiled {
+    let fname = file.display().to_string();
+    let mut diags = Vec::new();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let lexed = lexer::lex(text, &fname, &mut diags);
+    let lines = parser::parse(lexed.toks);
+    let mut ctx = compile::Ctx {
+        file: &fname,
+        diags,
+    };
+    let workflows = compile::compile(&lines, &mut ctx, net_check);
+    let mut diagnostics = ctx.diags;
+    diagnostics.sort_by(|a, b| (a.line, a.column, a.code).cmp(&(b.line, b.column, b.code)));
+    diagnostics.dedup();
+    Compiled {
+        workflows,
+        diagnostics,
+    }
+}
+
+/// Read and compile a file. A file that is not UTF-8 compiles to an `E006`
+/// diagnostic; only IO failures are errors.
+pub fn compile_file(path: &Path) -> Result<Compiled, std::io::Error> {
+    let bytes = std::fs::read(path)?;
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(compile_source(&text, path)),
+        Err(e) => {
+            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let prefix = String::from_utf8_lossy(valid);
+            let line = prefix.matches('\n').count() as u32 + 1;
+            let column = prefix.rsplit('\n').next().map_or(0, |l| l.chars().count()) as u32 + 1;
+            Ok(Compiled {
+                workflows: Vec::new(),
+                diagnostics: vec![
+                    Diagnostic::new(
+                        codes::E006,
+                        Severity::Error,
+                        path,
+                        ir::Pos { line, column },
+                        "the file holds a byte that is not UTF-8",
+                    )
+                    .with_hint("save the file as UTF-8"),
+                ],
+            })
+        }
+    }
+}

@@ -1,1 +1,28 @@
-//! iterion-netproxy (placeholder until its issue lands).
+//! iterion-netproxy owns a run's egress policy and the proxy enforcing it:
+//! compiling a `network:` block ([`NetworkSpec`](iterion_core::NetworkSpec))
+//! into a [`Policy`] (pattern language, presets, last-match-wins, address
+//! vetting), the per-run [`ProxyToken`], and the token-authenticated
+//! CONNECT/HTTP [`EgressProxy`] that reports every denial through a
+//! callback. It does not decide when a proxy runs (the runtime asks
+//! [`Policy::needs_proxy`]), how a container is confined to it (drivers),
+//! nor how a denial becomes an event (the runtime's callback).
+
+mod error;
+mod policy;
+pub mod preset;
+mod proxy;
+mod resolver;
+mod token;
+
+pub use error::NetproxyError;
+pub use policy::{
+    AddressRefusal, Decision, Policy, RuleError, RuleErrorKind, canonical_host, check_preset,
+    check_rules,
+};
+pub use proxy::{
+    BlockReason, BlockedCallback, BlockedRequest, DEFAULT_DIAL_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, EGRESS_HEADER, EgressProxy, ProxyHandle, ProxyOptions,
+    strip_hop_by_hop,
+};
+pub use resolver::{Resolver, StaticResolver, SystemResolver};
+pub use token::ProxyToken;

@@ -6,8 +6,39 @@
 //! Plus the `noop` driver (host passthrough for runs that are not sandboxed).
 //!
 //! Each decision lives in exactly one function here (shared/ARCHITECTURE.md,
-//! "One place per decision"); the runtime and the drivers call them.
+//! "One place per decision"); the runtime and the drivers call them. The
+//! only functions that touch the host are named so
+//! ([`env::EnvSnapshot::from_process`], [`mounts::HostSnapshot::capture`],
+//! [`devcontainer::read_repo_devcontainer`],
+//! [`guards::check_build_context_symlinks`]).
+//!
+//! How the runtime chains them, in order:
+//! 1. [`precedence::resolve_mode`] / [`precedence::resolve_host_state`] /
+//!    [`precedence::resolve_default_image`] on flags + an
+//!    [`env::EnvSnapshot`] + the workflow block;
+//! 2. [`host::detect_host`] and [`host::select_driver`] over driver probes
+//!    (a value, never a decision);
+//! 3. [`admission::admit`] before any workspace setup (untrusted runs);
+//! 4. [`verdict::sandbox_verdict`]: sandbox, silent, degraded or refused;
+//! 5. [`devcontainer::read_repo_devcontainer`] + [`spec::build_spec`]
+//!    (events returned as data);
+//! 6. [`mounts::HostSnapshot::capture`] + [`mounts::plan_launch`], then
+//!    [`mounts::finalize_mounts_for_driver`] with the selected driver's
+//!    capabilities;
+//! 7. the driver calls [`guards::check_launch_plan`] in `prepare`;
+//! 8. on a setup error, [`verdict::setup_failure_status`].
 
+pub mod admission;
+pub mod devcontainer;
+pub mod env;
+pub mod error;
 pub mod guards;
+pub mod host;
+pub mod mounts;
 pub mod noop;
+pub mod precedence;
 pub mod reaper;
+pub mod spec;
+pub mod verdict;
+
+pub use error::PolicyError;

@@ -53,3 +53,92 @@ pub fn reapable(run_id: &str, lease: LeaseState, lookup: RunLookup) -> ReapVerdi
         (LeaseState::NotHeld, RunLookup::Found(_)) => ReapVerdict::Keep("run still active"),
     }
 }
+
+/// The whole reaper is off under `ITERION_SANDBOX_OVERRIDE=none`: the
+/// runner is then itself the boundary and spawns no sibling (seed, guards).
+pub fn reaper_enabled(sandbox_override: Option<&str>) -> bool {
+    !sandbox_override.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reaper_off_under_override_none() {
+        assert!(!super::reaper_enabled(Some("none")));
+        assert!(!super::reaper_enabled(Some(" NONE ")));
+        assert!(super::reaper_enabled(Some("auto")));
+        assert!(super::reaper_enabled(Some("")));
+        assert!(super::reaper_enabled(None));
+    }
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn every_row_of_the_predicate() {
+        use LeaseState::*;
+        use RunLookup::*;
+        let rows = [
+            ("", Held, Error, true),
+            ("r", Held, Absent, false),
+            ("r", Held, Found(RunStatus::Finished), false),
+            ("r", CheckFailed, Absent, false),
+            ("r", NotHeld, Absent, true),
+            ("r", NotHeld, Error, false),
+            ("r", NotHeld, Found(RunStatus::Failed), true),
+            ("r", NotHeld, Found(RunStatus::FailedResumable), true),
+            ("r", NotHeld, Found(RunStatus::Cancelled), true),
+            ("r", NotHeld, Found(RunStatus::Running), false),
+            ("r", NotHeld, Found(RunStatus::PausedWaitingHuman), false),
+            ("r", NotHeld, Found(RunStatus::Queued), false),
+        ];
+        for (id, lease, lookup, reaps) in rows {
+            let verdict = reapable(id, lease, lookup);
+            assert_eq!(
+                matches!(verdict, ReapVerdict::Reap(_)),
+                reaps,
+                "{id:?} {lease:?} {lookup:?} -> {verdict:?}"
+            );
+        }
+    }
+
+    fn lease() -> impl Strategy<Value = LeaseState> {
+        prop::sample::select(vec![
+            LeaseState::Held,
+            LeaseState::NotHeld,
+            LeaseState::CheckFailed,
+        ])
+    }
+
+    fn lookup() -> impl Strategy<Value = RunLookup> {
+        prop_oneof![
+            Just(RunLookup::Absent),
+            Just(RunLookup::Error),
+            prop::sample::select(RunStatus::ALL.to_vec()).prop_map(RunLookup::Found),
+        ]
+    }
+
+    proptest! {
+        /// Any doubt keeps: a reap needs an empty id, or no lease plus a
+        /// terminal status or a confirmed-absent run.
+        #[test]
+        fn reaps_only_on_certainty(id in "[a-z0-9-]{0,8}", l in lease(), k in lookup()) {
+            if let ReapVerdict::Reap(_) = reapable(&id, l, k) {
+                let certain = id.is_empty()
+                    || (l == LeaseState::NotHeld
+                        && matches!(k, RunLookup::Absent)
+                        || matches!(k, RunLookup::Found(s) if s.is_terminal() && l == LeaseState::NotHeld));
+                prop_assert!(certain);
+            }
+        }
+
+        #[test]
+        fn held_or_unknown_lease_never_reaps_a_named_run(
+            id in "[a-z0-9]{1,8}",
+            l in prop::sample::select(vec![LeaseState::Held, LeaseState::CheckFailed]),
+            k in lookup(),
+        ) {
+            prop_assert!(matches!(reapable(&id, l, k), ReapVerdict::Keep(_)));
+        }
+    }
+}

@@ -1,1 +1,972 @@
-//! iterion-store-postgres (placeholder until its issue lands).
+//! The cloud twin [`RunStore`] on PostgreSQL, selected by a `postgres://`
+//! URL in `ITERION_STORE`: runs, events, logs, drain records and run file
+//! contents (in 1 MiB chunks) all live in one schema, so a cloud deployment
+//! needs nothing but PostgreSQL.
+//!
+//! It owns its schema and migrations ([`schema`]); it does not decide
+//! drains or caps, nor interpret events. Concurrency is the database's: an
+//! event or log append locks its run row (`SELECT … FOR UPDATE`), allocates
+//! the next seq from the per-run counter and inserts in the same
+//! transaction, so seqs stay gapless with any number of writers in any
+//! number of processes; status transitions are a single conditional
+//! `UPDATE … WHERE status = $from AND revision = $rev`.
+
+mod follow;
+pub mod schema;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio_postgres::{NoTls, Row};
+
+use iterion_core::event::{EventDraft, EventRecord};
+use iterion_core::failure::RunStatus;
+use iterion_core::id::{NodeId, RunId};
+use iterion_core::store::{
+    Admission, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
+    RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
+};
+use iterion_core::{ByteStream, RunStore, StoreError};
+
+/// Default schema when the caller names none.
+pub const DEFAULT_SCHEMA: &str = "iterion";
+
+/// Size of one stored file chunk.
+const CHUNK: usize = 1 << 20;
+
+/// How long to wait for a connection (pool or network) before `Unavailable`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL run store. Cheap to clone.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    describe: String,
+    changed: std::sync::Arc<watch::Sender<u64>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe)
+    }
+}
+
+/// Quote an identifier we validated ourselves.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+/// Schema names: `[a-z_][a-z0-9_]{0,62}`, so they never need escaping.
+fn valid_schema(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Map a PostgreSQL error: lost connection / server shutting down →
+/// `Unavailable` (transient; retry), anything else → `Backend`.
+pub(crate) fn classify(e: tokio_postgres::Error, operation: &'static str) -> StoreError {
+    let unavailable = match e.code() {
+        None => true,
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") || c.starts_with("57P") || c == "53300"
+        }
+    };
+    if unavailable || e.is_closed() {
+        StoreError::Unavailable {
+            reason: format!("PostgreSQL connection lost during {operation}"),
+            source: Some(Box::new(e)),
+        }
+    } else {
+        StoreError::Backend {
+            operation,
+            source: Box::new(e),
+        }
+    }
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable {
+        reason: "cannot get a PostgreSQL connection".to_owned(),
+        source: Some(Box::new(e)),
+    }
+}
+
+fn decode_err(what: &'static str, msg: String) -> StoreError {
+    StoreError::Backend {
+        operation: what,
+        source: msg.into(),
+    }
+}
+
+fn now() -> OffsetDateTime {
+    let t = OffsetDateTime::now_utc();
+    t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
+        .unwrap_or(t)
+}
+
+fn to_json<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
+}
+
+fn json_field<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    v: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    v.map(|s| serde_json::from_str(&s).map_err(|e| decode_err(what, e.to_string())))
+        .transpose()
+}
+
+fn enum_str<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => Ok(s),
+        other => Err(decode_err(what, format!("{other:?}"))),
+    }
+}
+
+fn enum_from<T: serde::de::DeserializeOwned>(what: &'static str, s: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|e| decode_err(what, e.to_string()))
+}
+
+const RUN_COLS: &str = "id, workflow, file, trust, status, failure_code, failure_disposition, \
+     failure_message, admission, owner, revision, created_at, updated_at, ord";
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(|e| classify(e, "decode row"))
+}
+
+fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
+    let failure = match get::<Option<String>>(row, 5)? {
+        Some(code) => Some(Failure {
+            code: enum_from("decode failure code", &code)?,
+            disposition: enum_from(
+                "decode disposition",
+                get::<Option<String>>(row, 6)?
+                    .as_deref()
+                    .unwrap_or("unknown"),
+            )?,
+            message: get::<Option<String>>(row, 7)?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(RunRecord {
+        id: RunId::parse(get::<String>(row, 0)?)
+            .map_err(|e| decode_err("decode run id", e.to_string()))?,
+        workflow: get(row, 1)?,
+        file: get(row, 2)?,
+        trust: enum_from("decode trust", &get::<String>(row, 3)?)?,
+        status: get::<String>(row, 4)?
+            .parse()
+            .map_err(|e: String| decode_err("decode status", e))?,
+        failure,
+        admission: json_field("decode admission", get(row, 8)?)?,
+        owner: json_field("decode owner", get(row, 9)?)?,
+        revision: get::<i64>(row, 10)? as u64,
+        created_at: get(row, 11)?,
+        updated_at: get(row, 12)?,
+    })
+}
+
+fn decode_event(run: &RunId, row: &Row) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        seq: get::<i64>(row, 0)? as u64,
+        timestamp: get(row, 1)?,
+        kind: get(row, 2)?,
+        run_id: run.clone(),
+        node_id: get::<Option<String>>(row, 3)?.map(NodeId::new),
+        data: serde_json::from_str(&get::<String>(row, 4)?)
+            .map_err(|e| decode_err("decode event data", e.to_string()))?,
+    })
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://…`), using `schema` (default
+    /// [`DEFAULT_SCHEMA`]), creating and migrating it as needed.
+    pub async fn connect(url: &str, schema: Option<&str>) -> Result<PostgresStore, StoreError> {
+        let schema = schema.unwrap_or(DEFAULT_SCHEMA);
+        if !valid_schema(schema) {
+            return Err(StoreError::Corrupt {
+                location: format!("schema {schema:?}"),
+                reason: "a schema name is [a-z_][a-z0-9_]{0,62}".to_owned(),
+            });
+        }
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| StoreError::Unavailable {
+                reason: "ITERION_STORE is not a valid PostgreSQL URL".to_owned(),
+                source: Some(Box::new(e)),
+            })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        // Every pooled connection resolves unqualified names in our schema.
+        config.options(format!("-c search_path={schema}"));
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(s) => s.clone(),
+                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect();
+        let describe = format!(
+            "postgres store at {}:{}/{} schema {schema}",
+            hosts.join(","),
+            config.get_ports().first().copied().unwrap_or(5432),
+            config.get_dbname().unwrap_or("")
+        );
+        let mgr = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT * 2))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Unavailable {
+                reason: "cannot build the PostgreSQL pool".to_owned(),
+                source: Some(Box::new(e)),
+            })?;
+        let mut client = pool.get().await.map_err(pool_err)?;
+        schema::prepare(&mut client, schema, &describe).await?;
+        drop(client);
+        let (changed, _) = watch::channel(0);
+        Ok(PostgresStore {
+            pool,
+            describe,
+            changed: std::sync::Arc::new(changed),
+        })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    async fn run_exists(&self, run: &RunId) -> Result<bool, StoreError> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt("SELECT 1 FROM runs WHERE id = $1", &[&run.as_str()])
+            .await
+            .map_err(|e| classify(e, "load run"))?;
+        Ok(row.is_some())
+    }
+}
+
+#[async_trait]
+impl RunStore for PostgresStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        let c = self.client().await?;
+        let owner = run
+            .owner
+            .as_ref()
+            .map(|o| to_json("encode owner", o))
+            .transpose()?;
+        let now = now();
+        let res = c
+            .query_one(
+                &format!(
+                    "INSERT INTO runs (id, workflow, file, trust, status, owner, revision, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, 'queued', $5, 1, $6, $6) RETURNING {RUN_COLS}"
+                ),
+                &[
+                    &run.id.as_str(),
+                    &run.workflow,
+                    &run.file,
+                    &enum_str("encode trust", &run.trust)?,
+                    &owner,
+                    &now,
+                ],
+            )
+            .await;
+        match res {
+            Ok(row) => decode_run(&row),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                Err(StoreError::RunExists(run.id))
+            }
+            Err(e) => Err(classify(e, "create run")),
+        }
+    }
+
+    async fn load_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        let c = self.client().await?;
+        c.query_opt(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"),
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(|e| classify(e, "load run"))?
+        .as_ref()
+        .map(decode_run)
+        .transpose()
+    }
+
+    async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
+        let before = match page.cursor.as_deref() {
+            None => i64::MAX,
+            Some(c) => c
+                .strip_prefix('o')
+                .and_then(|n| n.parse::<i64>().ok())
+                .filter(|n| *n > 0)
+                .ok_or(StoreError::InvalidCursor)?,
+        };
+        let limit = if page.limit == 0 {
+            50
+        } else {
+            page.limit.min(1000)
+        };
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                &format!("SELECT {RUN_COLS} FROM runs WHERE ord < $1 ORDER BY ord DESC LIMIT $2"),
+                &[&before, &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(|e| classify(e, "list runs"))?;
+        let more = rows.len() > limit;
+        let mut items = Vec::with_capacity(limit);
+        let mut last = None;
+        for row in rows.iter().take(limit) {
+            last = Some(get::<i64>(row, 13)?);
+            items.push(decode_run(row)?);
+        }
+        Ok(Page {
+            items,
+            next_cursor: if more {
+                last.map(|o| format!("o{o}"))
+            } else {
+                None
+            },
+        })
+    }
+
+    async fn transition(&self, id: &RunId, t: Transition) -> Result<RunRecord, StoreError> {
+        if !t.from.can_transition_to(t.to) {
+            return Err(StoreError::IllegalTransition {
+                run: id.clone(),
+                from: t.from,
+                to: t.to,
+            });
+        }
+        let c = self.client().await?;
+        let (code, disp, msg) = match &t.failure {
+            Some(f) => (
+                Some(f.code.as_str().to_owned()),
+                Some(f.disposition.as_str().to_owned()),
+                Some(f.message.clone()),
+            ),
+            None => (None, None, None),
+        };
+        // Re-queued or resumed: the old failure no longer describes the run.
+        let clear = t.failure.is_none() && matches!(t.to, RunStatus::Queued | RunStatus::Running);
+        let expected = t.expected_revision.map(|r| r as i64);
+        let row = c
+            .query_opt(
+                &format!(
+                    "UPDATE runs SET status = $1, \
+                     failure_code = CASE WHEN $2::TEXT IS NOT NULL THEN $2 WHEN $5 THEN NULL ELSE failure_code END, \
+                     failure_disposition = CASE WHEN $2::TEXT IS NOT NULL THEN $3 WHEN $5 THEN NULL ELSE failure_disposition END, \
+                     failure_message = CASE WHEN $2::TEXT IS NOT NULL THEN $4 WHEN $5 THEN NULL ELSE failure_message END, \
+                     revision = revision + 1, updated_at = $6 \
+                     WHERE id = $7 AND status = $8 AND ($9::BIGINT IS NULL OR revision = $9) \
+                     RETURNING {RUN_COLS}"
+                ),
+                &[
+                    &t.to.as_str(),
+                    &code,
+                    &disp,
+                    &msg,
+                    &clear,
+                    &now(),
+                    &id.as_str(),
+                    &t.from.as_str(),
+                    &expected,
+                ],
+            )
+            .await
+            .map_err(|e| classify(e, "transition run"))?;
+        if let Some(row) = row {
+            return decode_run(&row);
+        }
+        drop(c);
+        let current = self
+            .load_run(id)
+            .await?
+            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+        Err(StoreError::StaleTransition {
+            run: id.clone(),
+            expected_status: t.from,
+            expected_revision: t.expected_revision,
+            actual_status: current.status,
+            actual_revision: current.revision,
+        })
+    }
+
+    async fn record_admission(
+        &self,
+        id: &RunId,
+        admission: Admission,
+        expected_revision: Option<u64>,
+    ) -> Result<RunRecord, StoreError> {
+        let c = self.client().await?;
+        let expected = expected_revision.map(|r| r as i64);
+        let row = c
+            .query_opt(
+                &format!(
+                    "UPDATE runs SET admission = $1, revision = revision + 1, updated_at = $2 \
+                     WHERE id = $3 AND ($4::BIGINT IS NULL OR revision = $4) RETURNING {RUN_COLS}"
+                ),
+                &[
+                    &to_json("encode admission", &admission)?,
+                    &now(),
+                    &id.as_str(),
+                    &expected,
+                ],
+            )
+            .await
+            .map_err(|e| classify(e, "record admission"))?;
+        if let Some(row) = row {
+            return decode_run(&row);
+        }
+        drop(c);
+        let current = self
+            .load_run(id)
+            .await?
+            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+        Err(StoreError::StaleTransition {
+            run: id.clone(),
+            expected_status: current.status,
+            expected_revision,
+            actual_status: current.status,
+            actual_revision: current.revision,
+        })
+    }
+
+    async fn append_event(
+        &self,
+        run: &RunId,
+        event: EventDraft,
+        at_seq: Option<u64>,
+    ) -> Result<EventRecord, StoreError> {
+        let map = |e| classify(e, "append event");
+        let data = to_json("encode event data", &event.data)?;
+        let node = event.node_id.as_ref().map(|n| n.as_str().to_owned());
+        let mut c = self.client().await?;
+        if at_seq.is_none() {
+            // The common path in one statement (one round trip, one
+            // commit): the UPDATE row-locks the run and bumps its counter,
+            // the INSERT uses the new value, both commit or neither does.
+            let ts = now();
+            let stmt = c
+                .prepare_cached(
+                    "WITH r AS (UPDATE runs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq) \
+                     INSERT INTO events (run_id, seq, ts, kind, node_id, data) \
+                     SELECT $1, event_seq, $2, $3, $4, $5 FROM r RETURNING seq",
+                )
+                .await
+                .map_err(map)?;
+            let row = c
+                .query_opt(&stmt, &[&run.as_str(), &ts, &event.kind, &node, &data])
+                .await
+                .map_err(map)?;
+            let Some(row) = row else {
+                return Err(StoreError::RunNotFound(run.clone()));
+            };
+            self.bump();
+            return Ok(EventRecord {
+                seq: get::<i64>(&row, 0)? as u64,
+                timestamp: ts,
+                kind: event.kind,
+                run_id: run.clone(),
+                node_id: event.node_id,
+                data: event.data,
+            });
+        }
+        let tx = c.transaction().await.map_err(map)?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT event_seq FROM runs WHERE id = $1 FOR UPDATE",
+                &[&run.as_str()],
+            )
+            .await
+            .map_err(map)?
+        else {
+            return Err(StoreError::RunNotFound(run.clone()));
+        };
+        let next = get::<i64>(&row, 0)? as u64 + 1;
+        let seq = match at_seq {
+            None => next,
+            Some(s) if s == next => s,
+            Some(s) if s == 0 || s > next => {
+                return Err(StoreError::SeqGap {
+                    run: run.clone(),
+                    seq: s,
+                    next,
+                });
+            }
+            Some(s) => {
+                let row = tx
+                    .query_one(
+                        "SELECT seq, ts, kind, node_id, data FROM events WHERE run_id = $1 AND seq = $2",
+                        &[&run.as_str(), &(s as i64)],
+                    )
+                    .await
+                    .map_err(map)?;
+                let existing = decode_event(run, &row)?;
+                if existing.kind == event.kind
+                    && existing.node_id == event.node_id
+                    && existing.data == event.data
+                {
+                    return Ok(existing);
+                }
+                return Err(StoreError::SeqConflict {
+                    run: run.clone(),
+                    seq: s,
+                });
+            }
+        };
+        let ts = now();
+        tx.execute(
+            "INSERT INTO events (run_id, seq, ts, kind, node_id, data) VALUES ($1, $2, $3, $4, $5, $6)",
+            &[&run.as_str(), &(seq as i64), &ts, &event.kind, &node, &data],
+        )
+        .await
+        .map_err(map)?;
+        tx.execute(
+            "UPDATE runs SET event_seq = $2 WHERE id = $1",
+            &[&run.as_str(), &(seq as i64)],
+        )
+        .await
+        .map_err(map)?;
+        tx.commit().await.map_err(map)?;
+        self.bump();
+        Ok(EventRecord {
+            seq,
+            timestamp: ts,
+            kind: event.kind,
+            run_id: run.clone(),
+            node_id: event.node_id,
+            data: event.data,
+        })
+    }
+
+    async fn events_after(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let limit: Option<i64> = if limit == 0 { None } else { Some(limit as i64) };
+        let rows = {
+            let c = self.client().await?;
+            c.query(
+                "SELECT seq, ts, kind, node_id, data FROM events \
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&run.as_str(), &(after as i64), &limit],
+            )
+            .await
+            .map_err(|e| classify(e, "read events"))?
+        };
+        if rows.is_empty() && !self.run_exists(run).await? {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        rows.iter().map(|r| decode_event(run, r)).collect()
+    }
+
+    fn follow_events(&self, run: &RunId, after: u64) -> StoreStream<EventRecord> {
+        let store = self.clone();
+        let status_store = self.clone();
+        let run2 = run.clone();
+        let run3 = run.clone();
+        follow::follow(
+            after,
+            self.changed.subscribe(),
+            move |after| {
+                let store = store.clone();
+                let run = run2.clone();
+                async move { store.events_after(&run, after, 512).await }
+            },
+            |e: &EventRecord| e.seq,
+            move || {
+                let store = status_store.clone();
+                let run = run3.clone();
+                async move { store.load_run(&run).await.map(|r| r.map(|r| r.status)) }
+            },
+            run.clone(),
+        )
+    }
+
+    async fn append_logs(&self, run: &RunId, lines: Vec<NewLogLine>) -> Result<u64, StoreError> {
+        let map = |e| classify(e, "append logs");
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(map)?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT log_seq FROM runs WHERE id = $1 FOR UPDATE",
+                &[&run.as_str()],
+            )
+            .await
+            .map_err(map)?
+        else {
+            return Err(StoreError::RunNotFound(run.clone()));
+        };
+        let mut seq = get::<i64>(&row, 0)?;
+        if lines.is_empty() {
+            return Ok(seq as u64);
+        }
+        let ts = now();
+        let stmt = tx
+            .prepare(
+                "INSERT INTO logs (run_id, seq, ts, stream, node_id, line) VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .await
+            .map_err(map)?;
+        for l in &lines {
+            seq += 1;
+            tx.execute(
+                &stmt,
+                &[&run.as_str(), &seq, &ts, &l.stream, &l.node_id, &l.line],
+            )
+            .await
+            .map_err(map)?;
+        }
+        tx.execute(
+            "UPDATE runs SET log_seq = $2 WHERE id = $1",
+            &[&run.as_str(), &seq],
+        )
+        .await
+        .map_err(map)?;
+        tx.commit().await.map_err(map)?;
+        self.bump();
+        Ok(seq as u64)
+    }
+
+    async fn logs_after(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LogLine>, StoreError> {
+        let limit: Option<i64> = if limit == 0 { None } else { Some(limit as i64) };
+        let rows = {
+            let c = self.client().await?;
+            c.query(
+                "SELECT seq, ts, stream, node_id, line FROM logs \
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&run.as_str(), &(after as i64), &limit],
+            )
+            .await
+            .map_err(|e| classify(e, "read logs"))?
+        };
+        if rows.is_empty() && !self.run_exists(run).await? {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        rows.iter()
+            .map(|r| {
+                Ok(LogLine {
+                    seq: get::<i64>(r, 0)? as u64,
+                    timestamp: get(r, 1)?,
+                    stream: get(r, 2)?,
+                    node_id: get(r, 3)?,
+                    line: get(r, 4)?,
+                })
+            })
+            .collect()
+    }
+
+    fn follow_logs(&self, run: &RunId, after: u64) -> StoreStream<LogLine> {
+        let store = self.clone();
+        let status_store = self.clone();
+        let run2 = run.clone();
+        let run3 = run.clone();
+        follow::follow(
+            after,
+            self.changed.subscribe(),
+            move |after| {
+                let store = store.clone();
+                let run = run2.clone();
+                async move { store.logs_after(&run, after, 512).await }
+            },
+            |l: &LogLine| l.seq,
+            move || {
+                let store = status_store.clone();
+                let run = run3.clone();
+                async move { store.load_run(&run).await.map(|r| r.map(|r| r.status)) }
+            },
+            run.clone(),
+        )
+    }
+
+    async fn put_file(
+        &self,
+        run: &RunId,
+        path: &RunFilePath,
+        mut content: ByteStream,
+        cap: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        let map = |e| classify(e, "put file");
+        let mut c = self.client().await?;
+        // One transaction for the whole put: over the cap, on a stream error
+        // or a lost connection it rolls back and nothing is kept.
+        let tx = c.transaction().await.map_err(map)?;
+        let blob = tx
+            .query_opt(
+                "INSERT INTO file_blobs (run_id) SELECT id FROM runs WHERE id = $1 RETURNING id",
+                &[&run.as_str()],
+            )
+            .await
+            .map_err(map)?;
+        let Some(blob) = blob else {
+            return Err(StoreError::RunNotFound(run.clone()));
+        };
+        let blob_id: i64 = get(&blob, 0)?;
+        let insert = tx
+            .prepare("INSERT INTO file_chunks (blob_id, idx, data) VALUES ($1, $2, $3)")
+            .await
+            .map_err(map)?;
+        let mut hasher = Sha256::new();
+        let mut read: u64 = 0;
+        let mut idx: i32 = 0;
+        let mut buf = BytesMut::with_capacity(CHUNK);
+        while let Some(chunk) = content.next().await {
+            let chunk: Bytes = chunk.map_err(|source| StoreError::Io {
+                operation: "read run-file content".to_owned(),
+                source,
+            })?;
+            read += chunk.len() as u64;
+            if read > cap {
+                return Ok(PutOutcome::CapExceeded { read, cap });
+            }
+            hasher.update(&chunk);
+            let mut rest = &chunk[..];
+            while !rest.is_empty() {
+                let take = (CHUNK - buf.len()).min(rest.len());
+                buf.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if buf.len() == CHUNK {
+                    let data = buf.split().freeze();
+                    tx.execute(&insert, &[&blob_id, &idx, &&data[..]])
+                        .await
+                        .map_err(map)?;
+                    idx += 1;
+                }
+            }
+        }
+        if !buf.is_empty() {
+            tx.execute(&insert, &[&blob_id, &idx, &&buf[..]])
+                .await
+                .map_err(map)?;
+        }
+        // Serialize puts of one run for the path checks and the swap.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))",
+            &[&run.as_str()],
+        )
+        .await
+        .map_err(map)?;
+        // Same shape as a file system: a path is a file or a directory,
+        // never both, so the CLI can write any listed set to disk.
+        let parents: Vec<String> = {
+            let parts: Vec<&str> = path.as_str().split('/').collect();
+            (1..parts.len()).map(|n| parts[..n].join("/")).collect()
+        };
+        let clash = tx
+            .query_opt(
+                "SELECT path FROM run_files WHERE run_id = $1 \
+                 AND (path = ANY($2) OR starts_with(path, $3)) LIMIT 1",
+                &[&run.as_str(), &parents, &format!("{}/", path.as_str())],
+            )
+            .await
+            .map_err(map)?;
+        if clash.is_some() {
+            return Err(StoreError::UnsafePath {
+                path: path.to_string(),
+                reason: "a file cannot also be a directory in the run file area",
+            });
+        }
+        let sha256 = hex::encode(hasher.finalize());
+        let stored_at = now();
+        let old = tx
+            .query_opt(
+                "SELECT blob_id FROM run_files WHERE run_id = $1 AND path = $2",
+                &[&run.as_str(), &path.as_str()],
+            )
+            .await
+            .map_err(map)?;
+        tx.execute(
+            "INSERT INTO run_files (run_id, path, size, sha256, stored_at, blob_id) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id, path) DO UPDATE SET \
+             size = excluded.size, sha256 = excluded.sha256, stored_at = excluded.stored_at, \
+             blob_id = excluded.blob_id",
+            &[
+                &run.as_str(),
+                &path.as_str(),
+                &(read as i64),
+                &sha256,
+                &stored_at,
+                &blob_id,
+            ],
+        )
+        .await
+        .map_err(map)?;
+        if let Some(old) = old {
+            let old: i64 = get(&old, 0)?;
+            tx.execute("DELETE FROM file_blobs WHERE id = $1", &[&old])
+                .await
+                .map_err(map)?;
+        }
+        tx.commit().await.map_err(map)?;
+        Ok(PutOutcome::Stored(RunFileRecord {
+            path: path.clone(),
+            size: read,
+            sha256,
+            stored_at,
+        }))
+    }
+
+    async fn list_files(&self, run: &RunId) -> Result<Vec<RunFileRecord>, StoreError> {
+        let rows = {
+            let c = self.client().await?;
+            c.query(
+                "SELECT path, size, sha256, stored_at FROM run_files WHERE run_id = $1 ORDER BY path COLLATE \"C\"",
+                &[&run.as_str()],
+            )
+            .await
+            .map_err(|e| classify(e, "list files"))?
+        };
+        if rows.is_empty() && !self.run_exists(run).await? {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        rows.iter()
+            .map(|r| {
+                Ok(RunFileRecord {
+                    path: RunFilePath::parse(&get::<String>(r, 0)?)?,
+                    size: get::<i64>(r, 1)? as u64,
+                    sha256: get(r, 2)?,
+                    stored_at: get(r, 3)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn get_file(&self, run: &RunId, path: &RunFilePath) -> Result<ByteStream, StoreError> {
+        let row = {
+            let c = self.client().await?;
+            c.query_opt(
+                "SELECT blob_id, size FROM run_files WHERE run_id = $1 AND path = $2",
+                &[&run.as_str(), &path.as_str()],
+            )
+            .await
+            .map_err(|e| classify(e, "get file"))?
+        };
+        let Some(row) = row else {
+            if !self.run_exists(run).await? {
+                return Err(StoreError::RunNotFound(run.clone()));
+            }
+            return Err(StoreError::FileNotFound(path.to_string()));
+        };
+        let blob_id: i64 = get(&row, 0)?;
+        let size = get::<i64>(&row, 1)? as u64;
+        let pool = self.pool.clone();
+        // One chunk per query: memory stays at one chunk whatever the size.
+        // A blob replaced mid-read shows as a missing chunk before `size`
+        // bytes: an error, never a silently short file.
+        let stream = futures_util::stream::unfold(Some((0i32, size)), move |state| {
+            let pool = pool.clone();
+            async move {
+                let (idx, remaining) = state?;
+                if remaining == 0 {
+                    return None;
+                }
+                let fetched = async {
+                    let c = pool.get().await.map_err(std::io::Error::other)?;
+                    c.query_opt(
+                        "SELECT data FROM file_chunks WHERE blob_id = $1 AND idx = $2",
+                        &[&blob_id, &idx],
+                    )
+                    .await
+                    .map_err(std::io::Error::other)?
+                    .map(|r| r.try_get::<_, Vec<u8>>(0))
+                    .transpose()
+                    .map_err(std::io::Error::other)
+                }
+                .await;
+                match fetched {
+                    Ok(Some(data)) => {
+                        let left = remaining.saturating_sub(data.len() as u64);
+                        Some((Ok(Bytes::from(data)), Some((idx + 1, left))))
+                    }
+                    Ok(None) => Some((
+                        Err(std::io::Error::other(
+                            "run file was replaced or removed while being read",
+                        )),
+                        None,
+                    )),
+                    Err(e) => Some((Err(e), None)),
+                }
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+
+    async fn set_drain(&self, run: &RunId, drain: DrainRecord) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                "INSERT INTO drains (run_id, record) SELECT id, $2 FROM runs WHERE id = $1 \
+                 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record",
+                &[&run.as_str(), &to_json("encode drain", &drain)?],
+            )
+            .await
+            .map_err(|e| classify(e, "set drain"))?;
+        if n == 0 {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        Ok(())
+    }
+
+    async fn get_drain(&self, run: &RunId) -> Result<Option<DrainRecord>, StoreError> {
+        let row = {
+            let c = self.client().await?;
+            c.query_opt(
+                "SELECT d.record FROM runs r LEFT JOIN drains d ON d.run_id = r.id WHERE r.id = $1",
+                &[&run.as_str()],
+            )
+            .await
+            .map_err(|e| classify(e, "get drain"))?
+        };
+        let Some(row) = row else {
+            return Err(StoreError::RunNotFound(run.clone()));
+        };
+        json_field("decode drain", get(&row, 0)?)
+    }
+}

@@ -1,10 +1,314 @@
-//! `iterion files` (lands with its issue).
+//! `iterion files RUN_ID [--json]` lists a run's drained files (path, size,
+//! sha256, status) and the drain status of the set — complete, partial with
+//! its declined members, failed, stale (ADR-143 R7); `--get PATH [-o OUT]`
+//! streams one file to OUT (written beside it and renamed, so a half-written
+//! OUT never appears) or to stdout.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context as _;
+use futures_util::StreamExt;
+use iterion_core::store::{DrainRecord, DrainStatus, RunFilePath, RunFileRecord};
+use iterion_core::{RunId, RunStore};
+use serde_json::json;
 
 use crate::cli::FilesArgs;
-use crate::exit::Exit;
+use crate::cmd::store_views::{parse_run_id, require_run, table};
+use crate::exit::{Exit, UserInputError};
+use crate::stores::{self, store_error};
 
 /// Entry point of the verb.
 pub async fn run(args: FilesArgs) -> anyhow::Result<Exit> {
-    let _ = args;
-    anyhow::bail!("`iterion files` is not implemented yet")
+    let run = parse_run_id(&args.run_id)?;
+    let get = args
+        .get
+        .as_deref()
+        .map(|p| RunFilePath::parse(p).map_err(|e| UserInputError::new(e.to_string())))
+        .transpose()?;
+    let store = stores::open_from_env().await?;
+    match get {
+        Some(path) => {
+            fetch(
+                store.as_ref(),
+                &run,
+                &path,
+                args.output.as_deref(),
+                &mut std::io::stdout(),
+            )
+            .await
+        }
+        None => list(store.as_ref(), &run, args.json, &mut std::io::stdout()).await,
+    }
+}
+
+/// List files and the drain status.
+pub(crate) async fn list(
+    store: &dyn RunStore,
+    run: &RunId,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    require_run(store, run).await?;
+    let files = store.list_files(run).await.map_err(store_error)?;
+    let drain = store.get_drain(run).await.map_err(store_error)?;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&files_json(run, &files, drain.as_ref()))?
+        )?;
+    } else {
+        out.write_all(render_files(&files, drain.as_ref()).as_bytes())?;
+    }
+    Ok(Exit::Success)
+}
+
+/// Per-file status: `stored`, or `stale` when the last drain says what is
+/// stored may be stale; declined members are listed as `declined`.
+fn file_status(drain: Option<&DrainRecord>) -> &'static str {
+    match drain {
+        Some(d) if d.stale => "stale",
+        _ => "stored",
+    }
+}
+
+fn drain_word(s: DrainStatus) -> &'static str {
+    match s {
+        DrainStatus::Complete => "complete",
+        DrainStatus::Partial => "partial",
+        DrainStatus::Failed => "failed",
+    }
+}
+
+/// The human listing.
+pub(crate) fn render_files(files: &[RunFileRecord], drain: Option<&DrainRecord>) -> String {
+    let status = file_status(drain);
+    let mut rows: Vec<Vec<String>> = files
+        .iter()
+        .map(|f| {
+            vec![
+                f.path.to_string(),
+                f.size.to_string(),
+                f.sha256.clone(),
+                status.to_owned(),
+            ]
+        })
+        .collect();
+    if let Some(d) = drain {
+        rows.extend(d.declined.iter().map(|p| {
+            vec![
+                p.clone(),
+                "-".to_owned(),
+                "-".to_owned(),
+                "declined".to_owned(),
+            ]
+        }));
+    }
+    let mut s = if rows.is_empty() {
+        "no files\n".to_owned()
+    } else {
+        table(&["PATH", "SIZE", "SHA256", "STATUS"], &rows)
+    };
+    match drain {
+        None => s.push_str("drain: none recorded\n"),
+        Some(d) => {
+            s.push_str(&format!("drain: {}", drain_word(d.status)));
+            if let Some(r) = &d.reason {
+                s.push_str(&format!(" ({r})"));
+            }
+            if !d.declined.is_empty() {
+                s.push_str(&format!("; declined: {}", d.declined.join(", ")));
+            }
+            if d.stale {
+                s.push_str("; stale: what is stored may be out of date");
+            }
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// The JSON document of `iterion files --json`.
+pub(crate) fn files_json(
+    run: &RunId,
+    files: &[RunFileRecord],
+    drain: Option<&DrainRecord>,
+) -> serde_json::Value {
+    let status = file_status(drain);
+    json!({
+        "run_id": run,
+        "files": files.iter().map(|f| json!({
+            "path": f.path,
+            "size": f.size,
+            "sha256": f.sha256,
+            "status": status,
+        })).collect::<Vec<_>>(),
+        "drain": drain.map(|d| json!({
+            "status": d.status,
+            "reason": d.reason,
+            "declined": d.declined,
+            "stale": d.stale,
+            "metered": d.metered.iter().map(|(p, n)| json!({"path": p, "bytes": n})).collect::<Vec<_>>(),
+        })),
+    })
+}
+
+/// Stream one file to `output` (atomically) or to `out`.
+pub(crate) async fn fetch(
+    store: &dyn RunStore,
+    run: &RunId,
+    path: &RunFilePath,
+    output: Option<&Path>,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    require_run(store, run).await?;
+    let mut stream = store.get_file(run, path).await.map_err(store_error)?;
+    match output {
+        None => {
+            while let Some(chunk) = stream.next().await {
+                out.write_all(&chunk.with_context(|| format!("reading {path} from the store"))?)?;
+            }
+            out.flush()?;
+        }
+        Some(target) => {
+            let dir = match target.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+                _ => std::path::PathBuf::from("."),
+            };
+            let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+                .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+            while let Some(chunk) = stream.next().await {
+                tmp.write_all(&chunk.with_context(|| format!("reading {path} from the store"))?)
+                    .with_context(|| format!("writing {}", target.display()))?;
+            }
+            tmp.as_file()
+                .sync_all()
+                .with_context(|| format!("writing {}", target.display()))?;
+            tmp.persist(target)
+                .with_context(|| format!("writing {}", target.display()))?;
+        }
+    }
+    Ok(Exit::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+    use bytes::Bytes;
+    use iterion_core::store::{NewRun, PutOutcome};
+    use iterion_core::{ByteStream, Trust};
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn rec(path: &str, size: u64, sha: &str) -> RunFileRecord {
+        RunFileRecord {
+            path: RunFilePath::parse(path).unwrap(),
+            size,
+            sha256: sha.into(),
+            stored_at: datetime!(2026-11-29 08:00:00 UTC),
+        }
+    }
+
+    fn fixed() -> (Vec<RunFileRecord>, DrainRecord) {
+        (
+            vec![
+                rec(
+                    "report.md",
+                    1234,
+                    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                ),
+                rec(
+                    "out/coverage.json",
+                    42,
+                    "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+                ),
+            ],
+            DrainRecord {
+                status: DrainStatus::Partial,
+                reason: Some("cap_exceeded".into()),
+                declined: vec!["big.bin".into()],
+                stale: false,
+                metered: vec![("/iterion/artifact-files".into(), 268_435_500)],
+                updated_at: datetime!(2026-11-29 08:00:00 UTC),
+            },
+        )
+    }
+
+    #[test]
+    fn files_human() {
+        let (files, drain) = fixed();
+        insta::assert_snapshot!("files_partial", render_files(&files, Some(&drain)));
+        let stale = DrainRecord {
+            status: DrainStatus::Failed,
+            reason: Some("container_gone".into()),
+            declined: vec![],
+            stale: true,
+            ..drain
+        };
+        insta::assert_snapshot!("files_failed_stale", render_files(&files, Some(&stale)));
+        insta::assert_snapshot!("files_no_drain", render_files(&[], None));
+    }
+
+    #[test]
+    fn files_json_document() {
+        let (files, drain) = fixed();
+        let run = RunId::parse("r1").unwrap();
+        insta::assert_json_snapshot!(files_json(&run, &files, Some(&drain)));
+    }
+
+    #[tokio::test]
+    async fn get_writes_the_file_and_unknowns_fail_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = iterion_store_sqlite::SqliteStore::open(&dir.path().join("store")).unwrap();
+        let run = store
+            .create_run(NewRun {
+                id: RunId::parse("r1").unwrap(),
+                workflow: "w".into(),
+                file: "w.iter".into(),
+                trust: Trust::Trusted,
+                owner: None,
+            })
+            .await
+            .unwrap();
+        let content: ByteStream = Box::pin(futures_util::stream::iter(vec![
+            Ok(Bytes::from_static(b"hello ")),
+            Ok(Bytes::from_static(b"world")),
+        ]));
+        let p = RunFilePath::parse("out/a.txt").unwrap();
+        assert!(matches!(
+            store.put_file(&run.id, &p, content, 100).await.unwrap(),
+            PutOutcome::Stored(_)
+        ));
+        let target = dir.path().join("a.txt");
+        fetch(&store, &run.id, &p, Some(&target), &mut Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"hello world");
+        let mut out = Vec::new();
+        fetch(&store, &run.id, &p, None, &mut out).await.unwrap();
+        assert_eq!(out, b"hello world");
+
+        let mut out = Vec::new();
+        list(&store, &run.id, true, &mut out).await.unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(doc["files"][0]["path"], "out/a.txt");
+        assert_eq!(doc["files"][0]["size"], 11);
+        assert!(doc["drain"].is_null());
+
+        let missing = RunFilePath::parse("nope").unwrap();
+        let err = fetch(&store, &run.id, &missing, None, &mut Vec::new())
+            .await
+            .expect_err("missing file");
+        assert!(format!("{err:#}").contains("STORE_FILE_NOT_FOUND"));
+        assert_eq!(crate::exit::report(Err(err)), Exit::Failure);
+        let ghost = RunId::parse("ghost").unwrap();
+        let err = list(&store, &ghost, false, &mut Vec::new())
+            .await
+            .expect_err("unknown run");
+        assert!(format!("{err:#}").contains("no run ghost"));
+        assert_eq!(crate::exit::report(Err(err)), Exit::Failure);
+    }
 }

@@ -1,16 +1,701 @@
-//! `iterion sandbox doctor` and `iterion sandbox reap` (land with their issues).
+//! `iterion sandbox doctor` (plain and `--strict`) and `iterion sandbox reap`.
+//!
+//! The doctor decides nothing itself: precedence, host kind, driver
+//! selection, spec construction and every guard come from
+//! `iterion_sandbox`, so `doctor --strict`, the pre-flight of `iterion
+//! run` and a real run read the same answers (facts §11).
 
-use crate::cli::{DoctorArgs, ReapArgs};
-use crate::exit::Exit;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iterion_core::{Capabilities, Driver, DriverName, HostState, Mode, Spec};
+use iterion_sandbox::env::EnvSnapshot;
+use iterion_sandbox::guards::{KubeCheck, check_kubernetes_spec, check_spec};
+use iterion_sandbox::host::{HostKind, detect_host, select_driver};
+use iterion_sandbox::precedence::{
+    PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
+};
+use iterion_sandbox::spec::{SpecInputs, build_spec, check_network_syntax, source_label};
+use serde::Serialize;
+
+use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag};
+use crate::drivers;
+use crate::exit::{Exit, UserInputError};
+
+/// Outcome of one strict check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Fine.
+    Pass,
+    /// Worth knowing; never changes the exit code.
+    Warn,
+    /// Exit 1.
+    Fail,
+    /// Not relevant for this target/spec.
+    Skip,
+    /// Needs a driver this binary/host does not have (never fails the exit code).
+    Unavailable,
+}
+
+/// One row of the battery.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Stable check name.
+    pub name: &'static str,
+    /// Outcome.
+    pub status: CheckStatus,
+    /// Why.
+    pub detail: String,
+}
+
+fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// Flags of the strict battery (shared by `doctor --strict` and the run pre-flight).
+#[derive(Debug, Clone, Default)]
+pub struct StrictOptions {
+    /// The workflow whose block to resolve.
+    pub file: Option<PathBuf>,
+    /// `--target`.
+    pub target: Option<TargetFlag>,
+    /// `--sandbox`.
+    pub sandbox: Option<SandboxFlag>,
+    /// `--sandbox-default-image`.
+    pub default_image: Option<String>,
+    /// `--sandbox-host-state`.
+    pub host_state: Option<HostStateFlag>,
+}
+
+/// The strict report (SPEC §2 JSON shape).
+#[derive(Debug, Clone, Serialize)]
+pub struct StrictReport {
+    /// Host kind checked for.
+    pub host: &'static str,
+    /// Winning mode (`""` for inherit).
+    pub mode: String,
+    /// Which knob spoke (label only).
+    pub source: String,
+    /// Resolved host_state.
+    pub host_state: String,
+    /// Which knob spoke for host_state.
+    pub host_state_source: String,
+    /// Selected driver (`noop` for an inactive mode), or null.
+    pub driver: Option<String>,
+    /// Image the run would use (`build` for a build recipe), or null.
+    pub image: Option<String>,
+    /// Runtimes on PATH.
+    pub runtimes: Vec<String>,
+    /// Drivers that constructed.
+    pub available_drivers: Vec<String>,
+    /// Capabilities of the selected driver.
+    pub capabilities: Option<Capabilities>,
+    /// The battery.
+    pub checks: Vec<Check>,
+}
+
+impl StrictReport {
+    /// Whether any check failed.
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == CheckStatus::Fail)
+    }
+}
 
 /// `iterion sandbox doctor`.
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<Exit> {
-    let _ = args;
-    anyhow::bail!("`iterion sandbox doctor` is not implemented yet")
+    let env = EnvSnapshot::from_process();
+    if !args.strict {
+        return plain_doctor(&args, &env).await;
+    }
+    let opts = StrictOptions {
+        file: args.file.clone(),
+        target: args.target,
+        sandbox: args.sandbox,
+        default_image: args.sandbox_default_image.clone(),
+        host_state: args.sandbox_host_state,
+    };
+    let report = strict_report(&opts, &env).await?;
+    let text = render_strict(&report);
+    if args.json {
+        eprint!("{text}");
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(if report.failed() {
+        Exit::Failure
+    } else {
+        Exit::Success
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct PlainReport {
+    host: &'static str,
+    os: &'static str,
+    arch: &'static str,
+    container_runtime: Vec<String>,
+    sandbox_default: String,
+    selected_driver: String,
+    available_drivers: Vec<String>,
+    capabilities: Option<Capabilities>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    driver_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Exit> {
+    let argv0 = std::env::args().next();
+    let host = detect_host(env, argv0.as_deref());
+    let all = drivers::available_drivers(env).await;
+    let probes = drivers::probe_drivers(host, &all).await;
+    let mut available: Vec<String> = probes
+        .iter()
+        .filter(|p| p.unavailable.is_none())
+        .map(|p| p.driver.as_str().to_owned())
+        .collect();
+    available.sort();
+    let (selected, driver_error, caps) = match select_driver(host, Mode::Auto, &probes) {
+        Ok(name) => (
+            name.as_str().to_owned(),
+            None,
+            driver_named(&all, name).map(|d| d.capabilities()),
+        ),
+        Err(e) => ("noop".to_owned(), Some(e.to_string()), None),
+    };
+    let note = (selected == "noop").then(|| {
+        let mut n = "no container driver: auto runs degrade to the host with sandbox_skipped; inline runs are refused and park with SANDBOX_DRIVER_UNAVAILABLE".to_owned();
+        if host == HostKind::Cloud {
+            n.push_str("; on a cloud host, check the in-cluster kubectl/service-account");
+        }
+        n
+    });
+    let report = PlainReport {
+        host: host.as_str(),
+        os: std::env::consts::OS,
+        arch: std::env::consts::ARCH,
+        container_runtime: drivers::runtimes_on_path(),
+        sandbox_default: env
+            .sandbox_default
+            .clone()
+            .unwrap_or_else(|| "<unset>".to_owned()),
+        selected_driver: selected,
+        available_drivers: available,
+        capabilities: caps,
+        driver_error,
+        note,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("host:              {}", report.host);
+        println!("os/arch:           {}/{}", report.os, report.arch);
+        println!(
+            "container_runtime: {}",
+            if report.container_runtime.is_empty() {
+                "<none>".to_owned()
+            } else {
+                report.container_runtime.join(", ")
+            }
+        );
+        println!("sandbox_default:   {}", report.sandbox_default);
+        println!("selected_driver:   {}", report.selected_driver);
+        println!("available_drivers: {}", report.available_drivers.join(", "));
+        if let Some(c) = &report.capabilities {
+            println!("capabilities:      {}", serde_json::to_string(c)?);
+        }
+        if let Some(e) = &report.driver_error {
+            println!("driver_error:      {e}");
+        }
+        if let Some(n) = &report.note {
+            println!("note:              {n}");
+        }
+    }
+    Ok(Exit::Success)
+}
+
+fn driver_named(all: &[Arc<dyn Driver>], name: DriverName) -> Option<&Arc<dyn Driver>> {
+    all.iter().find(|d| d.name() == name)
+}
+
+/// Resolve the exact spec a run would use and run the battery of facts
+/// §11.2. A bad file or flag is a [`UserInputError`] (exit 2).
+pub async fn strict_report(
+    opts: &StrictOptions,
+    env: &EnvSnapshot,
+) -> anyhow::Result<StrictReport> {
+    let workflow = match &opts.file {
+        Some(path) => read_workflow_sandbox(path)?,
+        None => None,
+    };
+    let inputs = PrecedenceInputs {
+        cli_sandbox: opts.sandbox.map(|s| match s {
+            SandboxFlag::Auto => Mode::Auto,
+            SandboxFlag::None => Mode::None,
+        }),
+        cli_host_state: opts.host_state.map(|h| match h {
+            HostStateFlag::Auto => HostState::Auto,
+            HostStateFlag::None => HostState::None,
+        }),
+        cli_default_image: opts.default_image.clone(),
+        env: env.clone(),
+        workflow: workflow.as_ref(),
+        // The `iterion` binary is a product entry point: it installs tier 4.
+        global_default: Some(iterion_sandbox::precedence::PRODUCT_GLOBAL_DEFAULT),
+    };
+    let resolved = resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+    let (host_state, host_state_source) =
+        resolve_host_state(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+    let (default_image, _) = resolve_default_image(&inputs);
+    let argv0 = std::env::args().next();
+    let detected = detect_host(env, argv0.as_deref());
+    let host = match opts.target {
+        None | Some(TargetFlag::Auto) => detected,
+        Some(TargetFlag::Local) => HostKind::Local,
+        Some(TargetFlag::Cloud) => HostKind::Cloud,
+    };
+    let cross_host = host != detected;
+    let all = drivers::available_drivers(env).await;
+    let probes = drivers::probe_drivers(host, &all).await;
+    let mut available: Vec<String> = probes
+        .iter()
+        .filter(|p| p.unavailable.is_none())
+        .map(|p| p.driver.as_str().to_owned())
+        .collect();
+    available.sort();
+    let selection = select_driver(host, resolved.mode, &probes);
+    let selected = selection.as_ref().ok().and_then(|n| driver_named(&all, *n));
+    let mut checks = Vec::new();
+    let active = resolved.mode.is_active();
+
+    // driver available
+    checks.push(match (&selection, active) {
+        (_, false) => check(
+            "driver available",
+            CheckStatus::Pass,
+            format!(
+                "mode {:?}: no sandbox, no driver needed",
+                resolved.mode.as_str()
+            ),
+        ),
+        (Ok(d), true) => check("driver available", CheckStatus::Pass, format!("{d}")),
+        (Err(e), true) if cross_host => check(
+            "driver available",
+            CheckStatus::Warn,
+            format!("{e} (cross-host --target)"),
+        ),
+        (Err(e), true) => check(
+            "driver available",
+            CheckStatus::Fail,
+            format!(
+                "{e}; {}",
+                if resolved.mode == Mode::Auto {
+                    "auto runs would degrade to the host"
+                } else {
+                    "inline runs would be refused (SANDBOX_DRIVER_UNAVAILABLE)"
+                }
+            ),
+        ),
+    });
+
+    // spec valid (+ construction, devcontainer fusion)
+    let repo_root = std::env::current_dir().ok();
+    let workspace = repo_root
+        .as_ref()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut spec: Option<Spec> = None;
+    let mut label = resolved.source.to_string();
+    if active {
+        let dc = match (resolved.mode, &repo_root) {
+            (Mode::Auto, Some(root)) => iterion_sandbox::devcontainer::read_repo_devcontainer(root),
+            _ => Ok(None),
+        };
+        match dc {
+            Err(e) => checks.push(check("spec valid", CheckStatus::Fail, e.to_string())),
+            Ok(dc) => {
+                let path = dc.as_ref().map(|(p, _)| p.to_string_lossy().into_owned());
+                let built = build_spec(&SpecInputs {
+                    mode: resolved.mode,
+                    workflow: workflow.as_ref(),
+                    devcontainer: match (&path, &dc) {
+                        (Some(p), Some((_, d))) => Some((p.as_str(), d)),
+                        _ => None,
+                    },
+                    default_image: &default_image,
+                    operator_env: BTreeMap::new(),
+                    run_id: "doctor",
+                    local_env: local_env_snapshot(),
+                    workspace: &workspace,
+                });
+                match built {
+                    Ok(b) => {
+                        label = source_label(&label, &b.origin);
+                        checks.push(check("spec valid", CheckStatus::Pass, "ok"));
+                        spec = Some(b.spec);
+                    }
+                    Err(e) => checks.push(check("spec valid", CheckStatus::Fail, e.to_string())),
+                }
+            }
+        }
+    } else {
+        checks.push(check("spec valid", CheckStatus::Skip, "no active sandbox"));
+    }
+    let spec_for_checks = spec.clone().or_else(|| workflow.clone());
+
+    // docker daemon
+    let docker =
+        driver_named(&all, DriverName::Docker).or_else(|| driver_named(&all, DriverName::Podman));
+    checks.push(match (host, docker) {
+        (HostKind::Cloud, _) => check("docker daemon", CheckStatus::Skip, "cloud target"),
+        (_, None) => check(
+            "docker daemon",
+            CheckStatus::Unavailable,
+            "no docker/podman driver in this build",
+        ),
+        (_, Some(d)) => match d.ping().await {
+            Ok(info) => check(
+                "docker daemon",
+                CheckStatus::Pass,
+                format!("{} {} at {}", info.driver, info.version, info.endpoint),
+            ),
+            Err(e) => check(
+                "docker daemon",
+                if active {
+                    CheckStatus::Fail
+                } else {
+                    CheckStatus::Warn
+                },
+                e.to_string(),
+            ),
+        },
+    });
+
+    // spec safety
+    checks.push(match &spec_for_checks {
+        None => check("spec safety", CheckStatus::Skip, "no sandbox spec"),
+        Some(s) => match check_spec(s) {
+            Ok(()) => check(
+                "spec safety",
+                CheckStatus::Pass,
+                "mounts, image, user, workdir and env pass the guards",
+            ),
+            Err(e) => check("spec safety", CheckStatus::Fail, e.to_string()),
+        },
+    });
+
+    // image resolvable
+    let image = spec_for_checks.as_ref().and_then(|s| {
+        s.image
+            .clone()
+            .or_else(|| s.build.as_ref().map(|_| "build".to_owned()))
+    });
+    checks.push(match (&spec, selected) {
+        (None, _) if active => check("image resolvable", CheckStatus::Skip, "spec invalid"),
+        (None, _) => check("image resolvable", CheckStatus::Skip, "no active sandbox"),
+        (Some(s), _) if s.image.is_none() => {
+            check("image resolvable", CheckStatus::Skip, "built from build:")
+        }
+        (Some(_), None) => check(
+            "image resolvable",
+            CheckStatus::Unavailable,
+            "no driver to ask",
+        ),
+        (Some(s), Some(d)) => {
+            let img = s.image.clone().unwrap_or_default();
+            match d.image_present(&img).await {
+                Ok(true) => check(
+                    "image resolvable",
+                    CheckStatus::Pass,
+                    format!("{img} present locally"),
+                ),
+                Ok(false) => check(
+                    "image resolvable",
+                    CheckStatus::Fail,
+                    format!("{img} not found (no pull is attempted)"),
+                ),
+                Err(e) => check("image resolvable", CheckStatus::Warn, e.to_string()),
+            }
+        }
+    });
+
+    // k8s spec compatible + k8s context
+    if host == HostKind::Cloud {
+        checks.push(match &spec {
+            None => check(
+                "k8s spec compatible",
+                CheckStatus::Skip,
+                "no active sandbox",
+            ),
+            Some(s) => {
+                let mut s = s.clone();
+                s.host_state = Some(host_state);
+                match check_kubernetes_spec(&s, KubeCheck::Doctor) {
+                    Ok(user) => check(
+                        "k8s spec compatible",
+                        CheckStatus::Pass,
+                        format!("runs as {user}"),
+                    ),
+                    Err(e) => check("k8s spec compatible", CheckStatus::Fail, e.to_string()),
+                }
+            }
+        });
+        checks.push(match driver_named(&all, DriverName::Kubernetes) {
+            None => check(
+                "k8s context",
+                CheckStatus::Unavailable,
+                "no kubernetes driver in this build",
+            ),
+            Some(d) => match d.ping().await {
+                Ok(info) => check("k8s context", CheckStatus::Pass, info.endpoint),
+                Err(e) if env.kubernetes_service_host.is_some() => {
+                    check("k8s context", CheckStatus::Fail, e.to_string())
+                }
+                Err(e) => check("k8s context", CheckStatus::Warn, e.to_string()),
+            },
+        });
+    } else {
+        checks.push(check(
+            "k8s spec compatible",
+            CheckStatus::Skip,
+            "not a cloud target",
+        ));
+        checks.push(check(
+            "k8s context",
+            CheckStatus::Skip,
+            "not a cloud target",
+        ));
+    }
+
+    // network allowlist syntax
+    checks.push(
+        match spec_for_checks.as_ref().and_then(|s| s.network.as_ref()) {
+            None => check(
+                "network allowlist syntax",
+                CheckStatus::Pass,
+                "no network: block (open, no proxy)",
+            ),
+            Some(net) => match check_network_syntax(net) {
+                Ok(()) => check(
+                    "network allowlist syntax",
+                    CheckStatus::Pass,
+                    format!("{} rule(s) compile", net.rules.len()),
+                ),
+                Err(e) => check("network allowlist syntax", CheckStatus::Fail, e),
+            },
+        },
+    );
+
+    // driver capabilities
+    checks.push(match (&spec, selected) {
+        (None, _) => check(
+            "driver capabilities",
+            CheckStatus::Skip,
+            "no active sandbox",
+        ),
+        (Some(_), None) => check(
+            "driver capabilities",
+            CheckStatus::Unavailable,
+            "no driver selected",
+        ),
+        (Some(s), Some(d)) => {
+            let c = d.capabilities();
+            let mut missing = Vec::new();
+            if s.build.is_some() && !c.build {
+                missing.push("build");
+            }
+            if !s.mounts.is_empty() && !c.mounts {
+                missing.push("mounts");
+            }
+            if s.user.is_some() && !c.remote_user {
+                missing.push("user");
+            }
+            if s.post_create.is_some() && !c.post_create {
+                missing.push("post_create");
+            }
+            if !s.read_back.is_empty() && !c.can_serve_read_back() {
+                missing.push("read_back");
+            }
+            if missing.is_empty() {
+                check(
+                    "driver capabilities",
+                    CheckStatus::Pass,
+                    format!("{} supports the spec", d.name()),
+                )
+            } else {
+                check(
+                    "driver capabilities",
+                    CheckStatus::Fail,
+                    format!("{} lacks {}", d.name(), missing.join(", ")),
+                )
+            }
+        }
+    });
+
+    Ok(StrictReport {
+        host: host.as_str(),
+        mode: resolved.mode.as_str().to_owned(),
+        source: label,
+        host_state: host_state.as_str().to_owned(),
+        host_state_source: host_state_source.as_str().to_owned(),
+        driver: selection.as_ref().ok().map(|d| d.as_str().to_owned()),
+        image,
+        runtimes: drivers::runtimes_on_path(),
+        available_drivers: available,
+        capabilities: selected.map(|d| d.capabilities()),
+        checks,
+    })
+}
+
+/// The host variables `${localEnv:…}` may read, and nothing else.
+fn local_env_snapshot() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            iterion_sandbox::spec::LOCAL_ENV_ALLOWLIST.contains(&k.as_str()) || k.starts_with("LC_")
+        })
+        .collect()
+}
+
+fn render_strict(r: &StrictReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("host:       {}\n", r.host));
+    out.push_str(&format!("mode:       {:?} ({})\n", r.mode, r.source));
+    out.push_str(&format!(
+        "host_state: {} ({})\n",
+        r.host_state, r.host_state_source
+    ));
+    out.push_str(&format!(
+        "driver:     {}\n",
+        r.driver.as_deref().unwrap_or("<none>")
+    ));
+    out.push_str(&format!(
+        "image:      {}\n",
+        r.image.as_deref().unwrap_or("<none>")
+    ));
+    for c in &r.checks {
+        let tag = match c.status {
+            CheckStatus::Pass => "PASS",
+            CheckStatus::Warn => "WARN",
+            CheckStatus::Fail => "FAIL",
+            CheckStatus::Skip => "SKIP",
+            CheckStatus::Unavailable => "N/A ",
+        };
+        out.push_str(&format!("[{tag}] {}: {}\n", c.name, c.detail));
+    }
+    out
+}
+
+/// The workflow-level `sandbox:` block of a `.iter` file, compiled by the
+/// DSL; an unreadable or invalid file is a [`UserInputError`] (exit 2).
+fn read_workflow_sandbox(path: &Path) -> anyhow::Result<Option<Spec>> {
+    let (_, workflow) = crate::workflow::load_workflow(path)?;
+    Ok(workflow.sandbox.map(|decl| decl.spec))
 }
 
 /// `iterion sandbox reap`.
 pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
     let _ = args;
     anyhow::bail!("`iterion sandbox reap` is not implemented yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statuses(r: &StrictReport) -> Vec<String> {
+        r.checks
+            .iter()
+            .map(|c| format!("{}: {:?}", c.name, c.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn strict_battery_on_a_hostile_inline_block() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("wf.iter");
+        std::fs::write(
+            &file,
+            "tool a:\n  command: \"true\"\n\nworkflow w:\n  entry: a\n  sandbox:\n    image: \"iterion-sandbox-slim:local\"\n    mounts: [\"source=/home/u/.ssh,target=/k\"]\n  a -> done\n",
+        )
+        .expect("write");
+        let opts = StrictOptions {
+            file: Some(file),
+            target: Some(TargetFlag::Local),
+            ..StrictOptions::default()
+        };
+        let env = EnvSnapshot {
+            iterion_mode: Some("local".into()),
+            ..EnvSnapshot::default()
+        };
+        let r = strict_report(&opts, &env).await.expect("report");
+        assert!(r.failed());
+        assert_eq!(
+            (r.mode.as_str(), r.source.as_str()),
+            ("inline", "workflow sandbox: block")
+        );
+        // Driver-backed rows change once the docker driver is wired in
+        // drivers.rs; the policy rows must not.
+        let policy_rows: Vec<String> = statuses(&r)
+            .into_iter()
+            .filter(|row| {
+                ![
+                    "driver available",
+                    "docker daemon",
+                    "image resolvable",
+                    "driver capabilities",
+                ]
+                .iter()
+                .any(|n| row.starts_with(n))
+            })
+            .collect();
+        insta::assert_debug_snapshot!("strict_hostile_inline", policy_rows);
+    }
+
+    #[tokio::test]
+    async fn strict_battery_under_none_passes_and_bad_input_is_exit_2() {
+        let env = EnvSnapshot {
+            iterion_mode: Some("local".into()),
+            ..EnvSnapshot::default()
+        };
+        let opts = StrictOptions {
+            sandbox: Some(SandboxFlag::None),
+            ..StrictOptions::default()
+        };
+        let r = strict_report(&opts, &env).await.expect("report");
+        assert!(!r.failed(), "{:?}", statuses(&r));
+        assert_eq!(r.driver.as_deref(), Some("noop"));
+        let json = serde_json::to_value(&r).expect("json");
+        for key in [
+            "mode",
+            "source",
+            "host_state",
+            "host_state_source",
+            "driver",
+            "image",
+            "checks",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        let missing = StrictOptions {
+            file: Some(PathBuf::from("/nonexistent/wf.iter")),
+            ..StrictOptions::default()
+        };
+        let err = strict_report(&missing, &env).await.expect_err("bad file");
+        assert!(err.downcast_ref::<UserInputError>().is_some());
+        let bad_env = EnvSnapshot {
+            sandbox_default: Some("sometimes".into()),
+            ..env
+        };
+        let err = strict_report(&StrictOptions::default(), &bad_env)
+            .await
+            .expect_err("bad env");
+        assert!(err.downcast_ref::<UserInputError>().is_some());
+    }
 }

@@ -1,0 +1,86 @@
+//! Driver construction for the CLI: the one place the `iterion` binary
+//! builds its sandbox drivers, so `doctor`, `reap` and `run` see the same
+//! set. Policy (which one a run gets) stays in `iterion_sandbox::host`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use iterion_core::{Driver, DriverName};
+use iterion_driver_docker::DockerDriver;
+use iterion_sandbox::env::EnvSnapshot;
+use iterion_sandbox::host::{DriverProbe, HostKind, driver_order};
+
+/// The drivers that constructed on this host and, when none did, why.
+pub struct Discovered {
+    /// Every real driver whose engine answered, in discovery order.
+    pub drivers: Vec<Arc<dyn Driver>>,
+    /// Why discovery found nothing (shown as the degrade/refuse reason).
+    pub failure: Option<String>,
+}
+
+/// Discover every real driver: each distinct Docker or Podman engine that
+/// answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
+/// The driver is wrapped with nothing here; the runtime tees its lines
+/// into the run log through the observer it passes to each call.
+pub async fn discover(env: &EnvSnapshot) -> Discovered {
+    let _ = env;
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    match DockerDriver::discover_all(&process_env).await {
+        Ok(found) if !found.is_empty() => Discovered {
+            drivers: found
+                .into_iter()
+                .map(|d| Arc::new(d) as Arc<dyn Driver>)
+                .collect(),
+            failure: None,
+        },
+        Ok(_) => Discovered {
+            drivers: Vec::new(),
+            failure: Some("no Docker or Podman engine answered".to_owned()),
+        },
+        Err(e) => Discovered {
+            drivers: Vec::new(),
+            failure: Some(e.to_string()),
+        },
+    }
+}
+
+/// Every real driver that constructs on this host.
+pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
+    discover(env).await.drivers
+}
+
+/// Probe each driver of the host's order: available when constructed and
+/// its engine answers a ping.
+pub async fn probe_drivers(host: HostKind, drivers: &[Arc<dyn Driver>]) -> Vec<DriverProbe> {
+    let mut probes = Vec::new();
+    for name in driver_order(host)
+        .iter()
+        .copied()
+        .filter(|d| *d != DriverName::Noop)
+    {
+        let unavailable = match drivers.iter().find(|d| d.name() == name) {
+            None => Some(match name {
+                DriverName::Kubernetes => "driver not built into this binary".to_owned(),
+                _ => "no such engine answered".to_owned(),
+            }),
+            Some(d) => d.ping().await.err().map(|e| e.to_string()),
+        };
+        probes.push(DriverProbe {
+            driver: name,
+            unavailable,
+        });
+    }
+    probes
+}
+
+/// Container runtimes found on `PATH` (informational; drivers speak the API).
+pub fn runtimes_on_path() -> Vec<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut found = Vec::new();
+    for bin in ["docker", "podman", "kubectl"] {
+        if std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()) {
+            found.push(bin.to_owned());
+        }
+    }
+    found
+}

@@ -1,0 +1,167 @@
+//! Picks the run store `ITERION_STORE` names (`shared/SPEC.md` §2): a
+//! `postgres://`/`postgresql://` URL → the PostgreSQL twin, anything else a
+//! directory → the embedded SQLite store (default `.iterion` under the
+//! current directory). Also turns store errors into messages that say what
+//! to do.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use iterion_core::{RunStore, StoreError};
+
+/// The environment variable naming the store.
+pub const STORE_ENV: &str = "ITERION_STORE";
+
+/// Where the store lives, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The embedded store in this directory.
+    Directory(PathBuf),
+    /// The PostgreSQL store at this URL.
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// Interpret a `ITERION_STORE` value (`None`/empty → `.iterion`).
+    pub fn parse(value: Option<&str>) -> StoreLocation {
+        match value.map(str::trim) {
+            None | Some("") => StoreLocation::Directory(PathBuf::from(".iterion")),
+            Some(v) if v.starts_with("postgres://") || v.starts_with("postgresql://") => {
+                StoreLocation::Postgres(v.to_owned())
+            }
+            Some(v) => StoreLocation::Directory(PathBuf::from(v)),
+        }
+    }
+}
+
+/// Open the store `ITERION_STORE` names.
+pub async fn open_from_env() -> anyhow::Result<Arc<dyn RunStore>> {
+    let value = std::env::var(STORE_ENV).ok();
+    open(&StoreLocation::parse(value.as_deref())).await
+}
+
+/// Open the store at `location`.
+pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>> {
+    match location {
+        StoreLocation::Directory(dir) => {
+            let d = dir.clone();
+            let store =
+                tokio::task::spawn_blocking(move || iterion_store_sqlite::SqliteStore::open(&d))
+                    .await
+                    .context("opening the run store")?
+                    .map_err(store_error)?;
+            Ok(Arc::new(store))
+        }
+        StoreLocation::Postgres(url) => {
+            let store = iterion_store_postgres::PostgresStore::connect(url, None)
+                .await
+                .map_err(store_error)?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// What the user should do about a store error.
+pub fn hint(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::SchemaTooNew { .. } => {
+            "this store was written by a newer iterion: upgrade iterion (never downgrade a store)"
+        }
+        StoreError::Corrupt { .. } => {
+            "ITERION_STORE does not point at an iterion store: point it at an empty directory or at the right store"
+        }
+        StoreError::Unavailable { .. } => {
+            "the run store cannot be reached: check that the database in ITERION_STORE is up and reachable, then retry"
+        }
+        StoreError::Io { .. } => {
+            "check that the ITERION_STORE directory exists and is readable and writable by you"
+        }
+        StoreError::RunNotFound(_) => "list the runs of this store with `iterion runs`",
+        StoreError::FileNotFound(_) => "list the run's files with `iterion files RUN_ID`",
+        StoreError::UnsafePath { .. } => {
+            "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
+        }
+        StoreError::Backend { .. } | StoreError::InvalidPayload { .. } => {
+            "retry; if it persists, report it with the message above"
+        }
+        StoreError::InvalidCursor
+        | StoreError::RunExists(_)
+        | StoreError::IllegalTransition { .. }
+        | StoreError::StaleTransition { .. }
+        | StoreError::SeqConflict { .. }
+        | StoreError::SeqGap { .. } => "retry the command",
+    }
+}
+
+/// A store error for the user: message, stable code, what to do. Its
+/// `source` is the store error's cause (the store error itself is already
+/// the message), so `caused by:` lines say e.g. "connection refused".
+#[derive(Debug)]
+pub struct StoreCliError {
+    /// The store's error (already in the message, so not a `source`).
+    pub error: StoreError,
+    /// Its stable code.
+    pub code: &'static str,
+    /// What to do.
+    pub hint: &'static str,
+}
+
+impl std::fmt::Display for StoreCliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} [{}]\n  hint: {}", self.error, self.code, self.hint)
+    }
+}
+
+impl std::error::Error for StoreCliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+/// Wrap a store error with its code and hint.
+pub fn store_error(e: StoreError) -> anyhow::Error {
+    anyhow::Error::new(StoreCliError {
+        code: e.code(),
+        hint: hint(&e),
+        error: e,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_env_selects_the_backend() {
+        assert_eq!(
+            StoreLocation::parse(None),
+            StoreLocation::Directory(".iterion".into())
+        );
+        assert_eq!(
+            StoreLocation::parse(Some("")),
+            StoreLocation::Directory(".iterion".into())
+        );
+        assert_eq!(
+            StoreLocation::parse(Some("/var/lib/iterion")),
+            StoreLocation::Directory("/var/lib/iterion".into())
+        );
+        for url in ["postgres://u@h/db", "postgresql://u@h/db"] {
+            assert_eq!(
+                StoreLocation::parse(Some(url)),
+                StoreLocation::Postgres(url.into())
+            );
+        }
+    }
+
+    #[test]
+    fn schema_too_new_says_upgrade() {
+        let e = store_error(StoreError::SchemaTooNew {
+            found: 9,
+            supported: 1,
+        });
+        let msg = e.to_string();
+        assert!(msg.contains("STORE_SCHEMA_TOO_NEW"), "{msg}");
+        assert!(msg.contains("upgrade iterion"), "{msg}");
+    }
+}

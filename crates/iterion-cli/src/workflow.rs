@@ -1,0 +1,59 @@
+//! Loading a workflow file for the verbs: compiled by `iterion-dsl`, with
+//! the egress rule checks of `iterion-netproxy` hooked in so a rule the
+//! proxy would reject is a compile-time diagnostic (C313), not a run-time
+//! surprise.
+
+use std::path::Path;
+
+use iterion_core::NetworkSpec;
+use iterion_dsl::{Compiled, ir};
+
+use crate::exit::UserInputError;
+
+/// A compiled file and its source text (for rendering diagnostics).
+pub struct Loaded {
+    /// The file's text (lossy UTF-8).
+    pub source: String,
+    /// Workflows and diagnostics.
+    pub compiled: Compiled,
+}
+
+/// The proxy's verdict on a network block, as `(rule, message)` pairs.
+pub fn net_check(spec: &NetworkSpec) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = iterion_netproxy::check_rules(spec)
+        .into_iter()
+        .map(|e| (e.rule.clone(), e.to_string()))
+        .collect();
+    if let Some(err) = iterion_netproxy::check_preset(spec) {
+        out.push((spec.preset.clone().unwrap_or_default(), err.to_string()));
+    }
+    out
+}
+
+/// Read and compile a file.
+pub fn load(path: &Path) -> std::io::Result<Loaded> {
+    let bytes = std::fs::read(path)?;
+    let source = String::from_utf8_lossy(&bytes).into_owned();
+    let compiled = iterion_dsl::compile_with(&source, path, &net_check);
+    Ok(Loaded { source, compiled })
+}
+
+/// Read and compile a file that must hold one valid workflow; anything
+/// else is bad input (exit 2), with the rendered diagnostics in the error.
+pub fn load_workflow(path: &Path) -> anyhow::Result<(Loaded, ir::Workflow)> {
+    let loaded = load(path)
+        .map_err(|e| UserInputError::new(format!("cannot read {}: {e}", path.display())))?;
+    if loaded.compiled.has_errors() {
+        let rendered = iterion_dsl::render_human(&loaded.source, &loaded.compiled.diagnostics);
+        return Err(UserInputError::new(format!(
+            "{} is not a valid workflow:\n{rendered}",
+            path.display()
+        ))
+        .into());
+    }
+    let workflow =
+        loaded.compiled.workflows.first().cloned().ok_or_else(|| {
+            UserInputError::new(format!("{} declares no workflow", path.display()))
+        })?;
+    Ok((loaded, workflow))
+}

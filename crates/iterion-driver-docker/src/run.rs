@@ -1,0 +1,302 @@
+//! [`DockerRun`]: the live container of one run — exec, tar in/out,
+//! liveness and idempotent cleanup of the container, its network and its
+//! per-run volumes.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::exec::CreateExecOptions;
+use bollard::query_parameters::{
+    RemoveContainerOptions, RemoveVolumeOptions, StopContainerOptions, UploadToContainerOptions,
+};
+use futures_util::StreamExt;
+use iterion_core::{
+    ByteStream, DriverError, DriverName, ExecRequest, ExecSession, OutputStream, SandboxRun,
+};
+
+use crate::driver::{DockerDriver, engine_err, message_of, status_of};
+use crate::exec::{DockerExec, EXEC_MARKER_ENV};
+
+/// Grace given to the container on cleanup (facts §5.3: `stop --time`).
+const STOP_GRACE_SECS: i32 = 2;
+
+/// Everything a run created, for cleanup.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunResources {
+    pub(crate) container: Option<String>,
+    pub(crate) network: Option<String>,
+    pub(crate) bridge: Option<String>,
+    pub(crate) volumes: Vec<String>,
+}
+
+/// The live sandbox of one run.
+#[derive(Debug, Clone)]
+pub struct DockerRun {
+    driver: DockerDriver,
+    res: RunResources,
+    container: String,
+    workdir: String,
+}
+
+impl DockerRun {
+    pub(crate) fn new(driver: DockerDriver, res: RunResources, workdir: String) -> Self {
+        let container = res.container.clone().unwrap_or_default();
+        Self {
+            driver,
+            res,
+            container,
+            workdir,
+        }
+    }
+
+    /// Per-run named volumes (bindless read-back storage).
+    pub fn volumes(&self) -> &[String] {
+        &self.res.volumes
+    }
+
+    /// The per-run internal network, when egress is enforced.
+    pub fn network(&self) -> Option<&str> {
+        self.res.network.as_deref()
+    }
+
+    fn gone(&self) -> DriverError {
+        DriverError::ContainerGone {
+            container: self.container.clone(),
+        }
+    }
+
+    /// Map an engine error on this container: 404, or 409 "not running",
+    /// means the container is gone.
+    pub(crate) fn map_err(
+        &self,
+        operation: &'static str,
+        e: bollard::errors::Error,
+    ) -> DriverError {
+        let msg = message_of(&e);
+        match status_of(&e) {
+            Some(404) => self.gone(),
+            Some(409) if msg.contains("not running") || msg.contains("paused") => self.gone(),
+            // Podman answers 500 for exec into a stopped container.
+            Some(500) if msg.contains("not running") || msg.contains("state improper") => {
+                self.gone()
+            }
+            _ => engine_err(operation)(e),
+        }
+    }
+
+    pub(crate) fn driver_client(&self) -> &bollard::Docker {
+        &self.driver.docker
+    }
+
+    pub(crate) fn container_name(&self) -> &str {
+        &self.container
+    }
+
+    fn report(&self, line: &str) {
+        self.driver.reporter.log(OutputStream::System, line);
+    }
+}
+
+#[async_trait]
+impl SandboxRun for DockerRun {
+    fn driver(&self) -> DriverName {
+        use iterion_core::Driver;
+        self.driver.name()
+    }
+
+    fn container(&self) -> &str {
+        &self.container
+    }
+
+    fn workdir(&self) -> &str {
+        &self.workdir
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {
+        if request.argv.is_empty() {
+            return Err(DriverError::SpecRefused {
+                reason: "exec with an empty argv".to_owned(),
+            });
+        }
+        let marker = crate::exec::new_marker();
+        let mut env: Vec<String> = request
+            .env
+            .iter()
+            .filter(|(k, _)| valid_env_name(k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        // Every process of this exec inherits the marker; kill() finds the
+        // whole tree by it (closing the stream alone kills nothing).
+        env.push(format!("{EXEC_MARKER_ENV}={marker}"));
+        let stdin = request.attach_stdin || request.keep_stdin_open;
+        let options = CreateExecOptions {
+            attach_stdin: Some(stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            env: Some(env),
+            cmd: Some(request.argv.clone()),
+            user: request.user.clone(),
+            working_dir: Some(
+                request
+                    .workdir
+                    .clone()
+                    .unwrap_or_else(|| self.workdir.clone()),
+            ),
+            privileged: Some(false),
+            ..CreateExecOptions::default()
+        };
+        let created = self
+            .driver
+            .docker
+            .create_exec(&self.container, options)
+            .await
+            .map_err(|e| self.map_err("create exec", e))?;
+        DockerExec::start(self.clone(), created.id, marker, request.user, stdin).await
+    }
+
+    async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError> {
+        // Inspect first so a vanished container is a typed error, not a
+        // broken stream; a stopped one still serves its filesystem.
+        self.driver
+            .docker
+            .inspect_container(&self.container, None)
+            .await
+            .map_err(|e| self.map_err("inspect container", e))?;
+        let path = format!(
+            "/v1.41/containers/{}/archive?path={}",
+            self.container,
+            crate::rawlist::encode_query(container_path)
+        );
+        let stream = match crate::rawlist::get_stream(self.driver.endpoint(), &path).await {
+            Ok(crate::rawlist::Streamed::Ok(stream)) => stream,
+            Ok(crate::rawlist::Streamed::Status(404, body)) => {
+                return Err(DriverError::Io {
+                    operation: format!("export {container_path}"),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, body),
+                });
+            }
+            Ok(crate::rawlist::Streamed::Status(code, body)) => {
+                return Err(DriverError::Engine {
+                    operation: "download archive",
+                    source: format!("status {code}: {body}").into(),
+                });
+            }
+            Err(source) => {
+                return Err(DriverError::Io {
+                    operation: format!("export {container_path}"),
+                    source,
+                });
+            }
+        };
+        let basename = container_path
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Ok(crate::tarfix::reroot(stream, basename))
+    }
+
+    async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError> {
+        self.driver
+            .docker
+            .upload_to_container(
+                &self.container,
+                Some(UploadToContainerOptions {
+                    path: container_dir.to_owned(),
+                    ..UploadToContainerOptions::default()
+                }),
+                bollard::body_try_stream(archive),
+            )
+            .await
+            .map_err(|e| self.map_err("upload archive", e))
+    }
+
+    async fn is_alive(&self) -> Result<bool, DriverError> {
+        match self
+            .driver
+            .docker
+            .inspect_container(&self.container, None)
+            .await
+        {
+            Ok(c) => Ok(c.state.and_then(|s| s.running).unwrap_or(false)),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(engine_err("inspect container")(e)),
+        }
+    }
+
+    async fn cleanup(&self) -> Result<(), DriverError> {
+        let docker = &self.driver.docker;
+        if let Some(name) = &self.res.container {
+            let stop = docker.stop_container(
+                name,
+                Some(StopContainerOptions {
+                    t: Some(STOP_GRACE_SECS),
+                    signal: None,
+                }),
+            );
+            match tokio::time::timeout(Duration::from_secs(10), stop).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if matches!(status_of(&e), Some(304 | 404)) => {}
+                Ok(Err(e)) => self.report(&format!("stop {name}: {}", message_of(&e))),
+                Err(_) => self.report(&format!("stop {name}: timed out, removing by force")),
+            }
+            let remove = docker.remove_container(
+                name,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    link: false,
+                }),
+            );
+            match tokio::time::timeout(Duration::from_secs(10), remove).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if status_of(&e) == Some(404) => {}
+                Ok(Err(e)) => self.report(&format!("remove {name}: {}", message_of(&e))),
+                Err(_) => self.report(&format!("remove {name}: timed out")),
+            }
+        }
+        if let Some(bridge) = &self.res.bridge
+            && let Err(e) = crate::firewall::release(bridge).await
+        {
+            self.report(&format!("release firewall rule of {bridge}: {e}"));
+        }
+        if let Some(net) = &self.res.network {
+            match docker.remove_network(net).await {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => self.report(&format!("remove network {net}: {}", message_of(&e))),
+            }
+        }
+        for vol in &self.res.volumes {
+            match docker
+                .remove_volume(vol, Some(RemoveVolumeOptions { force: true }))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => self.report(&format!("remove volume {vol}: {}", message_of(&e))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// POSIX-ish env names only; anything else is skipped (facts §5.3).
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name != EXEC_MARKER_ENV
+}
+
+/// Read an export stream to its end (tests and callers that only need bytes).
+pub async fn drain_len(mut stream: ByteStream) -> Result<u64, std::io::Error> {
+    let mut n = 0u64;
+    while let Some(chunk) = stream.next().await {
+        n += chunk?.len() as u64;
+    }
+    Ok(n)
+}

@@ -1,0 +1,177 @@
+//! Host-side variable expansion of a sandbox [`Spec`], done by the engine at
+//! run time (facts §2.2): `${localEnv:NAME}` / `${localEnv:NAME:default}`
+//! resolve only allowlisted names (anything else resolves to its default or
+//! empty, so a hostile workflow or devcontainer cannot exfiltrate secrets
+//! through substitution), `${localWorkspaceFolder}` and
+//! `${localWorkspaceFolderBasename}` resolve from the workspace path, and
+//! `${containerEnv:…}` (and anything unknown) is left alone.
+
+use std::path::Path;
+
+use iterion_core::Spec;
+
+/// Host variables `${localEnv:…}` may read.
+pub fn local_env_allowed(name: &str) -> bool {
+    const ALLOWED: &[&str] = &[
+        "HOME",
+        "USER",
+        "USERNAME",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TZ",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "XDG_RUNTIME_DIR",
+        "PWD",
+        "OLDPWD",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XAUTHORITY",
+        "PUID",
+        "PGID",
+        "VARIANT",
+    ];
+    ALLOWED.contains(&name) || name.starts_with("LC_")
+}
+
+/// Expand host-side variables in one string.
+pub fn expand_str(s: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &after[..end];
+        let whole = &rest[start..start + 2 + end + 1];
+        match resolve(inner, env, workspace) {
+            Some(v) => out.push_str(&v),
+            None => out.push_str(whole),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn resolve(inner: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> Option<String> {
+    if inner == "localWorkspaceFolder" {
+        return Some(workspace.display().to_string());
+    }
+    if inner == "localWorkspaceFolderBasename" {
+        return Some(
+            workspace
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
+    }
+    let spec = inner.strip_prefix("localEnv:")?;
+    let (name, default) = match spec.split_once(':') {
+        Some((n, d)) => (n, d),
+        None => (spec, ""),
+    };
+    if local_env_allowed(name)
+        && let Some(v) = env(name)
+    {
+        return Some(v);
+    }
+    Some(default.to_string())
+}
+
+/// Expand a spec: image, user, workspace_folder, post_create, mounts, env
+/// values and build fields (dockerfile, context, args values).
+pub fn expand_spec(spec: &Spec, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> Spec {
+    let x = |s: &String| expand_str(s, env, workspace);
+    let mut out = spec.clone();
+    out.image = spec.image.as_ref().map(x);
+    out.user = spec.user.as_ref().map(x);
+    out.workspace_folder = spec.workspace_folder.as_ref().map(x);
+    out.post_create = spec.post_create.as_ref().map(x);
+    out.mounts = spec.mounts.iter().map(x).collect();
+    out.env = spec.env.iter().map(|(k, v)| (k.clone(), x(v))).collect();
+    if let Some(b) = &spec.build {
+        let mut nb = b.clone();
+        nb.dockerfile = b.dockerfile.as_ref().map(x);
+        nb.context = b.context.as_ref().map(x);
+        nb.args = b.args.iter().map(|(k, v)| (k.clone(), x(v))).collect();
+        out.build = Some(nb);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(n: &str) -> Option<String> {
+        match n {
+            "HOME" => Some("/home/me".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("s3cr3t".into()),
+            "LC_ALL" => Some("C".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn allowlisted_names_resolve_others_do_not() {
+        let ws = Path::new("/src/proj");
+        assert_eq!(expand_str("${localEnv:HOME}/x", &env, ws), "/home/me/x");
+        assert_eq!(
+            expand_str("${localEnv:AWS_SECRET_ACCESS_KEY}", &env, ws),
+            ""
+        );
+        assert_eq!(
+            expand_str("${localEnv:AWS_SECRET_ACCESS_KEY:d}", &env, ws),
+            "d"
+        );
+        assert_eq!(
+            expand_str("${localEnv:NOPE:fallback}", &env, ws),
+            "fallback"
+        );
+        assert_eq!(expand_str("${localEnv:LC_ALL}", &env, ws), "C");
+        assert_eq!(expand_str("${localWorkspaceFolder}", &env, ws), "/src/proj");
+        assert_eq!(
+            expand_str("${localWorkspaceFolderBasename}", &env, ws),
+            "proj"
+        );
+        assert_eq!(
+            expand_str("${containerEnv:PATH}", &env, ws),
+            "${containerEnv:PATH}"
+        );
+        assert_eq!(expand_str("a ${unclosed", &env, ws), "a ${unclosed");
+    }
+
+    #[test]
+    fn spec_fields_are_expanded() {
+        let s = Spec {
+            image: Some("img:${localEnv:USER:dev}".into()),
+            mounts: vec!["type=bind,source=${localEnv:HOME},target=/h".into()],
+            env: [(
+                "K".to_string(),
+                "${localWorkspaceFolderBasename}".to_string(),
+            )]
+            .into(),
+            build: Some(iterion_core::BuildSpec {
+                dockerfile: Some("${localWorkspaceFolder}/Dockerfile".into()),
+                context: None,
+                args: [("A".to_string(), "${localEnv:HOME}".to_string())].into(),
+            }),
+            ..Spec::default()
+        };
+        let e = expand_spec(&s, &env, Path::new("/w/p"));
+        assert_eq!(e.image.as_deref(), Some("img:dev"));
+        assert_eq!(e.mounts[0], "type=bind,source=/home/me,target=/h");
+        assert_eq!(e.env["K"], "p");
+        let b = e.build.expect("build");
+        assert_eq!(b.dockerfile.as_deref(), Some("/w/p/Dockerfile"));
+        assert_eq!(b.args["A"], "/home/me");
+    }
+}

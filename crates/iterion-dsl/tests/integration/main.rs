@@ -1,0 +1,9 @@
+//! Integration tests of the `.iter` language: fixtures (valid files compile
+//! clean, each invalid file raises its code) with insta snapshots of the
+//! human and JSON renderings, fuzzing of lexer+parser, and a 5 MB input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fixtures;
+mod fuzz;
+mod large;

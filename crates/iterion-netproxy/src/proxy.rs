@@ -1,0 +1,805 @@
+//! The per-run egress proxy (facts §7.3): HTTP/1 on one listener, every
+//! request authenticated by the run's token, CONNECT tunnels and plain
+//! `http://` forwarding, each target decided by the run's [`Policy`] and
+//! every resolved address vetted before dialling. It does not decide when
+//! to run (the runtime asks [`Policy::needs_proxy`]) nor how containers
+//! reach it (the driver's internal network and proxy env).
+//!
+//! Divergences from upstream, on purpose:
+//! * Plain HTTP opens one upstream connection per forwarded request (no
+//!   pool): each dial goes through the same resolve → vet → dial path, so a
+//!   pooled connection can never outlive a policy decision.
+//! * A tunnel propagates a half-close (EOF one way shuts the other side's
+//!   write) and ends when both directions finish or either fails; upstream
+//!   closes both at the first EOF and waits 5 s, which truncates clients that
+//!   half-close after sending.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use iterion_core::NetworkMode;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::NetproxyError;
+use crate::policy::{Policy, canonical_host};
+use crate::resolver::{Resolver, SystemResolver};
+use crate::token::ProxyToken;
+
+/// The header a denied request carries (machine-readable reason + rule).
+pub const EGRESS_HEADER: &str = "x-iterion-egress";
+
+/// Default dial timeout (facts §7.3).
+pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default read-header timeout (facts §7.3).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`ProxyHandle::shutdown`] lets in-flight work finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Per-direction tunnel buffer; allocated only once the direction carries data.
+const TUNNEL_BUF: usize = 256 * 1024;
+
+/// Why the proxy refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockReason {
+    /// Allowlist mode: no rule allowed the host, or a negated rule matched.
+    Allowlist,
+    /// Denylist mode: a negated rule matched.
+    Denylist,
+    /// The host was allowed but an address it resolved to is refused
+    /// ([`Policy::vet_address`]).
+    ResolvedAddress,
+}
+
+impl BlockReason {
+    /// The token used in the `x-iterion-egress` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowlist => "blocked-by-allowlist",
+            Self::Denylist => "blocked-by-denylist",
+            Self::ResolvedAddress => "blocked-resolved-address",
+        }
+    }
+}
+
+/// One denied request, handed to [`ProxyOptions::on_blocked`] exactly once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedRequest {
+    /// The canonical host the client asked for.
+    pub host: String,
+    /// The requested port.
+    pub port: u16,
+    /// Why it was refused.
+    pub reason: BlockReason,
+    /// The deciding rule as written (`None`: the mode default or the
+    /// built-in sensitive-address guard decided).
+    pub rule: Option<String>,
+}
+
+/// Callback for denied requests (the runtime turns it into `network_blocked`).
+pub type BlockedCallback = Arc<dyn Fn(BlockedRequest) + Send + Sync>;
+
+/// Per-start knobs of the proxy.
+#[derive(Clone)]
+pub struct ProxyOptions {
+    /// Listen address (`0.0.0.0:0` for container drivers, facts §7.2).
+    pub bind: SocketAddr,
+    /// The run's compiled policy.
+    pub policy: Arc<Policy>,
+    /// The run's token.
+    pub token: ProxyToken,
+    /// Called once per denied request; a panic inside it is contained.
+    pub on_blocked: BlockedCallback,
+    /// Upper bound on resolving plus connecting to the target.
+    pub dial_timeout: Duration,
+    /// Upper bound on reading a request head.
+    pub header_read_timeout: Duration,
+    /// Name resolution for targets.
+    pub resolver: Arc<dyn Resolver>,
+}
+
+impl ProxyOptions {
+    /// Options with the defaults of facts §7.3, the system resolver and a
+    /// no-op callback.
+    pub fn new(bind: SocketAddr, policy: Arc<Policy>, token: ProxyToken) -> Self {
+        Self {
+            bind,
+            policy,
+            token,
+            on_blocked: Arc::new(|_| {}),
+            dial_timeout: DEFAULT_DIAL_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            resolver: Arc::new(SystemResolver),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProxyOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyOptions")
+            .field("bind", &self.bind)
+            .field("mode", &self.policy.mode())
+            .field("token", &self.token)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Entry point of the proxy.
+#[derive(Debug)]
+pub struct EgressProxy;
+
+impl EgressProxy {
+    /// Bind and start serving; the proxy is listening when this returns.
+    pub async fn start(opts: ProxyOptions) -> Result<ProxyHandle, NetproxyError> {
+        let listener =
+            TcpListener::bind(opts.bind)
+                .await
+                .map_err(|source| NetproxyError::Bind {
+                    addr: opts.bind,
+                    source,
+                })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| NetproxyError::Bind {
+                addr: opts.bind,
+                source,
+            })?;
+        let cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let tunnels = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            policy: opts.policy,
+            token: opts.token,
+            on_blocked: opts.on_blocked,
+            dial_timeout: opts.dial_timeout,
+            header_read_timeout: opts.header_read_timeout,
+            resolver: opts.resolver,
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
+            tunnels: tunnels.clone(),
+        });
+        tracker.spawn(accept_loop(listener, shared));
+        Ok(ProxyHandle {
+            local_addr,
+            cancel,
+            tracker,
+            tunnels,
+        })
+    }
+}
+
+/// The live proxy. Dropping it stops the proxy without waiting.
+#[derive(Debug)]
+pub struct ProxyHandle {
+    local_addr: SocketAddr,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    tunnels: Arc<AtomicUsize>,
+}
+
+impl ProxyHandle {
+    /// The bound address (the real port when bound to `:0`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Tunnels currently spliced.
+    pub fn active_tunnels(&self) -> usize {
+        self.tunnels.load(Ordering::Relaxed)
+    }
+
+    /// Stop accepting, ask keep-alive connections to finish their current
+    /// request, close every tunnel, and wait (at most 5 s) for all of it.
+    /// Idempotent: later calls return once the first one's work is done.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                remaining = self.tracker.len(),
+                "egress proxy tasks still running after the shutdown grace"
+            );
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+struct Shared {
+    policy: Arc<Policy>,
+    token: ProxyToken,
+    on_blocked: BlockedCallback,
+    dial_timeout: Duration,
+    header_read_timeout: Duration,
+    resolver: Arc<dyn Resolver>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    tunnels: Arc<AtomicUsize>,
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let accepted = tokio::select! {
+            () = shared.cancel.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                let _ = stream.set_nodelay(true);
+                shared
+                    .tracker
+                    .spawn(serve_connection(stream, shared.clone()));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "egress proxy accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let cancel = shared.cancel.clone();
+    let timeout = shared.header_read_timeout;
+    let svc = service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(req, shared).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
+        .keep_alive(true);
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = cancel.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+        }
+    }
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let mut resp = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn empty(status: StatusCode) -> Response<ProxyBody> {
+    let mut resp = Response::new(Empty::new().map_err(|n| match n {}).boxed());
+    *resp.status_mut() = status;
+    resp
+}
+
+/// Where a request goes.
+struct Target {
+    host: String,
+    port: u16,
+}
+
+async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<ProxyBody> {
+    if !authorized(req.headers(), &shared.token) {
+        let mut resp = text(
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            "proxy authentication required\n",
+        );
+        resp.headers_mut().insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"iterion\""),
+        );
+        return resp;
+    }
+    let target = match target_of(&req) {
+        Ok(t) => t,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, format!("{msg}\n")),
+    };
+    let decision = shared.policy.decide(&target.host);
+    if !decision.allowed {
+        let reason = match shared.policy.mode() {
+            NetworkMode::Denylist => BlockReason::Denylist,
+            NetworkMode::Allowlist | NetworkMode::Open => BlockReason::Allowlist,
+        };
+        return blocked(&shared, target, reason, decision.rule);
+    }
+    let deadline = tokio::time::Instant::now() + shared.dial_timeout;
+    let addrs = match resolve(&shared, &target, deadline).await {
+        Ok(a) => a,
+        Err(msg) => return text(StatusCode::BAD_GATEWAY, format!("{msg}\n")),
+    };
+    for addr in &addrs {
+        if let Err(refusal) = shared.policy.vet_address(addr.ip()) {
+            return blocked(&shared, target, BlockReason::ResolvedAddress, refusal.rule);
+        }
+    }
+    let upstream = match dial(&addrs, deadline).await {
+        Ok(s) => s,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot reach {}:{}: {e}\n", target.host, target.port),
+            );
+        }
+    };
+    if req.method() == Method::CONNECT {
+        tunnel(req, upstream, &shared)
+    } else {
+        forward(req, upstream, &target, &shared).await
+    }
+}
+
+/// `Bearer <token>` or `Basic base64(<any>:<token>)`, constant-time compare.
+fn authorized(headers: &HeaderMap, token: &ProxyToken) -> bool {
+    let Some(value) = headers
+        .get(header::PROXY_AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some((scheme, cred)) = value.trim().split_once(' ') else {
+        return false;
+    };
+    let cred = cred.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        token.matches(cred.as_bytes())
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(cred) else {
+            return false;
+        };
+        match decoded.iter().position(|b| *b == b':') {
+            Some(i) => token.matches(&decoded[i + 1..]),
+            None => false,
+        }
+    } else {
+        false
+    }
+}
+
+fn target_of(req: &Request<Incoming>) -> Result<Target, &'static str> {
+    let (raw_host, port) = if req.method() == Method::CONNECT {
+        let auth = req
+            .uri()
+            .authority()
+            .ok_or("CONNECT needs a host:port authority")?;
+        (auth.host().to_owned(), auth.port_u16().unwrap_or(443))
+    } else {
+        match req.uri().scheme_str() {
+            None | Some("http") => {}
+            Some(_) => return Err("only http:// is forwarded; use CONNECT for other schemes"),
+        }
+        if let Some(auth) = req.uri().authority() {
+            (auth.host().to_owned(), auth.port_u16().unwrap_or(80))
+        } else {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .ok_or("missing host")?;
+            let auth: http::uri::Authority = host.parse().map_err(|_| "invalid Host header")?;
+            (auth.host().to_owned(), auth.port_u16().unwrap_or(80))
+        }
+    };
+    let host = canonical_host(&raw_host);
+    let plausible = !host.is_empty()
+        && (host.parse::<IpAddr>().is_ok()
+            || host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_'));
+    if !plausible || port == 0 {
+        return Err("missing or invalid target host");
+    }
+    Ok(Target { host, port })
+}
+
+fn blocked(
+    shared: &Shared,
+    target: Target,
+    reason: BlockReason,
+    rule: Option<String>,
+) -> Response<ProxyBody> {
+    let rule_text = rule
+        .as_deref()
+        .map_or_else(|| "none".to_owned(), |r| r.escape_default().to_string());
+    let mut resp = text(
+        StatusCode::FORBIDDEN,
+        format!(
+            "iterion: egress to {}:{} refused by the run's network policy ({})\n",
+            target.host,
+            target.port,
+            reason.as_str()
+        ),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("{}; rule={rule_text}", reason.as_str())) {
+        resp.headers_mut().insert(EGRESS_HEADER, v);
+    }
+    let event = BlockedRequest {
+        host: target.host,
+        port: target.port,
+        reason,
+        rule,
+    };
+    let cb = shared.on_blocked.clone();
+    // The callback never takes the proxy down (facts §7.3).
+    if std::panic::catch_unwind(AssertUnwindSafe(move || cb(event))).is_err() {
+        tracing::warn!("egress proxy on_blocked callback panicked; ignored");
+    }
+    resp
+}
+
+async fn resolve(
+    shared: &Shared,
+    target: &Target,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<SocketAddr>, String> {
+    if let Ok(ip) = target.host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, target.port)]);
+    }
+    let addrs =
+        tokio::time::timeout_at(deadline, shared.resolver.resolve(&target.host, target.port))
+            .await
+            .map_err(|_| format!("resolving {} timed out", target.host))?
+            .map_err(|e| format!("cannot resolve {}: {e}", target.host))?;
+    if addrs.is_empty() {
+        return Err(format!("{} has no addresses", target.host));
+    }
+    Ok(addrs)
+}
+
+/// Dial the vetted addresses in order; never resolves again (no rebinding window).
+async fn dial(addrs: &[SocketAddr], deadline: tokio::time::Instant) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in addrs {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "dial timed out")),
+        }
+    }
+    Err(last)
+}
+
+/// Counts a live tunnel for as long as it exists.
+struct TunnelGuard(Arc<AtomicUsize>);
+
+impl TunnelGuard {
+    fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for TunnelGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn tunnel(mut req: Request<Incoming>, upstream: TcpStream, shared: &Shared) -> Response<ProxyBody> {
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let cancel = shared.cancel.clone();
+    let guard = TunnelGuard::new(&shared.tunnels);
+    shared.tracker.spawn(async move {
+        let _guard = guard;
+        let upgraded = tokio::select! {
+            () = cancel.cancelled() => return,
+            u = on_upgrade => match u {
+                Ok(u) => u,
+                Err(e) => {
+                    tracing::debug!(error = %e, "CONNECT upgrade failed");
+                    return;
+                }
+            },
+        };
+        if let Err(e) = splice(upgraded, upstream, &cancel).await {
+            tracing::debug!(error = %e, "tunnel ended with an error");
+        }
+    });
+    empty(StatusCode::OK)
+}
+
+async fn splice(
+    upgraded: hyper::upgrade::Upgraded,
+    mut upstream: TcpStream,
+    cancel: &CancellationToken,
+) -> io::Result<()> {
+    match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => {
+            // Bytes the client sent right after its CONNECT head (e.g. a TLS
+            // ClientHello) were read by hyper; forward them first.
+            if !parts.read_buf.is_empty() {
+                upstream.write_all(&parts.read_buf).await?;
+            }
+            let client = parts.io.into_inner();
+            let (cr, cw) = client.into_split();
+            let (ur, uw) = upstream.into_split();
+            run_both(pump_tcp(cr, uw), pump_tcp(ur, cw), cancel).await
+        }
+        Err(upgraded) => {
+            let (cr, cw) = tokio::io::split(TokioIo::new(upgraded));
+            let (ur, uw) = upstream.into_split();
+            run_both(pump(cr, uw), pump(ur, cw), cancel).await
+        }
+    }
+}
+
+async fn run_both(
+    a: impl Future<Output = io::Result<()>>,
+    b: impl Future<Output = io::Result<()>>,
+    cancel: &CancellationToken,
+) -> io::Result<()> {
+    tokio::select! {
+        () = cancel.cancelled() => Ok(()),
+        r = async { tokio::try_join!(a, b) } => r.map(|_| ()),
+    }
+}
+
+/// One direction over raw TCP halves. Nothing (buffer, pipe) is allocated
+/// until the source is readable, so idle tunnels cost only their sockets.
+async fn pump_tcp(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+) -> io::Result<()> {
+    from.readable().await?;
+    #[cfg(target_os = "linux")]
+    if let Some(pipe) = splice::Pipe::new() {
+        pipe.pump(from.as_ref(), to.as_ref()).await?;
+        let _ = to.shutdown().await;
+        return Ok(());
+    }
+    let mut buf = vec![0u8; TUNNEL_BUF];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).await?;
+    }
+    // Propagate the half-close; the peer may already be gone.
+    let _ = to.shutdown().await;
+    Ok(())
+}
+
+/// Zero-copy splicing (socket → pipe → socket, splice(2)). A tunnel on
+/// loopback is CPU-bound by memcpy: a user-space copy doubles the copies
+/// per byte, splice keeps the data in the kernel.
+#[cfg(target_os = "linux")]
+mod splice {
+    use std::io;
+    use std::os::fd::OwnedFd;
+
+    use rustix::pipe::{PipeFlags, SpliceFlags, fcntl_setpipe_size, pipe_with, splice};
+    use tokio::io::Interest;
+    use tokio::net::TcpStream;
+
+    /// Bytes moved per splice call (and the pipe size asked for).
+    const CHUNK: usize = 256 * 1024;
+
+    pub(super) struct Pipe {
+        read: OwnedFd,
+        write: OwnedFd,
+    }
+
+    impl Pipe {
+        /// A non-blocking pipe; `None` (fall back to copying) when the
+        /// process is out of descriptors.
+        pub(super) fn new() -> Option<Self> {
+            let (read, write) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC).ok()?;
+            // Best effort: a bigger pipe means fewer syscalls per byte.
+            let _ = fcntl_setpipe_size(&write, CHUNK);
+            Some(Self { read, write })
+        }
+
+        /// Move bytes from `from` to `to` until `from` reaches EOF.
+        pub(super) async fn pump(&self, from: &TcpStream, to: &TcpStream) -> io::Result<()> {
+            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+            loop {
+                from.readable().await?;
+                let filled = match from.try_io(Interest::READABLE, || {
+                    splice(from, None, &self.write, None, CHUNK, flags).map_err(io::Error::from)
+                }) {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                };
+                // Drain the pipe completely before reading again, so it
+                // never holds more than one chunk.
+                let mut left = filled;
+                while left > 0 {
+                    to.writable().await?;
+                    match to.try_io(Interest::WRITABLE, || {
+                        splice(&self.read, None, to, None, left, flags).map_err(io::Error::from)
+                    }) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => left -= n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One direction over generic halves (fallback when the upgrade is not raw TCP).
+async fn pump<R, W>(mut from: R, mut to: W) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    tokio::io::copy(&mut from, &mut to).await?;
+    let _ = to.shutdown().await;
+    Ok(())
+}
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Remove hop-by-hop headers, including every header `Connection` names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    // Not in the RFC list but only ever meant for the proxy.
+    headers.remove("proxy-connection");
+}
+
+async fn forward(
+    req: Request<Incoming>,
+    upstream: TcpStream,
+    target: &Target,
+    shared: &Shared,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let origin_form = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    parts.uri = match origin_form.parse::<Uri>() {
+        Ok(u) => u,
+        Err(_) => return text(StatusCode::BAD_REQUEST, "invalid request target\n"),
+    };
+    if !parts.headers.contains_key(header::HOST) {
+        let host = if target.host.contains(':') {
+            format!("[{}]:{}", target.host, target.port)
+        } else {
+            format!("{}:{}", target.host, target.port)
+        };
+        if let Ok(v) = HeaderValue::from_str(&host) {
+            parts.headers.insert(header::HOST, v);
+        }
+    }
+    let req = Request::from_parts(parts, body);
+    let (mut sender, conn) =
+        match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
+            Ok(pair) => pair,
+            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
+        };
+    let cancel = shared.cancel.clone();
+    shared.tracker.spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            r = conn => if let Err(e) = r { tracing::debug!(error = %e, "upstream connection ended"); },
+        }
+    });
+    match sender.send_request(req).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_stripped_including_connection_named() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Bearer t"),
+            ("proxy-authenticate", "Basic"),
+            ("te", "trailers"),
+            ("trailer", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-connection", "keep-alive"),
+            ("x-keep", "yes"),
+            ("content-length", "3"),
+        ] {
+            h.append(k, HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_owned()).collect();
+        left.sort();
+        assert_eq!(left, vec!["content-length", "x-keep"]);
+    }
+
+    #[test]
+    fn auth_forms() {
+        let t = ProxyToken::generate();
+        let mut h = HeaderMap::new();
+        assert!(!authorized(&h, &t));
+        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+        for (value, ok) in [
+            (format!("Bearer {}", t.expose()), true),
+            (format!("bearer  {}", t.expose()), true),
+            (format!("Basic {}", b64(format!("t:{}", t.expose()))), true),
+            (format!("Basic {}", b64(format!(":{}", t.expose()))), true),
+            (format!("Basic {}", b64(t.expose().to_owned())), false),
+            (format!("Basic {}", b64(format!("{}:x", t.expose()))), false),
+            ("Bearer nope".to_owned(), false),
+            (format!("Token {}", t.expose()), false),
+            ("Basic !!!".to_owned(), false),
+        ] {
+            h.insert(
+                header::PROXY_AUTHORIZATION,
+                HeaderValue::from_str(&value).unwrap(),
+            );
+            assert_eq!(authorized(&h, &t), ok, "{value}");
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Degrade vs refuse (the one place that policy lives, seed step 10) and
+//! the setup-failure classifier (facts §9.2).
+//!
+//! The mode alone decides what an absent container runtime means: `auto`
+//! degrades with a visible `sandbox_skipped`, `inline` refuses with a typed
+//! failure, an explicit opt-out is silent. The source label only rides the
+//! event.
+
+use iterion_core::{Disposition, DriverError, DriverName, EventKind, FailureCode, Mode, RunStatus};
+
+/// What stands between an active mode and a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// A real driver was selected.
+    Ready(DriverName),
+    /// None could be used (no runtime, no repo root for auto…); the reason
+    /// is shown to the operator.
+    Blocked {
+        /// Human-readable obstacle.
+        reason: String,
+    },
+}
+
+/// The verdict for a run's sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SandboxVerdict {
+    /// Start a sandbox on this driver.
+    Sandbox(DriverName),
+    /// No sandbox and no event (explicit opt-out, or nothing asked).
+    Unsandboxed,
+    /// `auto` with no driver: run on the host, emit the event.
+    Degraded {
+        /// `sandbox_skipped {mode, source, reason, file_secrets_dropped}`.
+        event: EventKind,
+    },
+    /// `inline` with no driver: emit the event, fail the run.
+    Refused {
+        /// `sandbox_skipped {refused: true, error_code, …}`.
+        event: EventKind,
+        /// Always [`FailureCode::SandboxDriverUnavailable`].
+        code: FailureCode,
+        /// `failed`.
+        status: RunStatus,
+        /// Deterministic (parked).
+        disposition: Disposition,
+    },
+}
+
+/// Decide. `file_secret_count` is the number of `as: file` secrets a
+/// degraded run drops (their delivery channel is the mount).
+pub fn sandbox_verdict(
+    mode: Mode,
+    source_label: &str,
+    availability: &Availability,
+    file_secret_count: usize,
+) -> SandboxVerdict {
+    if !mode.is_active() {
+        return SandboxVerdict::Unsandboxed;
+    }
+    let reason = match availability {
+        Availability::Ready(d) => return SandboxVerdict::Sandbox(*d),
+        Availability::Blocked { reason } => reason.clone(),
+    };
+    match mode {
+        Mode::Auto => SandboxVerdict::Degraded {
+            event: EventKind::SandboxSkipped {
+                mode: mode.as_str().to_owned(),
+                source: source_label.to_owned(),
+                reason,
+                file_secrets_dropped: file_secret_count > 0,
+                refused: None,
+                error_code: None,
+                driver: None,
+            },
+        },
+        _ => {
+            let code = FailureCode::SandboxDriverUnavailable;
+            SandboxVerdict::Refused {
+                event: EventKind::SandboxSkipped {
+                    mode: mode.as_str().to_owned(),
+                    source: source_label.to_owned(),
+                    reason,
+                    file_secrets_dropped: false,
+                    refused: Some(true),
+                    error_code: Some(code.as_str().to_owned()),
+                    driver: None,
+                },
+                code,
+                status: RunStatus::Failed,
+                disposition: Disposition::Deterministic,
+            }
+        }
+    }
+}
+
+/// Whether the run's context was still alive when setup failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetupContext {
+    /// The run was cancelled (user or signal).
+    pub cancelled: bool,
+    /// The run's process is going away (drain, lost heartbeat).
+    pub interrupted: bool,
+}
+
+/// The one setup-failure classifier (facts §9.2, every row). Context wins
+/// over the error: a setup that failed *because* the run was cancelled is
+/// a cancellation, not an engine fault.
+pub fn setup_failure_status(
+    err: &DriverError,
+    ctx: SetupContext,
+) -> (RunStatus, FailureCode, Disposition) {
+    let code = if ctx.cancelled {
+        FailureCode::Cancelled
+    } else if ctx.interrupted {
+        FailureCode::Interrupted
+    } else {
+        match err {
+            DriverError::Unavailable { .. } => FailureCode::SandboxDriverUnavailable,
+            DriverError::PhaseTimeout { .. } => FailureCode::SandboxSetupTimeout,
+            DriverError::Capacity { .. } => FailureCode::SandboxCapacity,
+            DriverError::ImageUnavailable { .. } => FailureCode::SandboxImageUnavailable,
+            DriverError::BuildFailed { .. } => FailureCode::SandboxBuildFailed,
+            DriverError::SpecRefused { .. } | DriverError::Unsupported { .. } => {
+                FailureCode::SandboxSpecRefused
+            }
+            DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
+            DriverError::Cancelled => FailureCode::Cancelled,
+            DriverError::PostCreateFailed { .. }
+            | DriverError::ForeignPrepared { .. }
+            | DriverError::Engine { .. }
+            | DriverError::Io { .. } => FailureCode::SandboxStartFailed,
+        }
+    };
+    (code.status(), code, code.disposition())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn blocked() -> Availability {
+        Availability::Blocked {
+            reason: "no container runtime".into(),
+        }
+    }
+
+    #[test]
+    fn auto_degrades_inline_refuses_optout_silent() {
+        let v = sandbox_verdict(Mode::Auto, "global default (auto)", &blocked(), 2);
+        let SandboxVerdict::Degraded { event } = v else {
+            panic!("degraded expected")
+        };
+        let json = serde_json::to_value(&event).expect("ser");
+        insta::assert_json_snapshot!("degraded_auto", json);
+
+        let v = sandbox_verdict(Mode::Inline, "workflow sandbox: block", &blocked(), 0);
+        let SandboxVerdict::Refused {
+            event,
+            code,
+            status,
+            disposition,
+        } = v
+        else {
+            panic!("refused")
+        };
+        assert_eq!(
+            (code, status, disposition),
+            (
+                FailureCode::SandboxDriverUnavailable,
+                RunStatus::Failed,
+                Disposition::Deterministic
+            )
+        );
+        insta::assert_json_snapshot!("refused_inline", serde_json::to_value(&event).expect("ser"));
+
+        for m in [Mode::None, Mode::Inherit] {
+            assert_eq!(
+                sandbox_verdict(m, "x", &blocked(), 1),
+                SandboxVerdict::Unsandboxed
+            );
+        }
+        assert_eq!(
+            sandbox_verdict(Mode::Auto, "x", &Availability::Ready(DriverName::Docker), 0),
+            SandboxVerdict::Sandbox(DriverName::Docker)
+        );
+    }
+
+    #[test]
+    fn every_row_of_the_setup_table() {
+        use FailureCode as F;
+        use RunStatus as S;
+        let alive = SetupContext::default();
+        let rows: Vec<(DriverError, SetupContext, S, F, Disposition)> = vec![
+            (
+                DriverError::Unavailable { reason: "x".into() },
+                alive,
+                S::Failed,
+                F::SandboxDriverUnavailable,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::PhaseTimeout {
+                    phase: "pull",
+                    timeout: Duration::from_secs(1),
+                    variable: "ITERION_SANDBOX_PULL_TIMEOUT",
+                },
+                alive,
+                S::FailedResumable,
+                F::SandboxSetupTimeout,
+                Disposition::Infrastructure,
+            ),
+            (
+                DriverError::Capacity { reason: "x".into() },
+                alive,
+                S::FailedResumable,
+                F::SandboxCapacity,
+                Disposition::Infrastructure,
+            ),
+            (
+                DriverError::ImageUnavailable {
+                    image: "i".into(),
+                    reason: "x".into(),
+                },
+                alive,
+                S::Failed,
+                F::SandboxImageUnavailable,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::BuildFailed {
+                    stderr_tail: "x".into(),
+                },
+                alive,
+                S::Failed,
+                F::SandboxBuildFailed,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::SpecRefused { reason: "x".into() },
+                alive,
+                S::Failed,
+                F::SandboxSpecRefused,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::ContainerGone {
+                    container: "c".into(),
+                },
+                alive,
+                S::FailedResumable,
+                F::SandboxLost,
+                Disposition::Infrastructure,
+            ),
+            (
+                DriverError::PostCreateFailed {
+                    exit_code: 1,
+                    output_tail: "x".into(),
+                },
+                alive,
+                S::Failed,
+                F::SandboxStartFailed,
+                Disposition::Transient,
+            ),
+            (
+                DriverError::Capacity { reason: "x".into() },
+                SetupContext {
+                    interrupted: true,
+                    cancelled: false,
+                },
+                S::FailedResumable,
+                F::Interrupted,
+                Disposition::Infrastructure,
+            ),
+            (
+                DriverError::Capacity { reason: "x".into() },
+                SetupContext {
+                    interrupted: false,
+                    cancelled: true,
+                },
+                S::Cancelled,
+                F::Cancelled,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::Cancelled,
+                alive,
+                S::Cancelled,
+                F::Cancelled,
+                Disposition::Deterministic,
+            ),
+        ];
+        for (err, ctx, status, code, disp) in rows {
+            assert_eq!(
+                setup_failure_status(&err, ctx),
+                (status, code, disp),
+                "{err:?} {ctx:?}"
+            );
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// `none`/inherit at the winning tier: no sandbox, no event, whatever else holds.
+            #[test]
+            fn none_is_always_silent(
+                inherit in any::<bool>(), ready in any::<bool>(), secrets in 0usize..3, label in "\\PC{0,20}",
+            ) {
+                let mode = if inherit { Mode::Inherit } else { Mode::None };
+                let avail = if ready { Availability::Ready(DriverName::Docker) } else { blocked() };
+                prop_assert_eq!(sandbox_verdict(mode, &label, &avail, secrets), SandboxVerdict::Unsandboxed);
+            }
+        }
+    }
+}
