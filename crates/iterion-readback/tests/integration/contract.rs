@@ -585,6 +585,7 @@ macro_rules! drain_contract_suite {
 }
 
 drain_contract_suite!(sqlite, crate::store::Backend::Sqlite);
+drain_contract_suite!(postgres, crate::store::Backend::Postgres);
 
 /// Archives written by GNU tar in each of its formats (ustar prefixes, GNU
 /// long names, PAX records for long and non-ASCII names) ingest byte-exact.
