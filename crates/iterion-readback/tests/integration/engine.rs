@@ -73,7 +73,9 @@ fn engine(variable: &str) -> Docker {
     })
 }
 
-const SCRIPT: &str = r#"set -e
+/// The hostile tree (exec'd as is through the real driver; the bare
+/// container runs it with [`READY`] appended).
+const TREE: &str = r#"set -e
 d=/iterion/artifact-files
 mkdir -p $d/sub $d/.iterion-readback/out
 printf good > $d/good.txt
@@ -91,9 +93,9 @@ printf x > "$d/$(printf 'bad-\377')"
 printf y > "$d/$(printf 'nl\nname')"
 p=$d; i=0; while [ $i -lt 150 ]; do p=$p/n; i=$((i+1)); done
 mkdir -p $p && printf deep > $p/deep.txt
-touch /ready
-sleep 600
 "#;
+
+const READY: &str = "touch /ready\nsleep 600\n";
 
 #[tokio::test]
 async fn a_hostile_tree_from_a_docker_container_is_declined_by_name() {
@@ -116,7 +118,7 @@ async fn hostile_tree_on(docker: &Docker) {
     ]);
     let body = ContainerCreateBody {
         image: Some(image),
-        cmd: Some(vec!["sh".into(), "-c".into(), SCRIPT.into()]),
+        cmd: Some(vec!["sh".into(), "-c".into(), format!("{TREE}{READY}")]),
         labels: Some(labels),
         ..Default::default()
     };
@@ -182,6 +184,14 @@ async fn hostile_tree_on(docker: &Docker) {
     // Removed before any assertion, so a failure leaves nothing behind.
     let (report, files, no_mknod) = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
 
+    check(&report, &files, no_mknod);
+}
+
+fn check(
+    report: &iterion_readback::DrainReport,
+    files: &BTreeMap<String, Vec<u8>>,
+    no_mknod: bool,
+) {
     let d = "/iterion/artifact-files";
     for name in [
         format!("{d}/passwd-link"),
@@ -233,5 +243,52 @@ async fn hostile_tree_on(docker: &Docker) {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_vec()))
     .collect();
-    assert_eq!(files, expected);
+    assert_eq!(files, &expected);
+}
+
+/// The real seam: the docker driver's own `export` (not a stand-in) of the
+/// run-files volume its plan mounts, drained into the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_tree_through_the_docker_driver_is_declined_by_name() {
+    use iterion_driver_docker::{DockerDriver, DockerSettings};
+    let host = std::env::var("ITERION_TEST_DOCKER_HOST").unwrap_or_else(|_| {
+        panic!(
+            "ITERION_TEST_DOCKER_HOST is not set: run scripts/test.sh (or source scripts/lib.sh)"
+        )
+    });
+    let image = std::env::var("ITERION_TEST_BUSYBOX_IMAGE")
+        .unwrap_or_else(|_| "iterion-test/busybox:local".into());
+    let driver = DockerDriver::connect(&host, DockerSettings::default())
+        .await
+        .unwrap_or_else(|e| panic!("dockerd at {host} does not answer ({e}): run scripts/test.sh"));
+    let started = iterion_testkit::driver::start(
+        &driver,
+        "readback",
+        iterion_testkit::driver::base_plan(&image),
+    )
+    .await;
+    let out = started
+        .sh(&format!("{TREE}[ -f /no-mknod ] && echo no-mknod || true"))
+        .await;
+    assert_eq!(
+        out.exit_code,
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr_tail)
+    );
+    let no_mknod = iterion_testkit::driver::Started::stdout(&out).contains("no-mknod");
+    let ts = new_store().await;
+    let run_id = new_run(&*ts.store).await;
+    let report = drain(
+        &*started.run,
+        &*ts.store,
+        &run_id,
+        &[run_files(MIB)],
+        DrainOptions::default(),
+    )
+    .await;
+    let files = stored(&*ts.store, &run_id).await;
+    // `Started` cleans the container up when dropped, before the checks.
+    drop(started);
+    check(&report, &files, no_mknod);
 }
