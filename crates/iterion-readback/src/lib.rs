@@ -1,1 +1,661 @@
-//! ADR-143 drain (lands with its issue).
+//! ADR-143 drain: the declared read-back paths of a run, ingested from the
+//! sandbox's tar export into the run store, capped and metered on the host.
+//!
+//! This crate owns the host side of the read-back contract (facts §10 R4,
+//! R7, R8): it streams each declared path's archive from
+//! [`SandboxRun::export`] through a bounded tar reader ([`tar`]), judges every
+//! member by name and type ([`name`]), pipes accepted files into
+//! [`RunStore::put_file`] chunk by chunk, meters every declared path against
+//! its `cap` summed over every drain attempt, marks the stored set with
+//! [`RunStore::set_drain`], and returns the event to emit. It does not decide
+//! which paths are declared or what their caps are (the policy crate puts
+//! both in [`ReadBackDecl`]), it does not append events (the runtime owns the
+//! run's linear event sequence), and it never touches the host filesystem:
+//! the container is untrusted and the store's file area is the only place
+//! bytes land.
+//!
+//! Reason tokens (SPEC §3): when several apply, the report carries the most
+//! severe, in the order `timeout` > `container_gone` > `store_error` >
+//! `archive_error` > `cap_exceeded`. A member declined for its name or type
+//! (absolute, `..`, link, device, fifo, sparse, non-UTF-8, too deep) counts as
+//! `archive_error` — the archive held something the drain refuses to store —
+//! and a member over the cap or past the member-count bound as
+//! `cap_exceeded`.
+
+pub mod name;
+mod tar;
+
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use iterion_core::driver::DriverError;
+use iterion_core::store::{DrainRecord, DrainStatus, PutOutcome, RunFilePath, StoreError};
+use iterion_core::{ByteStream, EventKind, ReadBackDecl, RunId, RunStore, SandboxRun};
+use tokio::time::Instant;
+
+use crate::name::Verdict;
+use crate::tar::{MetaLimits, TarStream};
+
+/// Reason tokens of `sandbox_runfiles_drain_failed` (SPEC §3).
+pub mod reason {
+    /// A member would have pushed its declared path over the cap.
+    pub const CAP_EXCEEDED: &str = "cap_exceeded";
+    /// The container was gone when the drain asked for its content.
+    pub const CONTAINER_GONE: &str = "container_gone";
+    /// The archive was corrupt, truncated, or held members the drain refuses.
+    pub const ARCHIVE_ERROR: &str = "archive_error";
+    /// The run store failed.
+    pub const STORE_ERROR: &str = "store_error";
+    /// The drain ran out of time.
+    pub const TIMEOUT: &str = "timeout";
+}
+
+fn severity(token: &str) -> u8 {
+    match token {
+        reason::TIMEOUT => 5,
+        reason::CONTAINER_GONE => 4,
+        reason::STORE_ERROR => 3,
+        reason::ARCHIVE_ERROR => 2,
+        _ => 1,
+    }
+}
+
+/// Per-call knobs of [`drain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainOptions {
+    /// Bound on the whole drain (every declared path).
+    pub timeout: Duration,
+    /// Members read per declared path; the rest are declined as a count.
+    pub max_members_per_path: u64,
+    /// Deepest relative path kept (components below the declared dir).
+    pub max_depth: usize,
+    /// Declined names kept in the report and the event; the rest are counted.
+    pub max_declined_names: usize,
+    /// Longest GNU long name read; a longer name is declined.
+    pub max_long_name: u64,
+    /// Largest PAX header read; a larger one fails the path's archive.
+    pub max_pax_header: u64,
+    /// Data chunks in flight between the archive and the store per file.
+    pub chunks_in_flight: usize,
+}
+
+impl Default for DrainOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+            max_members_per_path: 100_000,
+            max_depth: 128,
+            max_declined_names: 1_000,
+            max_long_name: 64 * 1024,
+            max_pax_header: 1024 * 1024,
+            chunks_in_flight: 8,
+        }
+    }
+}
+
+/// The outcome of one declared path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathReport {
+    /// The declared container path.
+    pub container_path: String,
+    /// Where its files live in the run's file area ([`name::key_prefix`]).
+    pub key_prefix: String,
+    /// Files stored by this attempt.
+    pub files: u64,
+    /// Bytes stored by this attempt.
+    pub bytes: u64,
+    /// Bytes metered for this path over every attempt, this one included.
+    pub metered: u64,
+    /// Members declined (named or counted).
+    pub declined: u64,
+    /// Why the path's drain stopped early, when it did.
+    pub failure: Option<PathFailure>,
+}
+
+/// Why one path's drain stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathFailure {
+    /// Reason token.
+    pub reason: &'static str,
+    /// Stable error code.
+    pub code: &'static str,
+    /// Human message (no secrets: engine and store messages only).
+    pub message: String,
+}
+
+/// What a drain did, and the event to emit for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainReport {
+    /// Files stored by this attempt.
+    pub files: u64,
+    /// Bytes stored by this attempt.
+    pub bytes: u64,
+    /// Declined members by container path (bounded by
+    /// [`DrainOptions::max_declined_names`]; summaries name counts).
+    pub declined: Vec<String>,
+    /// Every declined member, named or not.
+    pub declined_count: u64,
+    /// Complete / Partial / Failed, as marked in the store.
+    pub status: DrainStatus,
+    /// Reason token when not complete.
+    pub reason: Option<&'static str>,
+    /// Whether what the store holds may be stale or incomplete: the drain
+    /// failed and the store holds files from this or an earlier attempt.
+    pub stale: bool,
+    /// Whether the drain record was written (a failed `set_drain` leaves the
+    /// previous marking in place; the event still says what happened).
+    pub recorded: bool,
+    /// Per declared path.
+    pub paths: Vec<PathReport>,
+    /// Events for the runtime to append, in order.
+    pub events: Vec<EventKind>,
+}
+
+/// Errors of the drain, each mapping to a reason token.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadbackError {
+    /// The export stream failed mid-archive.
+    #[error("archive stream failed: {source}")]
+    Stream {
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The archive ended before its end-of-archive marker.
+    #[error("archive is truncated")]
+    Truncated,
+    /// A header could not be parsed.
+    #[error("corrupt archive header: {reason}")]
+    Header {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The driver could not export the path.
+    #[error("export failed: {source}")]
+    Export {
+        /// Cause.
+        #[source]
+        source: DriverError,
+    },
+    /// The run store failed.
+    #[error("run store failed: {source}")]
+    Store {
+        /// Cause.
+        #[source]
+        source: StoreError,
+    },
+    /// The drain's time bound elapsed.
+    #[error("drain timed out after {}s", after.as_secs())]
+    Timeout {
+        /// The bound.
+        after: Duration,
+    },
+}
+
+impl ReadbackError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Stream { .. } => "READBACK_STREAM_ERROR",
+            Self::Truncated => "READBACK_ARCHIVE_TRUNCATED",
+            Self::Header { .. } => "READBACK_ARCHIVE_CORRUPT",
+            Self::Export { .. } => "READBACK_EXPORT_FAILED",
+            Self::Store { .. } => "READBACK_STORE_ERROR",
+            Self::Timeout { .. } => "READBACK_TIMEOUT",
+        }
+    }
+
+    /// The SPEC §3 reason token.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Stream { .. } | Self::Truncated | Self::Header { .. } => reason::ARCHIVE_ERROR,
+            Self::Export {
+                source: DriverError::ContainerGone { .. },
+            } => reason::CONTAINER_GONE,
+            Self::Export {
+                source: DriverError::PhaseTimeout { .. } | DriverError::Cancelled,
+            } => reason::TIMEOUT,
+            Self::Export { .. } => reason::ARCHIVE_ERROR,
+            Self::Store { .. } => reason::STORE_ERROR,
+            Self::Timeout { .. } => reason::TIMEOUT,
+        }
+    }
+}
+
+/// Declined members of the whole drain: counted always, named up to a bound
+/// (a million-member archive must not become a million-entry list).
+struct Declines {
+    names: Vec<String>,
+    count: u64,
+    max_names: usize,
+    worst: Option<&'static str>,
+}
+
+impl Declines {
+    fn note(&mut self, token: &'static str) {
+        if self.worst.is_none_or(|w| severity(token) > severity(w)) {
+            self.worst = Some(token);
+        }
+    }
+
+    fn decline(&mut self, token: &'static str, name: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.names.len() < self.max_names {
+            self.names.push(name());
+        }
+        self.note(token);
+    }
+}
+
+#[derive(Default)]
+struct PathState {
+    files: u64,
+    bytes: u64,
+    metered: u64,
+    /// What the persisted meter already charges this path (≥ `metered`).
+    reserved: u64,
+    /// Size of a member whose put was in flight when the drain stopped: it
+    /// may have landed, so it is charged (deny wins).
+    in_flight: u64,
+    declined: u64,
+    past_limit: u64,
+}
+
+/// The persisted per-path meter of the run, as read from the previous
+/// attempt and charged ahead of every put.
+struct Meter {
+    entries: Vec<(String, u64)>,
+}
+
+impl Meter {
+    fn get(&self, path: &str) -> u64 {
+        self.entries
+            .iter()
+            .find(|(p, _)| p == path)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn set(&mut self, path: &str, value: u64) {
+        match self.entries.iter_mut().find(|(p, _)| p == path) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((path.to_owned(), value)),
+        }
+    }
+}
+
+/// Bytes charged to the persisted meter ahead of the puts they cover.
+///
+/// The meter must sum every attempt even when an attempt never finishes
+/// (the host crashed mid-drain and the drain is retried): before a put would
+/// go past what the store already charges, the charge is raised by the
+/// member plus this step and written with `set_drain`. A crash therefore
+/// over-counts by at most one step — never under-counts.
+const RESERVE_STEP: u64 = 16 * 1024 * 1024;
+
+/// Consecutive refused puts after which the store, not the member, is taken
+/// to be the problem.
+const MAX_CONSECUTIVE_STORE_ERRORS: usize = 3;
+
+/// Drain every declared path of a run into `store`, once, at teardown.
+///
+/// Never fails: every problem becomes part of the report, and the stored set
+/// is marked so a reader can tell "the tool wrote nothing" (Complete, zero
+/// files) from "the drain failed" (Failed, with a reason). A path whose
+/// export fails does not stop the others.
+pub async fn drain(
+    run: &dyn SandboxRun,
+    store: &dyn RunStore,
+    run_id: &RunId,
+    declared: &[ReadBackDecl],
+    options: DrainOptions,
+) -> DrainReport {
+    // `Instant + Duration::MAX` would panic; an absurd bound means "none".
+    let start = Instant::now();
+    let deadline = start
+        .checked_add(options.timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
+    let driver = run.driver().as_str().to_owned();
+    let mut declines = Declines {
+        names: Vec::new(),
+        count: 0,
+        max_names: options.max_declined_names,
+        worst: None,
+    };
+    let mut failed = false;
+
+    // The meter sums every attempt (facts §10 R8). Without the previous
+    // total the cap cannot be honoured, so an unreadable record drains
+    // nothing and overwrites nothing.
+    let prior = store.get_drain(run_id).await.ok();
+
+    let mut meter = Meter {
+        entries: prior
+            .as_ref()
+            .and_then(|p| p.as_ref())
+            .map(|r| r.metered.clone())
+            .unwrap_or_default(),
+    };
+
+    let mut seen: Vec<&str> = Vec::new();
+    let mut paths = Vec::new();
+    for decl in declared {
+        let container_path = decl.container_path.trim_end_matches('/');
+        if seen.contains(&container_path) {
+            continue;
+        }
+        seen.push(container_path);
+        let addr = name::addressing(decl);
+        let mut state = PathState::default();
+        let result = match &prior {
+            None => Err(ReadbackError::Store {
+                source: StoreError::Unavailable {
+                    reason: "the previous drain record could not be read".into(),
+                    source: None,
+                },
+            }),
+            Some(_) => {
+                state.metered = meter.get(container_path);
+                state.reserved = state.metered;
+                if Instant::now() >= deadline {
+                    Err(ReadbackError::Timeout {
+                        after: options.timeout,
+                    })
+                } else {
+                    let work = drain_path(
+                        run,
+                        store,
+                        run_id,
+                        decl,
+                        &addr,
+                        &options,
+                        &mut state,
+                        &mut meter,
+                        &mut declines,
+                    );
+                    match tokio::time::timeout_at(deadline, work).await {
+                        Ok(r) => r,
+                        Err(_) => Err(ReadbackError::Timeout {
+                            after: options.timeout,
+                        }),
+                    }
+                }
+            }
+        };
+        if state.past_limit > 0 {
+            let (n, limit) = (state.past_limit, options.max_members_per_path);
+            declines.count += n;
+            declines.names.push(format!(
+                "{container_path}/… ({n} members past the limit of {limit})"
+            ));
+            declines.note(reason::CAP_EXCEEDED);
+        }
+        state.metered += state.in_flight;
+        meter.set(container_path, state.metered);
+        let failure = result.err().map(|e| {
+            failed = true;
+            declines.note(e.reason());
+            PathFailure {
+                reason: e.reason(),
+                code: e.code(),
+                message: e.to_string(),
+            }
+        });
+        paths.push(PathReport {
+            container_path: container_path.to_owned(),
+            key_prefix: addr.prefix,
+            files: state.files,
+            bytes: state.bytes,
+            metered: state.metered,
+            declined: state.declined + state.past_limit,
+            failure,
+        });
+    }
+
+    let files = paths.iter().map(|p| p.files).sum();
+    let bytes = paths.iter().map(|p| p.bytes).sum();
+    let mut status = if failed || prior.is_none() {
+        DrainStatus::Failed
+    } else if declines.count > 0 {
+        DrainStatus::Partial
+    } else {
+        DrainStatus::Complete
+    };
+    let had_prior = matches!(prior, Some(Some(_)));
+    let stale = |status| status == DrainStatus::Failed && (had_prior || files > 0);
+
+    let mut recorded = false;
+    if let Some(prior) = &prior {
+        let mut metered = prior
+            .as_ref()
+            .map(|r| r.metered.clone())
+            .unwrap_or_default();
+        for p in &paths {
+            match metered.iter_mut().find(|(k, _)| *k == p.container_path) {
+                Some(entry) => entry.1 = p.metered,
+                None => metered.push((p.container_path.clone(), p.metered)),
+            }
+        }
+        let record = DrainRecord {
+            status,
+            reason: (status != DrainStatus::Complete)
+                .then(|| declines.worst.unwrap_or(reason::ARCHIVE_ERROR).to_owned()),
+            declined: declines.names.clone(),
+            stale: stale(status),
+            metered,
+            updated_at: time::OffsetDateTime::now_utc(),
+        };
+        match store.set_drain(run_id, record).await {
+            Ok(()) => recorded = true,
+            Err(_) => {
+                status = DrainStatus::Failed;
+                declines.note(reason::STORE_ERROR);
+            }
+        }
+    } else {
+        declines.note(reason::STORE_ERROR);
+    }
+
+    let reason =
+        (status != DrainStatus::Complete).then(|| declines.worst.unwrap_or(reason::ARCHIVE_ERROR));
+    let stale = stale(status);
+    let event = match reason {
+        None => EventKind::SandboxRunfilesDrained {
+            driver,
+            files,
+            bytes,
+        },
+        Some(reason) => EventKind::SandboxRunfilesDrainFailed {
+            driver,
+            reason: reason.to_owned(),
+            declined: declines.names.clone(),
+            stale,
+        },
+    };
+    DrainReport {
+        files,
+        bytes,
+        declined: declines.names,
+        declined_count: declines.count,
+        status,
+        reason,
+        stale,
+        recorded,
+        paths,
+        events: vec![event],
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+async fn drain_path(
+    run: &dyn SandboxRun,
+    store: &dyn RunStore,
+    run_id: &RunId,
+    decl: &ReadBackDecl,
+    addr: &name::Addressing,
+    options: &DrainOptions,
+    state: &mut PathState,
+    meter: &mut Meter,
+    declines: &mut Declines,
+) -> Result<(), ReadbackError> {
+    let stream = run
+        .export(&decl.container_path)
+        .await
+        .map_err(|source| ReadbackError::Export { source })?;
+    let mut tar = TarStream::new(
+        stream,
+        MetaLimits {
+            long_name: options.max_long_name,
+            pax: options.max_pax_header,
+        },
+    );
+    let cap = decl.cap.0;
+    let mut members: u64 = 0;
+    let mut store_errors = 0usize;
+    while let Some(member) = tar.next_member().await? {
+        members += 1;
+        if members > options.max_members_per_path {
+            // Counted, not named: reading on keeps the stream honest (a cut
+            // archive is still an archive_error) without growing memory.
+            state.past_limit += 1;
+            continue;
+        }
+        let path = match name::judge(&member, addr, options.max_depth) {
+            Verdict::Skip => continue,
+            Verdict::Decline(_why) => {
+                // A member that would not fit anyway (a sparse file claiming
+                // terabytes) is reported for the cap it breaks.
+                let token = if member.claimed_size > cap.saturating_sub(state.metered) {
+                    reason::CAP_EXCEEDED
+                } else {
+                    reason::ARCHIVE_ERROR
+                };
+                state.declined += 1;
+                declines.decline(token, || name::display(addr, &member));
+                continue;
+            }
+            Verdict::Store(path) => path,
+        };
+        // The header's size counts before a byte is read: a sparse-looking
+        // 2 TB member is declined here, not after 2 TB.
+        let room = cap.saturating_sub(state.metered);
+        if member.size > room {
+            state.declined += 1;
+            declines.decline(reason::CAP_EXCEEDED, || name::display(addr, &member));
+            continue;
+        }
+        let needed = state.metered + member.size;
+        if needed > state.reserved {
+            state.reserved = needed.saturating_add(RESERVE_STEP).min(cap.max(needed));
+            meter.set(decl.container_path.trim_end_matches('/'), state.reserved);
+            store
+                .set_drain(run_id, in_flight_record(meter))
+                .await
+                .map_err(|source| ReadbackError::Store { source })?;
+        }
+        state.in_flight = member.size;
+        let outcome = put_member(
+            store,
+            run_id,
+            &path,
+            &mut tar,
+            room,
+            options.chunks_in_flight,
+        )
+        .await;
+        state.in_flight = 0;
+        let outcome = match outcome {
+            // One refused member (a file where the archive earlier put a
+            // directory of the same name, say) is that member's problem; a
+            // run of refusals is the store's, and stops the path.
+            Err(ReadbackError::Store { source }) => {
+                store_errors += 1;
+                if store_errors >= MAX_CONSECUTIVE_STORE_ERRORS {
+                    return Err(ReadbackError::Store { source });
+                }
+                state.declined += 1;
+                declines.decline(reason::STORE_ERROR, || name::display(addr, &member));
+                continue;
+            }
+            other => other?,
+        };
+        store_errors = 0;
+        match outcome {
+            PutOutcome::Stored(record) => {
+                state.files += 1;
+                state.bytes += record.size;
+                state.metered += record.size;
+            }
+            PutOutcome::CapExceeded { .. } => {
+                state.declined += 1;
+                declines.decline(reason::CAP_EXCEEDED, || name::display(addr, &member));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The record that stands while a drain runs: if the host dies here, the
+/// set reads as failed and stale, and the meter already charges what the
+/// puts in flight may have stored. The reason token of an attempt that never
+/// finished is `timeout` (it did not finish in any time).
+fn in_flight_record(meter: &Meter) -> DrainRecord {
+    DrainRecord {
+        status: DrainStatus::Failed,
+        reason: Some(reason::TIMEOUT.to_owned()),
+        declined: Vec::new(),
+        stale: true,
+        metered: meter.entries.clone(),
+        updated_at: time::OffsetDateTime::now_utc(),
+    }
+}
+
+/// Pipe the current member's data into the store through a bounded channel:
+/// at most `depth` chunks are in flight, whatever the member's size.
+async fn put_member(
+    store: &dyn RunStore,
+    run_id: &RunId,
+    path: &RunFilePath,
+    tar: &mut TarStream,
+    room: u64,
+    depth: usize,
+) -> Result<PutOutcome, ReadbackError> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, io::Error>>(depth.max(1));
+    let body: ByteStream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let put = store.put_file(run_id, path, body, room);
+    let feed = async move {
+        let mut tx = Some(tx);
+        loop {
+            match tar.member_chunk().await {
+                Ok(Some(chunk)) => {
+                    // A store that stopped reading (cap, error) drops its end;
+                    // the rest of the member is then read and discarded.
+                    if let Some(sender) = &tx
+                        && sender.send(Ok(chunk)).await.is_err()
+                    {
+                        tx = None;
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(fault) => {
+                    // The store must see an error, never a clean end: a cut
+                    // member is never stored as a shorter file.
+                    if let Some(sender) = tx.take() {
+                        let _ = sender
+                            .send(Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "archive ended inside a member",
+                            )))
+                            .await;
+                    }
+                    return Err(fault);
+                }
+            }
+        }
+    };
+    let (put, fed) = tokio::join!(put, feed);
+    fed?;
+    put.map_err(|source| ReadbackError::Store { source })
+}
