@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod drivers;
 mod exit;
+mod render;
 mod stores;
 mod workflow;
 

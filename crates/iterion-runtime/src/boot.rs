@@ -254,23 +254,7 @@ impl Default for HostBooter {
 #[async_trait]
 impl SandboxBooter for HostBooter {
     async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
-        // A private (0700, unpredictable name) directory: script files never
-        // land in the user's workspace nor at a guessable /tmp path.
-        let scratch = tempfile::Builder::new()
-            .prefix(&format!("iterion-{}-", ctx.run_id))
-            .tempdir()
-            .map_err(|source| BootError::Io {
-                operation: "create host scratch dir".into(),
-                source,
-            })?;
-        let scratch_dir = scratch.path().to_string_lossy().into_owned();
-        let workspace: PathBuf = ctx.workspace.to_path_buf();
-        Ok(Booted::Host {
-            reason: self.reason.clone(),
-            run: Arc::new(NoopDriver::host_run(workspace)),
-            scratch_dir,
-            keep: Some(Box::new(scratch)),
-        })
+        host_booted(ctx, self.reason.clone())
     }
 
     async fn teardown(&self, booted: Booted, _ctx: &BootContext<'_>) -> Result<(), BootError> {
@@ -279,4 +263,26 @@ impl SandboxBooter for HostBooter {
         drop(booted);
         result.map_err(|source| BootError::Driver { source })
     }
+}
+
+/// Settle a run on the host through the noop driver, with a private
+/// scratch directory (an opt-out, a degraded `auto`, or a test).
+pub fn host_booted(ctx: &BootContext<'_>, reason: String) -> Result<Booted, BootError> {
+    // A private (0700, unpredictable name) directory: script files never
+    // land in the user's workspace nor at a guessable /tmp path.
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("iterion-{}-", ctx.run_id))
+        .tempdir()
+        .map_err(|source| BootError::Io {
+            operation: "create host scratch dir".into(),
+            source,
+        })?;
+    let scratch_dir = scratch.path().to_string_lossy().into_owned();
+    let workspace: PathBuf = ctx.workspace.to_path_buf();
+    Ok(Booted::Host {
+        reason,
+        run: Arc::new(NoopDriver::host_run(workspace)),
+        scratch_dir,
+        keep: Some(Box::new(scratch)),
+    })
 }

@@ -29,7 +29,7 @@ use iterion_sandbox::verdict::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
-use crate::events::{Emitter, EventTap, NodeLog, spawn_writer};
+use crate::events::{CurrentNode, Emitter, EventTap, NodeLog, spawn_writer};
 use crate::owner;
 use crate::routing::{self, RouteError, Router};
 use crate::template::{self, Scope};
@@ -126,6 +126,7 @@ pub struct Engine {
     booter: Arc<dyn SandboxBooter>,
     settings: EngineSettings,
     tap: Option<EventTap>,
+    current: CurrentNode,
 }
 
 impl std::fmt::Debug for Engine {
@@ -161,7 +162,15 @@ impl Engine {
             booter,
             settings: EngineSettings::default(),
             tap: None,
+            current: CurrentNode::default(),
         }
+    }
+
+    /// Publish which node's exec is running into `current` (the egress
+    /// proxy names that node in `network_blocked`).
+    pub fn with_current_node(mut self, current: CurrentNode) -> Self {
+        self.current = current;
+        self
     }
 
     /// Copy every persisted event to `tap` (live progress; never drives
@@ -707,6 +716,7 @@ impl Engine {
             .exec(request)
             .await
             .map_err(NodeError::driver)?;
+        let _running = self.current.enter(&node.id);
         let mut log = NodeLog::new(
             &node.id,
             events.clone(),

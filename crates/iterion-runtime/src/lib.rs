@@ -28,10 +28,12 @@ pub mod events;
 pub mod owner;
 pub mod reap;
 pub mod routing;
+pub mod sandbox_boot;
 pub mod template;
 
 pub use boot::{
     AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
-pub use events::{Emitter, EventTap, RunObserver};
+pub use events::{CurrentNode, Emitter, EventTap, RunObserver};
+pub use sandbox_boot::{DriverCatalog, PolicyBooter, SandboxFlags};

@@ -599,103 +599,43 @@ fn read_workflow_sandbox(path: &Path) -> anyhow::Result<Option<Spec>> {
     Ok(workflow.sandbox.map(|decl| decl.spec))
 }
 
-/// `iterion sandbox reap`.
+/// `iterion sandbox reap`: one pass of the orphan reaper over every
+/// driver available here, with the one fail-safe predicate.
 pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
-    let _ = args;
-    anyhow::bail!("`iterion sandbox reap` is not implemented yet")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn statuses(r: &StrictReport) -> Vec<String> {
-        r.checks
-            .iter()
-            .map(|c| format!("{}: {:?}", c.name, c.status))
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn strict_battery_on_a_hostile_inline_block() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let file = dir.path().join("wf.iter");
-        std::fs::write(
-            &file,
-            "tool a:\n  command: \"true\"\n\nworkflow w:\n  entry: a\n  sandbox:\n    image: \"iterion-sandbox-slim:local\"\n    mounts: [\"source=/home/u/.ssh,target=/k\"]\n  a -> done\n",
-        )
-        .expect("write");
-        let opts = StrictOptions {
-            file: Some(file),
-            target: Some(TargetFlag::Local),
-            ..StrictOptions::default()
-        };
-        let env = EnvSnapshot {
-            iterion_mode: Some("local".into()),
-            ..EnvSnapshot::default()
-        };
-        let r = strict_report(&opts, &env).await.expect("report");
-        assert!(r.failed());
-        assert_eq!(
-            (r.mode.as_str(), r.source.as_str()),
-            ("inline", "workflow sandbox: block")
-        );
-        // Driver-backed rows change once the docker driver is wired in
-        // drivers.rs; the policy rows must not.
-        let policy_rows: Vec<String> = statuses(&r)
-            .into_iter()
-            .filter(|row| {
-                ![
-                    "driver available",
-                    "docker daemon",
-                    "image resolvable",
-                    "driver capabilities",
-                ]
-                .iter()
-                .any(|n| row.starts_with(n))
-            })
-            .collect();
-        insta::assert_debug_snapshot!("strict_hostile_inline", policy_rows);
-    }
-
-    #[tokio::test]
-    async fn strict_battery_under_none_passes_and_bad_input_is_exit_2() {
-        let env = EnvSnapshot {
-            iterion_mode: Some("local".into()),
-            ..EnvSnapshot::default()
-        };
-        let opts = StrictOptions {
-            sandbox: Some(SandboxFlag::None),
-            ..StrictOptions::default()
-        };
-        let r = strict_report(&opts, &env).await.expect("report");
-        assert!(!r.failed(), "{:?}", statuses(&r));
-        assert_eq!(r.driver.as_deref(), Some("noop"));
-        let json = serde_json::to_value(&r).expect("json");
-        for key in [
-            "mode",
-            "source",
-            "host_state",
-            "host_state_source",
-            "driver",
-            "image",
-            "checks",
-        ] {
-            assert!(json.get(key).is_some(), "{key}");
+    let env = EnvSnapshot::from_process();
+    let store = crate::stores::open_from_env().await?;
+    let found = drivers::available_drivers(&env).await;
+    let decisions = iterion_runtime::reap::reap_once(&found, store.as_ref(), args.dry_run).await;
+    let failed = decisions.iter().any(|d| d.error.is_some());
+    if args.json {
+        let doc = serde_json::json!({
+            "dry_run": args.dry_run,
+            "drivers": found.iter().map(|d| d.name().as_str()).collect::<Vec<_>>(),
+            "decisions": decisions.iter().map(|d| d.to_json()).collect::<Vec<_>>(),
+        });
+        println!("{doc}");
+    } else {
+        if decisions.is_empty() {
+            eprintln!("no managed sandbox resources on {} driver(s)", found.len());
         }
-        let missing = StrictOptions {
-            file: Some(PathBuf::from("/nonexistent/wf.iter")),
-            ..StrictOptions::default()
-        };
-        let err = strict_report(&missing, &env).await.expect_err("bad file");
-        assert!(err.downcast_ref::<UserInputError>().is_some());
-        let bad_env = EnvSnapshot {
-            sandbox_default: Some("sometimes".into()),
-            ..env
-        };
-        let err = strict_report(&StrictOptions::default(), &bad_env)
-            .await
-            .expect_err("bad env");
-        assert!(err.downcast_ref::<UserInputError>().is_some());
+        for d in &decisions {
+            let j = d.to_json();
+            eprintln!(
+                "{} {} {} (run {:?}): {} — {}{}",
+                j["driver"].as_str().unwrap_or(""),
+                j["kind"].as_str().unwrap_or(""),
+                j["name"].as_str().unwrap_or(""),
+                j["run_id"].as_str().unwrap_or(""),
+                j["action"].as_str().unwrap_or(""),
+                j["reason"].as_str().unwrap_or(""),
+                match (&d.error, args.dry_run, d.removed) {
+                    (Some(e), _, _) => format!(" (error: {e})"),
+                    (None, true, _) => " (dry run)".to_owned(),
+                    (None, false, true) => " (removed)".to_owned(),
+                    _ => String::new(),
+                }
+            );
+        }
     }
+    Ok(if failed { Exit::Failure } else { Exit::Success })
 }

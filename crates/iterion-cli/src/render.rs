@@ -1,0 +1,190 @@
+//! Human rendering of a run's events: a live view on a terminal (a
+//! spinner with the current step and elapsed time, a bar while an image is
+//! pulled) and plain lines otherwise. Rendering reads events; it never
+//! drives the run (shared/ARCHITECTURE.md, data flow).
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use iterion_core::EventRecord;
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Render events until the sender side closes.
+pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
+    let started = Instant::now();
+    let live = std::io::stderr().is_terminal();
+    let spinner = live.then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar.set_message("starting");
+        bar
+    });
+    while let Some(event) = rx.recv().await {
+        let elapsed = started.elapsed().as_secs_f64();
+        if let Some(bar) = &spinner {
+            if event.kind == "sandbox_image_pull" {
+                let d = &event.data;
+                bar.set_message(format!(
+                    "pulling {} {} {}",
+                    s(d, "image"),
+                    s(d, "status"),
+                    progress(d)
+                ));
+                continue;
+            }
+            if let Some(step) = step_of(&event) {
+                bar.set_message(step);
+            }
+        }
+        let Some(line) = describe(&event) else {
+            continue;
+        };
+        match &spinner {
+            Some(bar) => bar.println(format!("[{elapsed:7.2}s] {line}")),
+            None => eprintln!("[{elapsed:7.2}s] {line}"),
+        }
+    }
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
+}
+
+fn s<'a>(data: &'a Value, key: &str) -> &'a str {
+    data.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn progress(d: &Value) -> String {
+    match (
+        d.get("current").and_then(Value::as_u64),
+        d.get("total").and_then(Value::as_u64),
+    ) {
+        (Some(c), Some(t)) if t > 0 => format!("{}%", c * 100 / t),
+        _ => String::new(),
+    }
+}
+
+fn step_of(event: &EventRecord) -> Option<String> {
+    let node = event
+        .node_id
+        .as_ref()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    match event.kind.as_str() {
+        "sandbox_driver_selected" => Some("preparing the sandbox".into()),
+        "sandbox_build_started" => Some("building the sandbox image".into()),
+        "sandbox_started" => Some("sandbox up".into()),
+        "node_started" => Some(format!("running {node}")),
+        "node_finished" | "node_failed" => Some("routing".into()),
+        "run_finished" | "run_failed" | "run_cancelled" => Some("tearing down".into()),
+        _ => None,
+    }
+}
+
+/// One line for an event, or `None` for events only the spinner shows.
+pub fn describe(event: &EventRecord) -> Option<String> {
+    let d = &event.data;
+    let node = event
+        .node_id
+        .as_ref()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    Some(match event.kind.as_str() {
+        "run_started" => format!(
+            "run {} of {} ({})",
+            event.run_id,
+            s(d, "workflow"),
+            s(d, "file")
+        ),
+        "run_admission" => format!("admission {}: {}", s(d, "decision"), s(d, "reason")),
+        "sandbox_driver_selected" => {
+            format!(
+                "sandbox: {} driver on a {} host",
+                s(d, "driver"),
+                s(d, "host")
+            )
+        }
+        "sandbox_skipped" if d.get("refused").and_then(Value::as_bool) == Some(true) => format!(
+            "sandbox: REFUSED ({}) — {}",
+            s(d, "error_code"),
+            s(d, "reason")
+        ),
+        "sandbox_skipped" => format!(
+            "sandbox: skipped, running on the host ({} from {}) — {}",
+            s(d, "mode"),
+            s(d, "source"),
+            s(d, "reason")
+        ),
+        "sandbox_started" => format!(
+            "sandbox: {} started from {} (mode {}, {}; egress {})",
+            s(d, "container"),
+            s(d, "image"),
+            s(d, "mode"),
+            s(d, "source"),
+            s(d, "egress")
+        ),
+        "sandbox_host_binds_dropped" => format!("sandbox: host binds dropped: {}", d["dropped"]),
+        "sandbox_egress_unenforced" => {
+            format!(
+                "sandbox: WARNING egress is advisory only — {}",
+                s(d, "reason")
+            )
+        }
+        "sandbox_build_failed" => format!("sandbox: build failed: {}", s(d, "error")),
+        "node_started" => format!("▶ {node}"),
+        "node_finished" => format!(
+            "✓ {node} ({} ms) {}",
+            d.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+            compact(&d["output"])
+        ),
+        "node_failed" => format!("✗ {node}: {} {}", s(d, "error"), s(d, "stderr_tail").trim()),
+        "edge_taken" => return None,
+        "network_blocked" => format!(
+            "egress: blocked {}:{} ({}, rule {}){}",
+            s(d, "host"),
+            d.get("port").and_then(Value::as_u64).unwrap_or(0),
+            s(d, "reason"),
+            d.get("rule").and_then(Value::as_str).unwrap_or("none"),
+            if node.is_empty() {
+                String::new()
+            } else {
+                format!(" by {node}")
+            }
+        ),
+        "sandbox_runfiles_drained" => format!(
+            "run files: {} file(s), {} bytes drained",
+            d.get("files").and_then(Value::as_u64).unwrap_or(0),
+            d.get("bytes").and_then(Value::as_u64).unwrap_or(0)
+        ),
+        "sandbox_runfiles_drain_failed" => format!(
+            "run files: DRAIN {} (declined: {})",
+            s(d, "reason"),
+            d["declined"]
+        ),
+        "sandbox_cleanup" => format!("sandbox: {} removed", s(d, "container")),
+        "run_finished" => "run finished".into(),
+        "run_failed" => format!(
+            "run {} ({}): {}",
+            s(d, "status"),
+            s(d, "failure_code"),
+            s(d, "error")
+        ),
+        "run_cancelled" => format!("run cancelled: {}", s(d, "reason")),
+        "sandbox_image_pull" => return None,
+        other => format!("{other} {}", compact(d)),
+    })
+}
+
+fn compact(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() > 200 {
+        format!("{}…", text.chars().take(200).collect::<String>())
+    } else {
+        text
+    }
+}

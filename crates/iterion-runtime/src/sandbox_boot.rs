@@ -1,0 +1,556 @@
+//! The real booter: seed steps 3–19 and 21, in their order, each step that
+//! applies emitting its event. Every decision is delegated to its one home
+//! in `iterion-sandbox` (precedence, spec construction, driver selection,
+//! the degrade-vs-refuse verdict, mount planning, finalize for the driver,
+//! setup-failure status) or `iterion-netproxy` (is a host allowed); this
+//! module only sequences them and owns what must live until teardown (the
+//! proxy, the per-run host directories).
+//!
+//! Drivers come in as `Arc<dyn Driver>` (the CLI discovers them); the
+//! runtime never names an engine.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use iterion_core::plan::EgressAttachment;
+use iterion_core::{
+    Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode, RunInfo,
+    RunStore,
+};
+use iterion_netproxy::{
+    BlockedRequest, EgressProxy, Policy, ProxyHandle, ProxyOptions, ProxyToken,
+};
+use iterion_readback::DrainOptions;
+use iterion_sandbox::admission::admit;
+use iterion_sandbox::devcontainer::read_repo_devcontainer;
+use iterion_sandbox::env::EnvSnapshot;
+use iterion_sandbox::host::{DriverProbe, detect_host, select_driver};
+use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
+use iterion_sandbox::precedence::{
+    PrecedenceInputs, ResolvedMode, resolve_default_image, resolve_host_state, resolve_mode,
+};
+use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
+use iterion_sandbox::verdict::{
+    Availability, SandboxVerdict, SetupContext, sandbox_verdict, setup_failure_status,
+};
+
+use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, SandboxBooter};
+use crate::events::{CurrentNode, Emitter, RunObserver};
+
+/// The CLI's sandbox knobs of one run (tier 1 and its siblings).
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFlags {
+    /// `--sandbox` (`none`/`auto`).
+    pub sandbox: Option<Mode>,
+    /// `--sandbox-host-state`.
+    pub host_state: Option<HostState>,
+    /// `--sandbox-default-image`.
+    pub default_image: Option<String>,
+    /// Tier 4 as the product entry point installs it (`Some(Auto)` for the
+    /// `iterion` binary; `None` keeps an engine neutral).
+    pub global_default: Option<Mode>,
+}
+
+/// The drivers the host offers, as discovered by the caller.
+#[derive(Clone, Default)]
+pub struct DriverCatalog {
+    /// Drivers whose engine answered.
+    pub drivers: Vec<Arc<dyn Driver>>,
+    /// Why discovery found none (the degrade/refuse reason).
+    pub failure: Option<String>,
+}
+
+impl std::fmt::Debug for DriverCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverCatalog")
+            .field(
+                "drivers",
+                &self.drivers.iter().map(|d| d.name()).collect::<Vec<_>>(),
+            )
+            .field("failure", &self.failure)
+            .finish()
+    }
+}
+
+impl DriverCatalog {
+    fn probes(&self) -> Vec<DriverProbe> {
+        [
+            DriverName::Docker,
+            DriverName::Podman,
+            DriverName::Kubernetes,
+        ]
+        .into_iter()
+        .map(|name| DriverProbe {
+            driver: name,
+            unavailable: match self.drivers.iter().any(|d| d.name() == name) {
+                true => None,
+                false => Some(
+                    self.failure
+                        .clone()
+                        .unwrap_or_else(|| "no such engine answered".to_owned()),
+                ),
+            },
+        })
+        .collect()
+    }
+
+    fn get(&self, name: DriverName) -> Option<Arc<dyn Driver>> {
+        self.drivers.iter().find(|d| d.name() == name).cloned()
+    }
+}
+
+/// What a sandboxed boot keeps alive until teardown.
+struct Kept {
+    driver: DriverName,
+    plan: LaunchPlan,
+    proxy: Option<ProxyHandle>,
+    host_dir: Option<PathBuf>,
+}
+
+/// The booter of `iterion run`.
+pub struct PolicyBooter {
+    env: EnvSnapshot,
+    local_env: BTreeMap<String, String>,
+    catalog: DriverCatalog,
+    store: Arc<dyn RunStore>,
+    state_dir: PathBuf,
+    current: CurrentNode,
+    drain: DrainOptions,
+}
+
+impl PolicyBooter {
+    /// A booter over the host's drivers. `state_dir` holds the per-run host
+    /// directories a bind-capable driver serves read-back paths from.
+    pub fn new(
+        env: EnvSnapshot,
+        local_env: BTreeMap<String, String>,
+        catalog: DriverCatalog,
+        store: Arc<dyn RunStore>,
+        state_dir: PathBuf,
+        current: CurrentNode,
+    ) -> Self {
+        Self {
+            env,
+            local_env,
+            catalog,
+            store,
+            state_dir,
+            current,
+            drain: DrainOptions::default(),
+        }
+    }
+
+    fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
+        ctx.flags.get::<SandboxFlags>().cloned().unwrap_or_default()
+    }
+
+    fn precedence<'a>(
+        &self,
+        ctx: &'a BootContext<'_>,
+        flags: &SandboxFlags,
+    ) -> PrecedenceInputs<'a> {
+        PrecedenceInputs {
+            cli_sandbox: flags.sandbox,
+            cli_host_state: flags.host_state,
+            cli_default_image: flags.default_image.clone(),
+            env: self.env.clone(),
+            workflow: ctx.workflow.sandbox.as_ref().map(|d| &d.spec),
+            global_default: flags.global_default,
+        }
+    }
+
+    fn availability(&self, mode: Mode) -> Availability {
+        let host = detect_host(&self.env, std::env::args().next().as_deref());
+        match select_driver(host, mode, &self.catalog.probes()) {
+            Ok(name) => Availability::Ready(name),
+            Err(e) => Availability::Blocked {
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
+        let dir = self.state_dir.join("sandboxes").join(ctx.run_id.as_str());
+        std::fs::create_dir_all(dir.join("artifact-files")).map_err(|source| BootError::Io {
+            operation: format!("create {}", dir.display()),
+            source,
+        })?;
+        Ok(dir)
+    }
+}
+
+fn refused(code: FailureCode, reason: impl Into<String>) -> BootError {
+    BootError::Refused {
+        code,
+        reason: reason.into(),
+    }
+}
+
+fn driver_error(err: DriverError, ctx: &BootContext<'_>) -> BootError {
+    let (_, code, _) = setup_failure_status(
+        &err,
+        SetupContext {
+            cancelled: ctx.cancel.is_cancelled(),
+            interrupted: false,
+        },
+    );
+    if code == FailureCode::Cancelled {
+        return BootError::Cancelled;
+    }
+    BootError::Driver { source: err }
+}
+
+#[async_trait]
+impl SandboxBooter for PolicyBooter {
+    async fn admit(&self, ctx: &BootContext<'_>) -> AdmissionVerdict {
+        let flags = Self::flags(ctx);
+        let inputs = self.precedence(ctx, &flags);
+        let resolved = match resolve_mode(&inputs) {
+            Ok(r) => r,
+            Err(e) => {
+                return AdmissionVerdict::Deny {
+                    code: e.code().to_owned(),
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let available = matches!(self.availability(resolved.mode), Availability::Ready(_));
+        let verdict = admit(
+            ctx.trust,
+            &resolved,
+            available,
+            time::OffsetDateTime::now_utc(),
+        );
+        match verdict.failure {
+            None => AdmissionVerdict::Admit {
+                reason: verdict.admission.reason,
+            },
+            Some(_) => AdmissionVerdict::Deny {
+                code: verdict.admission.code.unwrap_or_default(),
+                reason: verdict.admission.reason,
+            },
+        }
+    }
+
+    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+        let events = ctx.events;
+        let flags = Self::flags(ctx);
+        let inputs = self.precedence(ctx, &flags);
+        // Step 6: the chain, and who spoke.
+        let resolved: ResolvedMode =
+            resolve_mode(&inputs).map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        let (host_state, host_state_source) =
+            resolve_host_state(&inputs).map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        let (default_image, _) = resolve_default_image(&inputs);
+        if !resolved.mode.is_active() {
+            // Step 8, silent half: an explicit opt-out (or nothing asked).
+            return host(
+                ctx,
+                format!(
+                    "sandbox {} ({})",
+                    display_mode(resolved.mode),
+                    resolved.source.as_str()
+                ),
+            );
+        }
+        // Step 7: auto reads the repo devcontainer and fuses it.
+        let workspace = ctx.workspace.to_string_lossy().into_owned();
+        let devcontainer = match resolved.mode {
+            Mode::Auto => read_repo_devcontainer(ctx.workspace)
+                .map_err(|e| refused(e.failure_code(), e.to_string()))?,
+            _ => None,
+        };
+        let dc_label = devcontainer
+            .as_ref()
+            .map(|(p, _)| p.to_string_lossy().into_owned());
+        let built = build_spec(&SpecInputs {
+            mode: resolved.mode,
+            workflow: inputs.workflow,
+            devcontainer: devcontainer
+                .as_ref()
+                .zip(dc_label.as_deref())
+                .map(|((_, dc), label)| (label, dc)),
+            default_image: &default_image,
+            operator_env: BTreeMap::new(),
+            run_id: ctx.run_id.as_str(),
+            local_env: self.local_env.clone(),
+            workspace: &workspace,
+        })
+        .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        for event in built.events.iter().cloned() {
+            events.emit(event);
+        }
+        let source = source_label(resolved.source.as_str(), &built.origin);
+        // Steps 9–10: driver selection, then the one degrade/refuse verdict.
+        let availability = self.availability(resolved.mode);
+        let driver_name = match sandbox_verdict(resolved.mode, &source, &availability, 0) {
+            SandboxVerdict::Sandbox(name) => name,
+            SandboxVerdict::Unsandboxed => return host(ctx, "not sandboxed".to_owned()),
+            SandboxVerdict::Degraded { event } => {
+                events.emit(event);
+                return host(
+                    ctx,
+                    format!("auto degraded: {}", blocked_reason(&availability)),
+                );
+            }
+            SandboxVerdict::Refused { event, code, .. } => {
+                events.emit(event);
+                return Err(refused(code, blocked_reason(&availability)));
+            }
+        };
+        let driver = self.catalog.get(driver_name).ok_or_else(|| {
+            refused(
+                FailureCode::SandboxDriverUnavailable,
+                format!("{driver_name} vanished"),
+            )
+        })?;
+        let caps = driver.capabilities();
+        let host_kind = detect_host(&self.env, None);
+        events.emit(EventKind::SandboxDriverSelected {
+            driver: driver_name.as_str().to_owned(),
+            host: host_kind.as_str().to_owned(),
+        });
+        // Step 11: every mount before Prepare.
+        let host_dir = self.run_host_dir(ctx)?;
+        let run_files = host_dir
+            .join("artifact-files")
+            .to_string_lossy()
+            .into_owned();
+        let snapshot = HostSnapshot::capture(&self.env, &[run_files.as_str()]);
+        let planned = plan_launch(
+            &PlanInputs {
+                spec: &built.spec,
+                host_state: Some(host_state),
+                host_state_source: host_state_source.as_str(),
+                workspace: &workspace,
+                worktree_git_dir: None,
+                scratch_dir: None,
+                attachments_dir: None,
+                run_files_dir: Some(&run_files),
+                bundle_dir: None,
+                readback_cap: self.env.readback_cap.as_deref(),
+            },
+            &snapshot,
+        )
+        .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        for event in planned.events {
+            events.emit(event);
+        }
+        // Step 13: drop what the driver cannot honour, withdraw promises.
+        let finalized = finalize_mounts_for_driver(planned.plan, driver_name, &caps)
+            .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        if let Some(event) = finalized.dropped {
+            events.emit(event);
+        }
+        let mut plan = finalized.plan;
+        plan.host_gateway_alias = true;
+        // Step 15: the proxy precedes Prepare, and only for a non-open policy.
+        let policy = Policy::from_spec(built.spec.network.as_ref())
+            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let mut proxy = None;
+        if policy.needs_proxy() {
+            if !caps.egress_enforcement {
+                let reason = format!(
+                    "the {driver_name} driver cannot confine the sandbox to the egress proxy here"
+                );
+                if resolved.mode == Mode::Inline {
+                    return Err(refused(FailureCode::SandboxSpecRefused, reason));
+                }
+                events.emit(EventKind::SandboxEgressUnenforced {
+                    driver: driver_name.as_str().to_owned(),
+                    reason,
+                });
+            }
+            let token = ProxyToken::generate();
+            let mut opts = ProxyOptions::new(
+                std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+                Arc::new(policy),
+                token.clone(),
+            );
+            opts.on_blocked = Arc::new(network_blocked(events.clone(), self.current.clone()));
+            let handle = EgressProxy::start(opts)
+                .await
+                .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+            plan.egress = Some(EgressAttachment {
+                proxy_port: handle.local_addr().port(),
+                token: token.expose().to_owned(),
+                enforce: caps.egress_enforcement,
+            });
+            proxy = Some(handle);
+        }
+        let started = self
+            .prepare_and_start(ctx, &driver, plan.clone(), &source, resolved.mode)
+            .await;
+        match started {
+            Ok(run) => Ok(Booted::Sandbox {
+                run,
+                scratch_dir: "/tmp".to_owned(),
+                keep: Some(Box::new(Kept {
+                    driver: driver_name,
+                    plan,
+                    proxy,
+                    host_dir: Some(host_dir),
+                })),
+            }),
+            Err(e) => {
+                if let Some(p) = proxy {
+                    p.shutdown().await;
+                }
+                let _ = std::fs::remove_dir_all(&host_dir);
+                Err(e)
+            }
+        }
+    }
+
+    async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
+        let Booted::Sandbox { run, keep, .. } = booted else {
+            return Ok(());
+        };
+        let kept = keep.and_then(|k| k.downcast::<Kept>().ok());
+        if let Some(kept) = kept.as_deref()
+            && !kept.plan.read_back.is_empty()
+        {
+            {
+                let report = iterion_readback::drain(
+                    run.as_ref(),
+                    self.store.as_ref(),
+                    ctx.run_id,
+                    &kept.plan.read_back,
+                    self.drain.clone(),
+                )
+                .await;
+                for event in report.events {
+                    ctx.events.emit(event);
+                }
+            }
+        }
+        let container = run.container().to_owned();
+        let ok = run.cleanup().await.is_ok();
+        ctx.events.emit(EventKind::SandboxCleanup {
+            driver: run.driver().as_str().to_owned(),
+            container,
+            ok,
+        });
+        if let Some(kept) = kept {
+            if let Some(p) = kept.proxy {
+                p.shutdown().await;
+            }
+            if let Some(dir) = kept.host_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            let _ = kept.driver;
+        }
+        Ok(())
+    }
+}
+
+impl PolicyBooter {
+    async fn prepare_and_start(
+        &self,
+        ctx: &BootContext<'_>,
+        driver: &Arc<dyn Driver>,
+        plan: LaunchPlan,
+        source: &str,
+        mode: Mode,
+    ) -> Result<Arc<dyn iterion_core::SandboxRun>, BootError> {
+        let observer = RunObserver::new(ctx.events.clone());
+        let info = RunInfo {
+            run_id: ctx.run_id.clone(),
+            run_name: Some(ctx.workflow.name.clone()),
+            host_workspace: ctx.workspace.to_string_lossy().into_owned(),
+            max_duration: None,
+        };
+        let has_post_create = plan.post_create.is_some();
+        // Step 16: validate and do the slow IO, optionally build, then start.
+        let mut prepared = tokio::select! {
+            r = driver.prepare(&plan, &observer) => r.map_err(|e| driver_error(e, ctx))?,
+            () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
+        };
+        if let Some(build) = prepared.plan.build.clone() {
+            ctx.events.emit(EventKind::SandboxBuildStarted {
+                driver: driver.name().as_str().to_owned(),
+                dockerfile: build.dockerfile.clone(),
+                context: build.context.clone(),
+            });
+            let started = Instant::now();
+            prepared = match driver.build(prepared, &info, &observer).await {
+                Ok(p) => {
+                    ctx.events.emit(EventKind::SandboxBuildFinished {
+                        driver: driver.name().as_str().to_owned(),
+                        target: p.plan.image.clone().unwrap_or_default(),
+                        duration_ms: started.elapsed().as_millis() as u64,
+                    });
+                    p
+                }
+                Err(e) => {
+                    ctx.events.emit(EventKind::SandboxBuildFailed {
+                        driver: driver.name().as_str().to_owned(),
+                        error: e.to_string(),
+                    });
+                    return Err(driver_error(e, ctx));
+                }
+            };
+        }
+        let image = prepared.plan.image.clone().unwrap_or_default();
+        let limits = serde_json::to_value(&prepared.plan.limits).unwrap_or_default();
+        let egress = match &prepared.plan.egress {
+            None => "open".to_owned(),
+            Some(e) if e.enforce => "proxy (enforced)".to_owned(),
+            Some(_) => "proxy (advisory)".to_owned(),
+        };
+        let run = tokio::select! {
+            r = driver.start(prepared, &info, &observer) => r.map_err(|e| driver_error(e, ctx))?,
+            () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
+        };
+        let run: Arc<dyn iterion_core::SandboxRun> = Arc::from(run);
+        ctx.events.emit(EventKind::SandboxStarted {
+            driver: driver.name().as_str().to_owned(),
+            mode: mode.as_str().to_owned(),
+            source: source.to_owned(),
+            image,
+            has_post_create,
+            container: run.container().to_owned(),
+            limits,
+            egress,
+        });
+        Ok(run)
+    }
+}
+
+fn network_blocked(events: Emitter, current: CurrentNode) -> impl Fn(BlockedRequest) + Send + Sync {
+    move |req: BlockedRequest| {
+        let node = current.get();
+        let kind = EventKind::NetworkBlocked {
+            host: req.host.clone(),
+            port: req.port,
+            reason: req.reason.as_str().to_owned(),
+            rule: req.rule.clone(),
+            node_id: node.as_ref().map(|n| n.to_string()),
+        };
+        match node {
+            Some(n) => events.emit_node(&n, kind),
+            None => events.emit(kind),
+        }
+    }
+}
+
+fn display_mode(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Inherit => "unset",
+        other => other.as_str(),
+    }
+}
+
+fn blocked_reason(a: &Availability) -> String {
+    match a {
+        Availability::Blocked { reason } => reason.clone(),
+        Availability::Ready(d) => format!("{d} ready"),
+    }
+}
+
+fn host(ctx: &BootContext<'_>, reason: String) -> Result<Booted, BootError> {
+    crate::boot::host_booted(ctx, reason)
+}
