@@ -1,0 +1,231 @@
+//! Shared scaffolding: run the real `iterion` binary with a private store
+//! against one engine, and read back what the run left in the store.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// One of the two real engines the suite runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// dockerd on its test socket.
+    Docker,
+    /// Podman's compat API on its test socket.
+    Podman,
+}
+
+impl Engine {
+    /// Both engines.
+    pub const ALL: [Engine; 2] = [Engine::Docker, Engine::Podman];
+
+    /// The `DOCKER_HOST` of this engine; panics (fails the test) when the
+    /// test environment does not name it.
+    pub fn host(self) -> String {
+        let var = match self {
+            Engine::Docker => "ITERION_TEST_DOCKER_HOST",
+            Engine::Podman => "ITERION_TEST_PODMAN_HOST",
+        };
+        std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set: run scripts/test.sh"))
+    }
+
+    /// The driver name the engine reports.
+    pub fn driver(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+        }
+    }
+}
+
+/// The busybox test image.
+pub fn busybox() -> String {
+    std::env::var("ITERION_TEST_BUSYBOX_IMAGE")
+        .unwrap_or_else(|_| "iterion-test/busybox:local".to_owned())
+}
+
+/// The Debian test image (bash, curl, git).
+pub fn slim() -> String {
+    std::env::var("ITERION_TEST_SLIM_IMAGE")
+        .unwrap_or_else(|_| "iterion-sandbox-slim:local".to_owned())
+}
+
+/// A private workspace + store for one test.
+pub struct Sandbox {
+    /// Temp root (kept alive for the test).
+    pub dir: tempfile::TempDir,
+    /// The engine the runs use.
+    pub engine: Engine,
+    /// Extra env for every command.
+    pub env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    /// A fresh workspace and store using `engine`.
+    pub fn new(engine: Engine) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("iterion-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("ws")).expect("workspace");
+        Self {
+            dir,
+            engine,
+            env: Vec::new(),
+        }
+    }
+
+    /// The workspace directory (the run's cwd).
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    /// The store directory.
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Write a workflow file into the workspace.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.workspace().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&path, text).expect("write workflow");
+        path
+    }
+
+    /// Add an env var to every command.
+    pub fn with_env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.to_owned(), v.to_owned()));
+        self
+    }
+
+    /// A `Command` for the `iterion` binary with this sandbox's env.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iterion"));
+        cmd.args(args)
+            .current_dir(self.workspace())
+            .env("ITERION_STORE", self.store())
+            .env("DOCKER_HOST", self.engine.host())
+            .env("ITERION_MODE", "local")
+            .env_remove("ITERION_SANDBOX_DEFAULT")
+            .env_remove("ITERION_SANDBOX_OVERRIDE")
+            .env_remove("ITERION_SANDBOX_PREFLIGHT")
+            .env_remove("ITERION_SANDBOX_DOCKER_BINDS")
+            .env("ITERION_SANDBOX_DEFAULT_IMAGE", busybox());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Run `iterion ARGS`, returning its output.
+    pub fn iterion(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("spawn iterion")
+    }
+
+    /// `iterion run FILE --json ARGS…`: the final JSON document and exit code.
+    pub fn run(&self, file: &Path, extra: &[&str]) -> RunResult {
+        let file = file.to_string_lossy().into_owned();
+        let mut args = vec!["run", file.as_str(), "--json"];
+        args.extend_from_slice(extra);
+        let out = self.iterion(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let doc: Value = stdout
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or(Value::Null);
+        RunResult {
+            code: out.status.code(),
+            doc,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The run's events (`iterion events RUN --json`).
+    pub fn events(&self, run_id: &str) -> Vec<Value> {
+        let out = self.iterion(&["events", run_id, "--json"]);
+        assert!(
+            out.status.success(),
+            "events failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("event json"))
+            .collect()
+    }
+
+    /// The run's files (`iterion files RUN --json`).
+    pub fn files(&self, run_id: &str) -> Value {
+        let out = self.iterion(&["files", run_id, "--json"]);
+        assert!(
+            out.status.success(),
+            "files failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("files json")
+    }
+}
+
+/// What `iterion run --json` said.
+#[derive(Debug)]
+pub struct RunResult {
+    /// Exit code.
+    pub code: Option<i32>,
+    /// The `{"run_id","status","failure_code"}` document.
+    pub doc: Value,
+    /// Raw stdout.
+    pub stdout: String,
+    /// Raw stderr (the human view).
+    pub stderr: String,
+}
+
+impl RunResult {
+    /// The run id.
+    pub fn run_id(&self) -> String {
+        self.doc["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run id; stdout={} stderr={}", self.stdout, self.stderr))
+            .to_owned()
+    }
+
+    /// The terminal status.
+    pub fn status(&self) -> &str {
+        self.doc["status"].as_str().unwrap_or("")
+    }
+
+    /// The failure code, if any.
+    pub fn failure_code(&self) -> Option<&str> {
+        self.doc["failure_code"].as_str()
+    }
+}
+
+/// Events of a type.
+pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// Whether a container named `iterion-<run>` still exists on `engine`.
+pub fn container_exists(engine: Engine, run_id: &str) -> bool {
+    let out = Command::new("docker")
+        .args([
+            "-H",
+            &engine.host(),
+            "ps",
+            "-a",
+            "--filter",
+            &format!("name=iterion-{run_id}"),
+            "-q",
+        ])
+        .output()
+        .expect("docker ps");
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
