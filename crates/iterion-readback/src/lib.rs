@@ -3,16 +3,23 @@
 //!
 //! This crate owns the host side of the read-back contract (facts §10 R4,
 //! R7, R8): it streams each declared path's archive from
-//! [`SandboxRun::export`] through a bounded tar reader ([`tar`]), judges every
-//! member by name and type ([`name`]), pipes accepted files into
-//! [`RunStore::put_file`] chunk by chunk, meters every declared path against
-//! its `cap` summed over every drain attempt, marks the stored set with
-//! [`RunStore::set_drain`], and returns the event to emit. It does not decide
-//! which paths are declared or what their caps are (the policy crate puts
-//! both in [`ReadBackDecl`]), it does not append events (the runtime owns the
-//! run's linear event sequence), and it never touches the host filesystem:
-//! the container is untrusted and the store's file area is the only place
-//! bytes land.
+//! [`SandboxRun::export`] through a bounded tar reader of its own (the `tar`
+//! module: every piece of metadata has a hard bound), judges every member by
+//! name and type ([`name`]), pipes accepted files into [`RunStore::put_file`]
+//! chunk by chunk, meters every declared path against its `cap` summed over
+//! every drain attempt, marks the stored set with [`RunStore::set_drain`],
+//! and returns the event to emit. It does not decide which paths are
+//! declared or what their caps are (the policy crate puts both in
+//! [`ReadBackDecl`]), it does not append events (the runtime owns the run's
+//! linear event sequence), and it never touches the host filesystem: the
+//! container is untrusted and the store's file area is the only place bytes
+//! land.
+//!
+//! Memory is bounded whatever the archive: per path, at most
+//! [`DrainOptions::puts_in_flight`] puts are open, only one of them receiving
+//! data, through a channel of [`DrainOptions::chunks_in_flight`] chunks; the
+//! others are committing. Declined names are kept up to
+//! [`DrainOptions::max_declined_names`], the rest counted.
 //!
 //! Reason tokens (SPEC §3): when several apply, the report carries the most
 //! severe, in the order `timeout` > `container_gone` > `store_error` >
@@ -20,7 +27,15 @@
 //! (absolute, `..`, link, device, fifo, sparse, non-UTF-8, too deep) counts as
 //! `archive_error` — the archive held something the drain refuses to store —
 //! and a member over the cap or past the member-count bound as
-//! `cap_exceeded`.
+//! `cap_exceeded`; a member the store refused alone, `store_error`.
+//!
+//! The runtime calls it once at teardown, before cleanup:
+//!
+//! ```ignore
+//! let report = iterion_readback::drain(&*run, &*store, &run_id, &plan.read_back,
+//!     DrainOptions::default()).await;
+//! for event in report.events { store.append_event(&run_id, event.into(), None).await?; }
+//! ```
 
 pub mod name;
 mod tar;
