@@ -82,8 +82,9 @@ pub fn hint(e: &StoreError) -> &'static str {
         StoreError::UnsafePath { .. } => {
             "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
         }
-        StoreError::Backend { .. } | StoreError::InvalidPayload { .. } => {
-            "retry; if it persists, report it with the message above"
+        StoreError::Backend { .. } => "retry; if it persists, report it with the message above",
+        StoreError::InvalidPayload { .. } => {
+            "report it: the runtime produced an event the store cannot keep"
         }
         StoreError::InvalidCursor
         | StoreError::RunExists(_)

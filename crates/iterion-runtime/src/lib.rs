@@ -1,1 +1,37 @@
-//! iterion-runtime (placeholder until its issue lands).
+//! The run engine of iterion.
+//!
+//! Owns one run's life: admission (what this engine can execute, then the
+//! sandbox policy's verdict), the `queued → running → terminal` state
+//! machine under compare-and-set, boot and teardown through a
+//! [`SandboxBooter`], tool-node execution with bounded output, edge
+//! evaluation and loop bounds, the single event writer of a run, and the
+//! reaper's orchestration (lease + store + the one predicate).
+//!
+//! It does not decide which sandbox a run gets (the booter does, with the
+//! policy of `iterion-sandbox`), talk to a container engine (drivers do),
+//! or parse `.iter` files (`iterion-dsl` does).
+//!
+//! Wiring a real sandbox is one type: implement [`SandboxBooter`] —
+//! `admit` returns the policy's verdict (e.g. `untrusted_without_sandbox`),
+//! `boot` resolves the mode, selects the driver (with a [`RunObserver`] so
+//! driver lines land in the run log), starts the proxy, prepares and
+//! starts, and returns [`Booted::Sandbox`] (or [`Booted::Host`] for an
+//! opt-out or a degraded `auto`, after emitting `sandbox_skipped`); a
+//! refusal is a [`BootError::Refused`] carrying its failure code;
+//! `teardown` drains and cleans up. CLI flags reach it through
+//! [`BootFlags`]. The engine does everything else.
+
+pub mod admission;
+pub mod boot;
+pub mod engine;
+pub mod events;
+pub mod owner;
+pub mod reap;
+pub mod routing;
+pub mod template;
+
+pub use boot::{
+    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,
+};
+pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
+pub use events::{Emitter, EventTap, RunObserver};

@@ -118,6 +118,18 @@ fn now() -> OffsetDateTime {
         .unwrap_or(t)
 }
 
+/// Deepest payload nesting accepted: serde_json refuses to read past 128,
+/// so anything deeper would be stored and then never readable.
+const MAX_PAYLOAD_DEPTH: usize = 100;
+
+fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
+    match v {
+        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
+        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
+        _ => false,
+    }
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
 }
@@ -162,7 +174,11 @@ fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
                     .as_deref()
                     .unwrap_or("unknown"),
             )?,
-            message: get::<Option<String>>(row, 7)?.unwrap_or_default(),
+            message: get::<Option<Vec<u8>>>(row, 7)?
+                .map(String::from_utf8)
+                .transpose()
+                .map_err(|e| decode_err("decode failure message", e.to_string()))?
+                .unwrap_or_default(),
         }),
         None => None,
     };
@@ -382,7 +398,7 @@ impl RunStore for PostgresStore {
             Some(f) => (
                 Some(f.code.as_str().to_owned()),
                 Some(f.disposition.as_str().to_owned()),
-                Some(f.message.clone()),
+                Some(f.message.as_bytes().to_vec()),
             ),
             None => (None, None, None),
         };
@@ -478,6 +494,12 @@ impl RunStore for PostgresStore {
         at_seq: Option<u64>,
     ) -> Result<EventRecord, StoreError> {
         let map = |e| classify(e, "append event");
+        if too_deep(&event.data, MAX_PAYLOAD_DEPTH) {
+            return Err(StoreError::InvalidPayload {
+                run: run.clone(),
+                reason: "nested deeper than 100 arrays/objects",
+            });
+        }
         let data = to_json("encode event data", &event.data)?;
         let node = event.node_id.as_ref().map(|n| n.as_str().to_owned());
         let mut c = self.client().await?;
@@ -654,7 +676,14 @@ impl RunStore for PostgresStore {
             seq += 1;
             tx.execute(
                 &stmt,
-                &[&run.as_str(), &seq, &ts, &l.stream, &l.node_id, &l.line],
+                &[
+                    &run.as_str(),
+                    &seq,
+                    &ts,
+                    &l.stream,
+                    &l.node_id,
+                    &l.line.as_bytes(),
+                ],
             )
             .await
             .map_err(map)?;
@@ -697,7 +726,8 @@ impl RunStore for PostgresStore {
                     timestamp: get(r, 1)?,
                     stream: get(r, 2)?,
                     node_id: get(r, 3)?,
-                    line: get(r, 4)?,
+                    line: String::from_utf8(get::<Vec<u8>>(r, 4)?)
+                        .map_err(|e| decode_err("decode log line", e.to_string()))?,
                 })
             })
             .collect()

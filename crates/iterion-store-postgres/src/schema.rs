@@ -16,7 +16,9 @@ use crate::{classify, ident};
 const MIGRATIONS: &[&str] = &[
     // v1. `event_seq`/`log_seq` are the per-run counters: an append locks
     // the run row, so seq allocation and insert commit together (gapless
-    // under concurrent writers in any number of processes).
+    // under concurrent writers in any number of processes). Log lines and
+    // failure messages are BYTEA: process output (and errors quoting it)
+    // may hold NUL, which PostgreSQL TEXT cannot.
     r#"
     CREATE TABLE runs (
         ord                 BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
@@ -27,7 +29,7 @@ const MIGRATIONS: &[&str] = &[
         status              TEXT NOT NULL,
         failure_code        TEXT,
         failure_disposition TEXT,
-        failure_message     TEXT,
+        failure_message     BYTEA,
         admission           TEXT,
         owner               TEXT,
         revision            BIGINT NOT NULL,
@@ -51,7 +53,7 @@ const MIGRATIONS: &[&str] = &[
         ts      TIMESTAMPTZ NOT NULL,
         stream  TEXT NOT NULL,
         node_id TEXT,
-        line    TEXT NOT NULL,
+        line    BYTEA NOT NULL,
         PRIMARY KEY (run_id, seq)
     );
     CREATE TABLE file_blobs (

@@ -213,6 +213,18 @@ fn json_field<T: serde::de::DeserializeOwned>(
         .transpose()
 }
 
+/// Deepest payload nesting accepted: serde_json refuses to read past 128,
+/// so anything deeper would be stored and then never readable.
+const MAX_PAYLOAD_DEPTH: usize = 100;
+
+fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
+    match v {
+        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
+        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
+        _ => false,
+    }
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
 }
@@ -483,6 +495,12 @@ impl RunStore for SqliteStore {
         let rec = self
             .with_conn("append event", move |conn, loc| {
                 let map = |e| schema::classify(e, loc);
+                if too_deep(&event.data, MAX_PAYLOAD_DEPTH) {
+                    return Err(StoreError::InvalidPayload {
+                        run: run.clone(),
+                        reason: "nested deeper than 100 arrays/objects",
+                    });
+                }
                 let data = to_json("encode event data", &event.data)?;
                 let node = node_str(&event.node_id)?;
                 let tx = conn

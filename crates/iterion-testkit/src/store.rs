@@ -7,7 +7,8 @@
 //! directory or schema) and an `open` closure reopening a store from its
 //! [`StoreFixture::locator`] — used for second connections and by the
 //! killed-writer child process, which re-executes the test binary with
-//! [`WRITER_ENV`] set.
+//! [`WRITER_ENV`] set. The mounting crate needs `tokio` (the checks are
+//! `#[tokio::test]`s) and must not set `harness = false` on that test.
 //!
 //! ```ignore
 //! iterion_testkit::store_conformance!(
@@ -87,6 +88,7 @@ macro_rules! store_conformance {
             runs_pagination_is_stable,
             events_append_and_read,
             events_idempotent_at_seq,
+            events_payloads_round_trip,
             events_gapless_under_concurrency,
             events_follow_until_terminal,
             logs_append_read_follow,
@@ -346,7 +348,7 @@ pub async fn runs_failure_and_admission(fx: &StoreFixture, _open: OpenFn) {
                 expected_revision: Some(with_adm.revision),
                 failure: Some(Failure::new(
                     FailureCode::LaunchFailed,
-                    "refused at admission",
+                    "refused at admission: stderr said \u{0}\u{1b}[31m\u{1F980}",
                 )),
                 ..to(RunStatus::Queued, RunStatus::Failed)
             },
@@ -358,7 +360,11 @@ pub async fn runs_failure_and_admission(fx: &StoreFixture, _open: OpenFn) {
     let f = loaded.failure.expect("failure persisted");
     assert_eq!(f.code, FailureCode::LaunchFailed);
     assert_eq!(f.disposition, Disposition::Deterministic);
-    assert_eq!(f.message, "refused at admission");
+    // Messages may quote process output, NUL and escapes included.
+    assert_eq!(
+        f.message,
+        "refused at admission: stderr said \u{0}\u{1b}[31m\u{1F980}"
+    );
     assert_eq!(loaded.admission, Some(admission));
 
     // A resumable failure re-queued sheds its failure; an explicit
@@ -504,6 +510,69 @@ pub async fn events_append_and_read(fx: &StoreFixture, _open: OpenFn) {
         .await
         .expect("append other");
     assert_eq!(rec.seq, 1);
+}
+
+/// Payloads and log lines come back exactly: extreme numbers, unicode,
+/// escapes and NUL (process output can hold anything), deep nesting, a
+/// large string.
+pub async fn events_payloads_round_trip(fx: &StoreFixture, _open: OpenFn) {
+    let s = &fx.store;
+    let run = s.create_run(new_run("payloads")).await.expect("create");
+    let nest = |levels: usize| {
+        let mut v = json!("bottom");
+        for _ in 0..levels {
+            v = json!({ "d": [v] });
+        }
+        v
+    };
+    let deep = nest(45); // 90 levels of arrays/objects
+    let too_deep = s
+        .append_event(&run.id, draft("payload", nest(64)), None)
+        .await;
+    assert!(
+        matches!(too_deep, Err(StoreError::InvalidPayload { .. })),
+        "a payload no reader can parse back is refused at append: {too_deep:?}"
+    );
+    let payloads = vec![
+        json!({}),
+        serde_json::Value::Null,
+        json!([]),
+        json!({"u64": u64::MAX, "i64": i64::MIN, "neg": -1, "zero": 0}),
+        json!({"f": 0.1, "big": 1e308, "tiny": 5e-324, "neg": -2.5}),
+        json!({"s": "caf\u{e9} \u{1F980} \"quoted\" back\\slash \n\t nul:\u{0} end"}),
+        json!({"keys": {"z": 1, "a": 2, "\u{0}": 3, "": 4}}),
+        deep,
+        json!({"large": "x".repeat(200_000)}),
+    ];
+    for (i, data) in payloads.iter().enumerate() {
+        let rec = s
+            .append_event(&run.id, draft("payload", data.clone()), None)
+            .await
+            .unwrap_or_else(|e| panic!("payload {i} refused: {e}"));
+        assert_eq!(&rec.data, data);
+    }
+    let back = s.events_after(&run.id, 0, 0).await.expect("read");
+    let datas: Vec<_> = back.into_iter().map(|e| e.data).collect();
+    assert_eq!(datas, payloads, "payloads come back exactly");
+    // Re-appending the same payload at its seq is idempotent (equality is
+    // on the JSON value, whatever the backend's text form).
+    s.append_event(&run.id, draft("payload", payloads[4].clone()), Some(5))
+        .await
+        .expect("idempotent re-append of a float payload");
+
+    let tricky = "bin\u{0}ary \u{1b}[31mred\u{1b}[0m \r tail \u{FFFD}";
+    s.append_logs(
+        &run.id,
+        vec![NewLogLine {
+            stream: "stdout".into(),
+            node_id: Some("n".into()),
+            line: tricky.into(),
+        }],
+    )
+    .await
+    .expect("log line with NUL and escapes");
+    let lines = s.logs_after(&run.id, 0, 0).await.expect("read logs");
+    assert_eq!(lines[0].line, tricky);
 }
 
 /// `at_seq`: same event → the stored one; different → `SeqConflict`;

@@ -195,3 +195,55 @@ async fn a_run_file_area_replaced_by_a_symlink_is_refused() {
         "wrote outside"
     );
 }
+
+/// Every file under `root`, relative, symlinks not followed.
+fn walk(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let ty = entry.file_type().expect("file type");
+            if ty.is_dir() {
+                stack.push(entry.path());
+            } else {
+                out.push(
+                    entry
+                        .path()
+                        .strip_prefix(root)
+                        .expect("under root")
+                        .to_path_buf(),
+                );
+            }
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Whatever string a drain hands over as a name: either it is refused
+    /// as a path, or it lands exactly at `runs/<id>/files/<normalized>` —
+    /// never anywhere else in (or out of) the store.
+    #[test]
+    fn any_accepted_path_lands_inside_the_run_file_area(
+        raw in "[a./\\\\\\x00 é-]{0,12}"
+    ) {
+        let Ok(path) = RunFilePath::parse(&raw) else { return Ok(()) };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async {
+            let s = SqliteStore::open(dir.path()).expect("open");
+            let run = s.create_run(new_run("prop")).await.expect("create");
+            let out = s.put_file(&run.id, &path, one_chunk(b"x"), 10).await.expect("put");
+            assert!(matches!(out, PutOutcome::Stored(_)));
+        });
+        let files: Vec<_> = walk(dir.path())
+            .into_iter()
+            .filter(|p| !p.to_string_lossy().starts_with("iterion.db"))
+            .collect();
+        let expected = Path::new("runs/prop/files").join(path.as_str());
+        proptest::prop_assert_eq!(files, vec![expected]);
+    }
+}

@@ -1,0 +1,282 @@
+//! The seam between the engine and the sandbox policy: [`SandboxBooter`].
+//!
+//! The engine does not decide which sandbox a run gets; a booter does
+//! (seed steps 3–19: admission verdict, precedence, driver selection,
+//! degrade-vs-refuse, mounts, proxy, prepare/start). The engine calls it at
+//! three points — `admit` before anything starts, `boot` after the run is
+//! `running`, `teardown` always — and executes nodes in whatever
+//! [`SandboxRun`] it hands back. [`HostBooter`] is the trivial booter:
+//! every run on the host through the noop driver.
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iterion_core::{DriverError, FailureCode, RunId, SandboxRun, Trust};
+use iterion_dsl::ir;
+use iterion_sandbox::noop::NoopDriver;
+use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Emitter;
+
+/// Booter-specific flags of a run (`--sandbox`, preflight, …), opaque to
+/// the engine: the booter that defined the type downcasts it.
+#[derive(Clone, Default)]
+pub struct BootFlags(Option<Arc<dyn Any + Send + Sync>>);
+
+impl BootFlags {
+    /// Wrap flags.
+    pub fn new<T: Any + Send + Sync>(flags: T) -> Self {
+        Self(Some(Arc::new(flags)))
+    }
+
+    /// The flags, when they are a `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.as_deref().and_then(|a| a.downcast_ref::<T>())
+    }
+}
+
+impl std::fmt::Debug for BootFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "BootFlags(..)"
+        } else {
+            "BootFlags(none)"
+        })
+    }
+}
+
+/// What a booter sees of the run.
+#[derive(Debug)]
+pub struct BootContext<'a> {
+    /// The run.
+    pub run_id: &'a RunId,
+    /// The compiled workflow.
+    pub workflow: &'a ir::Workflow,
+    /// Path of the `.iter` file.
+    pub file: &'a str,
+    /// Trust of the workspace.
+    pub trust: Trust,
+    /// Absolute host workspace.
+    pub workspace: &'a Path,
+    /// Booter flags.
+    pub flags: &'a BootFlags,
+    /// The run's event writer (sandbox_* events, driver log lines).
+    pub events: &'a Emitter,
+    /// Fires when the run is cancelled; a slow boot should stop on it.
+    pub cancel: &'a CancellationToken,
+}
+
+/// The admission verdict of a booter (seed step 3–4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmissionVerdict {
+    /// The run may start.
+    Admit {
+        /// Why (names the tier that spoke, when one did).
+        reason: String,
+    },
+    /// The run is refused before anything starts.
+    Deny {
+        /// Admission code (`untrusted_without_sandbox`).
+        code: String,
+        /// Why (names the tier that spoke).
+        reason: String,
+    },
+}
+
+/// Where nodes will run.
+pub enum Booted {
+    /// In a sandbox.
+    Sandbox {
+        /// The live sandbox.
+        run: Arc<dyn SandboxRun>,
+        /// A writable directory inside it for script files.
+        scratch_dir: String,
+        /// Whatever the booter must keep alive until teardown (proxy,
+        /// listeners); handed back to [`SandboxBooter::teardown`].
+        keep: Option<Box<dyn Any + Send + Sync>>,
+    },
+    /// On the host, unsandboxed (the noop driver).
+    Host {
+        /// Why the run is not sandboxed (opted out, degraded auto…).
+        reason: String,
+        /// The host passthrough run.
+        run: Arc<dyn SandboxRun>,
+        /// A private host directory for script files.
+        scratch_dir: String,
+        /// Kept until teardown (the scratch directory's guard).
+        keep: Option<Box<dyn Any + Send + Sync>>,
+    },
+}
+
+impl std::fmt::Debug for Booted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sandbox {
+                run, scratch_dir, ..
+            } => f
+                .debug_struct("Sandbox")
+                .field("driver", &run.driver())
+                .field("container", &run.container())
+                .field("scratch_dir", scratch_dir)
+                .finish_non_exhaustive(),
+            Self::Host {
+                reason,
+                scratch_dir,
+                ..
+            } => f
+                .debug_struct("Host")
+                .field("reason", reason)
+                .field("scratch_dir", scratch_dir)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Booted {
+    /// The handle nodes exec into.
+    pub fn run(&self) -> &Arc<dyn SandboxRun> {
+        match self {
+            Self::Sandbox { run, .. } | Self::Host { run, .. } => run,
+        }
+    }
+
+    /// Where script files go.
+    pub fn scratch_dir(&self) -> &str {
+        match self {
+            Self::Sandbox { scratch_dir, .. } | Self::Host { scratch_dir, .. } => scratch_dir,
+        }
+    }
+}
+
+/// Why boot failed. Each maps to one failure code (facts §9.2).
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// The policy refused (inline with no driver, …).
+    #[error("{reason}")]
+    Refused {
+        /// The failure code to stamp.
+        code: FailureCode,
+        /// Why.
+        reason: String,
+    },
+    /// A driver step failed.
+    #[error("sandbox boot failed: {source}")]
+    Driver {
+        /// Cause.
+        #[source]
+        source: DriverError,
+    },
+    /// Boot stopped because the run was cancelled.
+    #[error("boot cancelled")]
+    Cancelled,
+    /// Local setup failed.
+    #[error("{operation}: {source}")]
+    Io {
+        /// What was being done.
+        operation: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BootError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Refused { code, .. } => code.as_str(),
+            Self::Driver { source } => source.code(),
+            Self::Cancelled => "CANCELLED",
+            Self::Io { .. } => "SANDBOX_START_FAILED",
+        }
+    }
+
+    /// The run's failure code. A driver error goes through the one
+    /// setup-failure classifier of the policy (facts §9.2), with whether
+    /// the run was cancelled meanwhile.
+    pub fn failure_code(&self, setup: SetupContext) -> FailureCode {
+        match self {
+            Self::Refused { code, .. } => *code,
+            Self::Cancelled => FailureCode::Cancelled,
+            Self::Io { .. } if setup.cancelled => FailureCode::Cancelled,
+            Self::Io { .. } => FailureCode::SandboxStartFailed,
+            Self::Driver { source } => setup_failure_status(source, setup).1,
+        }
+    }
+}
+
+/// Decides and builds where a run executes.
+#[async_trait]
+pub trait SandboxBooter: Send + Sync {
+    /// The admission gate (seed step 3), before workspace setup and any
+    /// container. The engine persists the verdict before a refusal returns.
+    async fn admit(&self, ctx: &BootContext<'_>) -> AdmissionVerdict {
+        let _ = ctx;
+        AdmissionVerdict::Admit {
+            reason: "no admission policy".into(),
+        }
+    }
+
+    /// Resolve the mode and start the sandbox (or settle on the host).
+    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError>;
+
+    /// Drain and clean up, best effort. Called exactly once after a
+    /// successful boot, whatever the run's outcome; an error here is
+    /// reported and never changes the run's status.
+    async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError>;
+}
+
+/// Runs everything on the host through the noop driver (tests, and the
+/// run of a workflow that opted out).
+#[derive(Debug, Clone)]
+pub struct HostBooter {
+    reason: String,
+}
+
+impl HostBooter {
+    /// A host booter that reports `reason` as why the run is unsandboxed.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Default for HostBooter {
+    fn default() -> Self {
+        Self::new("host booter: sandboxing not wired")
+    }
+}
+
+#[async_trait]
+impl SandboxBooter for HostBooter {
+    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+        // A private (0700, unpredictable name) directory: script files never
+        // land in the user's workspace nor at a guessable /tmp path.
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("iterion-{}-", ctx.run_id))
+            .tempdir()
+            .map_err(|source| BootError::Io {
+                operation: "create host scratch dir".into(),
+                source,
+            })?;
+        let scratch_dir = scratch.path().to_string_lossy().into_owned();
+        let workspace: PathBuf = ctx.workspace.to_path_buf();
+        Ok(Booted::Host {
+            reason: self.reason.clone(),
+            run: Arc::new(NoopDriver::host_run(workspace)),
+            scratch_dir,
+            keep: Some(Box::new(scratch)),
+        })
+    }
+
+    async fn teardown(&self, booted: Booted, _ctx: &BootContext<'_>) -> Result<(), BootError> {
+        let result = booted.run().cleanup().await;
+        // Dropping `keep` removes the scratch dir.
+        drop(booted);
+        result.map_err(|source| BootError::Driver { source })
+    }
+}

@@ -1,0 +1,258 @@
+//! Reaper orchestration: for every resource a driver labelled, ask the
+//! lease, ask the store, and let the one predicate
+//! (`iterion_sandbox::reaper::reapable`, facts §5.5) decide. Liveness
+//! first; any doubt keeps.
+//!
+//! The lease of a local run is its owner process: alive when the pid
+//! exists and its `/proc` start time equals the recorded one; provably gone
+//! when the pid is absent or belongs to a newer process; unknown (kept)
+//! when the check errors or the owner lives on another host. A run whose
+//! owner is provably gone while the run still says `running` is first
+//! marked interrupted (`failed_resumable` + `INTERRUPTED`, event
+//! `run_interrupted`), which makes it terminal and its resources reapable.
+
+use std::sync::Arc;
+
+use iterion_core::driver::ManagedResource;
+use iterion_core::store::{Failure, RunOwner, RunRecord, Transition};
+use iterion_core::{
+    Driver, DriverName, EventDraft, EventKind, FailureCode, RunId, RunStatus, RunStore,
+};
+use iterion_sandbox::reaper::{LeaseState, ReapVerdict, RunLookup, reapable};
+
+use crate::owner;
+
+/// What the reaper decided about one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReapDecision {
+    /// Driver that owns it.
+    pub driver: DriverName,
+    /// The resource.
+    pub resource: ManagedResource,
+    /// Lease answer.
+    pub lease: LeaseState,
+    /// Store answer (after any interruption mark).
+    pub lookup: RunLookup,
+    /// The predicate's verdict.
+    pub verdict: ReapVerdict,
+    /// The run was marked interrupted by this pass (or would be, dry run).
+    pub interrupted: bool,
+    /// The resource was removed (false in a dry run).
+    pub removed: bool,
+    /// An error of the interruption mark or the removal.
+    pub error: Option<String>,
+}
+
+impl ReapDecision {
+    /// The decision as one JSON object (`iterion sandbox reap --json`):
+    /// `driver`, `kind`, `name`, `run_id`, `lease`, `run`, `action`
+    /// (`reap`/`keep`), `reason`, `interrupted`, `removed`, `error`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let lease = match self.lease {
+            LeaseState::Held => "held",
+            LeaseState::NotHeld => "not_held",
+            LeaseState::CheckFailed => "check_failed",
+        };
+        let run = match self.lookup {
+            RunLookup::Found(status) => status.as_str().to_owned(),
+            RunLookup::Absent => "absent".to_owned(),
+            RunLookup::Error => "error".to_owned(),
+        };
+        let (action, reason) = match self.verdict {
+            ReapVerdict::Reap(r) => ("reap", r),
+            ReapVerdict::Keep(r) => ("keep", r),
+        };
+        serde_json::json!({
+            "driver": self.driver.as_str(),
+            "kind": self.resource.kind,
+            "name": self.resource.name,
+            "run_id": self.resource.run_id,
+            "lease": lease,
+            "run": run,
+            "action": action,
+            "reason": reason,
+            "interrupted": self.interrupted,
+            "removed": self.removed,
+            "error": self.error,
+        })
+    }
+}
+
+/// Lease of a recorded owner on this host.
+pub fn owner_lease(owner: &RunOwner) -> LeaseState {
+    match owner::hostname() {
+        Ok(host) if host == owner.host => {}
+        // Another host's process cannot be checked from here: doubt.
+        Ok(_) | Err(_) => return LeaseState::CheckFailed,
+    }
+    match owner::proc_start_time(owner.pid) {
+        Ok(Some(start)) if start == owner.start_time => LeaseState::Held,
+        // The pid now belongs to a newer process: the owner is gone.
+        Ok(Some(_)) | Ok(None) => LeaseState::NotHeld,
+        Err(_) => LeaseState::CheckFailed,
+    }
+}
+
+/// One pass over every driver's managed resources.
+pub async fn reap_once(
+    drivers: &[Arc<dyn Driver>],
+    store: &dyn RunStore,
+    dry_run: bool,
+) -> Vec<ReapDecision> {
+    let mut decisions = Vec::new();
+    for driver in drivers {
+        let resources = match driver.list_managed().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(driver = %driver.name(), code = e.code(), error = %e,
+                    "listing managed resources failed; nothing reaped on this driver");
+                continue;
+            }
+        };
+        for resource in resources {
+            let decision = decide(driver.as_ref(), store, resource, dry_run).await;
+            decisions.push(decision);
+        }
+    }
+    decisions
+}
+
+async fn decide(
+    driver: &dyn Driver,
+    store: &dyn RunStore,
+    resource: ManagedResource,
+    dry_run: bool,
+) -> ReapDecision {
+    let mut decision = ReapDecision {
+        driver: driver.name(),
+        lease: LeaseState::CheckFailed,
+        lookup: RunLookup::Error,
+        verdict: ReapVerdict::Keep("undecided"),
+        interrupted: false,
+        removed: false,
+        error: None,
+        resource,
+    };
+    let run_id = decision.resource.run_id.clone();
+    if run_id.is_empty() {
+        decision.lease = LeaseState::NotHeld;
+        decision.verdict = reapable("", decision.lease, RunLookup::Absent);
+    } else {
+        let (lease, lookup, record) = match RunId::parse(run_id.as_str()) {
+            // A label no run id can have: not provably absent, keep.
+            Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
+            Ok(id) => match store.load_run(&id).await {
+                Ok(Some(r)) => {
+                    let lease = r.owner.as_ref().map_or(LeaseState::NotHeld, owner_lease);
+                    (lease, RunLookup::Found(r.status), Some(r))
+                }
+                // No run, no owner to hold a lease.
+                Ok(None) => (LeaseState::NotHeld, RunLookup::Absent, None),
+                Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
+            },
+        };
+        decision.lease = lease;
+        decision.lookup = lookup;
+        if let Some(record) = record
+            && lease == LeaseState::NotHeld
+            && record.status == RunStatus::Running
+        {
+            decision.interrupted = true;
+            if dry_run {
+                decision.lookup = RunLookup::Found(RunStatus::FailedResumable);
+            } else {
+                match mark_interrupted(store, &record).await {
+                    Ok(status) => decision.lookup = RunLookup::Found(status),
+                    Err(e) => {
+                        decision.interrupted = false;
+                        decision.lookup = RunLookup::Error;
+                        decision.error = Some(e);
+                    }
+                }
+            }
+        }
+        decision.verdict = reapable(&run_id, decision.lease, decision.lookup);
+    }
+    if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
+        match driver.remove_managed(&decision.resource).await {
+            Ok(()) => {
+                decision.removed = true;
+                if let (Ok(id), ReapVerdict::Reap(reason)) =
+                    (RunId::parse(run_id.as_str()), &decision.verdict)
+                    && matches!(decision.lookup, RunLookup::Found(_))
+                {
+                    let draft: EventDraft = EventKind::SandboxReaped {
+                        driver: driver.name().to_string(),
+                        resource: decision.resource.name.clone(),
+                        run_id: run_id.clone(),
+                        reason: (*reason).to_owned(),
+                    }
+                    .into();
+                    if let Err(e) = store.append_event(&id, draft, None).await {
+                        tracing::warn!(run = %id, error = %e, "sandbox_reaped event failed");
+                    }
+                }
+            }
+            Err(e) => decision.error = Some(format!("{} ({})", e, e.code())),
+        }
+    }
+    decision
+}
+
+/// Mark a running run whose owner is gone as interrupted. Returns the
+/// status the store now holds (a concurrent finish wins the CAS, and its
+/// status is what the predicate then reads).
+async fn mark_interrupted(store: &dyn RunStore, record: &RunRecord) -> Result<RunStatus, String> {
+    let reason = "owner process is gone".to_owned();
+    let draft: EventDraft = EventKind::RunInterrupted {
+        reason: reason.clone(),
+    }
+    .into();
+    let transition = Transition {
+        from: RunStatus::Running,
+        expected_revision: Some(record.revision),
+        to: FailureCode::Interrupted.status(),
+        failure: Some(Failure::new(FailureCode::Interrupted, reason)),
+    };
+    match store.transition(&record.id, transition).await {
+        Ok(r) => {
+            if let Err(e) = store.append_event(&record.id, draft, None).await {
+                tracing::warn!(run = %record.id, error = %e, "run_interrupted event failed");
+            }
+            Ok(r.status)
+        }
+        Err(e) => match store.load_run(&record.id).await {
+            Ok(Some(r)) if r.status != RunStatus::Running => Ok(r.status),
+            _ => Err(format!(
+                "marking run interrupted failed: {e} ({})",
+                e.code()
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_of_self_other_host_and_ghost() {
+        let me = owner::current_owner().expect("owner");
+        assert_eq!(owner_lease(&me), LeaseState::Held);
+        let elsewhere = RunOwner {
+            host: format!("{}-elsewhere", me.host),
+            ..me.clone()
+        };
+        assert_eq!(owner_lease(&elsewhere), LeaseState::CheckFailed);
+        let ghost = RunOwner {
+            pid: 999_999_999,
+            ..me.clone()
+        };
+        assert_eq!(owner_lease(&ghost), LeaseState::NotHeld);
+        let recycled = RunOwner {
+            start_time: me.start_time.wrapping_add(7),
+            ..me
+        };
+        assert_eq!(owner_lease(&recycled), LeaseState::NotHeld);
+    }
+}

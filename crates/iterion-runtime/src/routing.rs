@@ -1,0 +1,624 @@
+//! What a node's output means for the graph: parsing stdout into the
+//! output schema, evaluating outgoing edges in source order, bounding
+//! loops, and building the next node's input from `with`.
+//!
+//! Pure functions; the engine owns the loop that calls them.
+
+use std::collections::BTreeMap;
+
+use iterion_dsl::ir::{Condition, Edge, FieldType, Schema, Target, Workflow};
+use serde_json::{Map, Value};
+
+use crate::template::{self, Scope, TemplateError};
+
+/// A `when "…"` expression this engine evaluates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    /// `field`, `not field`, `!field` on a bool field.
+    Bool {
+        /// Field.
+        field: String,
+        /// Negated.
+        negated: bool,
+    },
+    /// `field == "value"` / `field != "value"` (string compare of the
+    /// field's text form).
+    Compare {
+        /// Field.
+        field: String,
+        /// Literal.
+        value: String,
+        /// `!=`.
+        negated: bool,
+    },
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Parse a `when "…"` expression; `None` = not supported (refused at
+/// admission, never guessed at run time).
+pub fn parse_expr(text: &str) -> Option<Expr> {
+    let text = text.trim();
+    for (op, negated) in [("==", false), ("!=", true)] {
+        if let Some((lhs, rhs)) = text.split_once(op) {
+            let field = lhs.trim();
+            let rhs = rhs.trim();
+            let literal = rhs
+                .strip_prefix('"')
+                .and_then(|r| r.strip_suffix('"'))
+                .or_else(|| rhs.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')))?;
+            if !is_ident(field) || literal.contains(['"', '\'']) {
+                return None;
+            }
+            return Some(Expr::Compare {
+                field: field.to_owned(),
+                value: literal.to_owned(),
+                negated,
+            });
+        }
+    }
+    let (negated, field) = if let Some(f) = text.strip_prefix('!') {
+        (true, f.trim())
+    } else if let Some(f) = text.strip_prefix("not ") {
+        (true, f.trim())
+    } else {
+        (false, text)
+    };
+    is_ident(field).then(|| Expr::Bool {
+        field: field.to_owned(),
+        negated,
+    })
+}
+
+/// Whether a condition holds on an output. A missing or non-bool field is
+/// false (the compiler already checked the schema, C013/C014).
+pub fn condition_holds(condition: &Condition, output: &Value) -> bool {
+    let truthy = |field: &str| output.get(field).and_then(Value::as_bool).unwrap_or(false);
+    match condition {
+        Condition::Field { field, negated } => truthy(field) != *negated,
+        Condition::Expr(text) => match parse_expr(text) {
+            Some(Expr::Bool { field, negated }) => truthy(&field) != negated,
+            Some(Expr::Compare {
+                field,
+                value,
+                negated,
+            }) => {
+                let equal = output
+                    .get(&field)
+                    .is_some_and(|v| template::value_text(v) == value);
+                equal != negated
+            }
+            // Admission refuses these; fail closed if one slips through.
+            None => false,
+        },
+    }
+}
+
+/// Why routing stopped the run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// No edge matched.
+    #[error("no outgoing edge of node {node} matched its output")]
+    NoOutgoingEdge {
+        /// Node.
+        node: String,
+    },
+    /// A loop went past its bound.
+    #[error("loop {name} exceeded its bound of {max} iterations")]
+    LoopLimitExceeded {
+        /// Loop name.
+        name: String,
+        /// Bound.
+        max: u32,
+    },
+    /// A `with` mapping did not render.
+    #[error("with mapping {field} of edge {from} -> {to}: {source}")]
+    With {
+        /// Source node.
+        from: String,
+        /// Target.
+        to: String,
+        /// Target input field.
+        field: String,
+        /// Cause.
+        #[source]
+        source: TemplateError,
+    },
+}
+
+/// The edge taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken<'w> {
+    /// The edge.
+    pub edge: &'w Edge,
+    /// Iteration of its loop (from 1), when it is a loop edge.
+    pub iteration: Option<u32>,
+    /// Input of the next node.
+    pub input: Map<String, Value>,
+}
+
+/// Loop counters of one run.
+#[derive(Debug, Default, Clone)]
+pub struct Router {
+    loops: BTreeMap<String, u32>,
+}
+
+impl Router {
+    /// A router with every loop at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pick the first matching outgoing edge of `node` in source order,
+    /// count its loop, and build the next input.
+    pub fn route<'w>(
+        &mut self,
+        workflow: &'w Workflow,
+        node: &'w iterion_core::NodeId,
+        scope: &Scope<'_>,
+        output: &Value,
+    ) -> Result<Taken<'w>, RouteError> {
+        // Source order among the non-`else` edges; an `else` edge is taken
+        // only when none of its siblings matched.
+        let edge = workflow
+            .edges_from(node)
+            .filter(|e| !e.is_else)
+            .find(|e| {
+                e.condition
+                    .as_ref()
+                    .is_none_or(|c| condition_holds(c, output))
+            })
+            .or_else(|| workflow.edges_from(node).find(|e| e.is_else))
+            .ok_or_else(|| RouteError::NoOutgoingEdge {
+                node: node.to_string(),
+            })?;
+        let iteration = match &edge.loop_bound {
+            Some(bound) => {
+                let count = self.loops.entry(bound.name.clone()).or_insert(0);
+                *count += 1;
+                if *count > bound.max {
+                    return Err(RouteError::LoopLimitExceeded {
+                        name: bound.name.clone(),
+                        max: bound.max,
+                    });
+                }
+                Some(*count)
+            }
+            None => None,
+        };
+        let with_scope = Scope {
+            output: Some(output),
+            ..*scope
+        };
+        let mut input = Map::new();
+        for (field, expr) in &edge.with {
+            let value =
+                template::render_value(expr, &with_scope).map_err(|source| RouteError::With {
+                    from: edge.from.to_string(),
+                    to: target_name(&edge.to).to_owned(),
+                    field: field.clone(),
+                    source,
+                })?;
+            input.insert(field.clone(), value);
+        }
+        Ok(Taken {
+            edge,
+            iteration,
+            input,
+        })
+    }
+}
+
+/// Display name of a target.
+pub fn target_name(target: &Target) -> &str {
+    match target {
+        Target::Node(n) => n.as_str(),
+        Target::Done => "done",
+        Target::Fail => "fail",
+    }
+}
+
+/// Text of a condition for events.
+pub fn condition_text(condition: &Condition) -> String {
+    match condition {
+        Condition::Field {
+            field,
+            negated: false,
+        } => field.clone(),
+        Condition::Field {
+            field,
+            negated: true,
+        } => format!("not {field}"),
+        Condition::Expr(e) => format!("{e:?}"),
+    }
+}
+
+/// Why stdout did not fit the output schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// A declared field is absent.
+    #[error("output field {field} is missing")]
+    Missing {
+        /// Field.
+        field: String,
+    },
+    /// A field has the wrong type.
+    #[error("output field {field} is not a {expected}")]
+    WrongType {
+        /// Field.
+        field: String,
+        /// Expected type.
+        expected: &'static str,
+    },
+    /// A value outside the field's enum.
+    #[error("output field {field} value {value:?} is not one of {allowed:?}")]
+    NotInEnum {
+        /// Field.
+        field: String,
+        /// Value.
+        value: String,
+        /// Allowed values.
+        allowed: Vec<String>,
+    },
+}
+
+fn type_name(ty: FieldType) -> &'static str {
+    match ty {
+        FieldType::String => "string",
+        FieldType::Bool => "bool",
+        FieldType::Int => "int",
+        FieldType::Float => "float",
+        FieldType::Json => "json",
+        FieldType::StringArray => "string[]",
+    }
+}
+
+fn has_type(value: &Value, ty: FieldType) -> bool {
+    match ty {
+        FieldType::String => value.is_string(),
+        FieldType::Bool => value.is_boolean(),
+        FieldType::Int => value.is_i64() || value.is_u64(),
+        FieldType::Float => value.is_number(),
+        FieldType::Json => true,
+        FieldType::StringArray => value
+            .as_array()
+            .is_some_and(|a| a.iter().all(Value::is_string)),
+    }
+}
+
+/// Parse tool stdout: a JSON object when it is one (and was not cut),
+/// else `{"result": <trimmed stdout>}` (facts §2.6); then check the schema.
+pub fn parse_output(
+    stdout: &[u8],
+    truncated: bool,
+    schema: Option<&Schema>,
+) -> Result<Value, OutputError> {
+    let text = String::from_utf8_lossy(stdout);
+    let trimmed = text.trim();
+    let object = if truncated {
+        None
+    } else {
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(Value::Object(map)) => Some(map),
+            _ => None,
+        }
+    };
+    let object = object.unwrap_or_else(|| {
+        let mut m = Map::new();
+        m.insert("result".into(), Value::String(trimmed.to_owned()));
+        m
+    });
+    if let Some(schema) = schema {
+        for field in &schema.fields {
+            let value = object
+                .get(&field.name)
+                .ok_or_else(|| OutputError::Missing {
+                    field: field.name.clone(),
+                })?;
+            if !has_type(value, field.ty) {
+                return Err(OutputError::WrongType {
+                    field: field.name.clone(),
+                    expected: type_name(field.ty),
+                });
+            }
+            if !field.enum_values.is_empty() {
+                let text = template::value_text(value);
+                if !field.enum_values.contains(&text) {
+                    return Err(OutputError::NotInEnum {
+                        field: field.name.clone(),
+                        value: text,
+                        allowed: field.enum_values.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(Value::Object(object))
+}
+
+/// Coerce a `--var` string to the declared type.
+pub fn coerce_var(text: &str, ty: FieldType) -> Option<Value> {
+    match ty {
+        FieldType::String => Some(Value::String(text.to_owned())),
+        FieldType::Bool => match text {
+            "true" => Some(Value::Bool(true)),
+            "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        FieldType::Int => text.parse::<i64>().ok().map(Value::from),
+        FieldType::Float => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        FieldType::Json => serde_json::from_str(text).ok(),
+        FieldType::StringArray => match serde_json::from_str::<Value>(text) {
+            Ok(v) if has_type(&v, FieldType::StringArray) => Some(v),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iterion_core::NodeId;
+    use iterion_dsl::ir::{Field, LoopBound, Pos};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn edge(from: &str, to: Target, condition: Option<Condition>) -> Edge {
+        Edge {
+            from: NodeId::new(from),
+            to,
+            condition,
+            loop_bound: None,
+            with: BTreeMap::new(),
+            is_else: false,
+            foreach: None,
+            pos: Pos::default(),
+        }
+    }
+
+    fn workflow(edges: Vec<Edge>) -> Workflow {
+        Workflow {
+            name: "w".into(),
+            entry: NodeId::new("a"),
+            nodes: BTreeMap::new(),
+            edges,
+            vars: BTreeMap::new(),
+            schemas: BTreeMap::new(),
+            sandbox: None,
+            worktree: None,
+            budget: BTreeMap::new(),
+            secrets: Vec::new(),
+            pos: Pos::default(),
+        }
+    }
+
+    fn route(wf: &Workflow, r: &mut Router, output: &Value) -> Result<String, RouteError> {
+        let vars = BTreeMap::new();
+        let input = Map::new();
+        let outputs = BTreeMap::new();
+        let scope = Scope {
+            vars: &vars,
+            input: &input,
+            outputs: &outputs,
+            output: None,
+        };
+        let node = NodeId::new("a");
+        r.route(wf, &node, &scope, output)
+            .map(|t| target_name(&t.edge.to).to_owned())
+    }
+
+    #[test]
+    fn edges_in_source_order_with_fallback() {
+        let wf = workflow(vec![
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "ok".into(),
+                    negated: false,
+                }),
+            ),
+            edge(
+                "a",
+                Target::Node(NodeId::new("b")),
+                Some(Condition::Expr("verdict == \"retry\"".into())),
+            ),
+            edge("a", Target::Fail, None),
+            edge("a", Target::Done, None),
+        ]);
+        let mut r = Router::new();
+        assert_eq!(route(&wf, &mut r, &json!({"ok": true})).expect("r"), "done");
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": false, "verdict": "retry"})).expect("r"),
+            "b"
+        );
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": "true"})).expect("r"),
+            "fail"
+        );
+    }
+
+    #[test]
+    fn else_only_when_no_sibling_matched() {
+        let mut otherwise = edge("a", Target::Fail, None);
+        otherwise.is_else = true;
+        let wf = workflow(vec![
+            otherwise,
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "ok".into(),
+                    negated: false,
+                }),
+            ),
+        ]);
+        let mut r = Router::new();
+        assert_eq!(route(&wf, &mut r, &json!({"ok": true})).expect("r"), "done");
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": false})).expect("r"),
+            "fail"
+        );
+    }
+
+    #[test]
+    fn no_edge_is_an_error() {
+        let wf = workflow(vec![edge(
+            "a",
+            Target::Done,
+            Some(Condition::Field {
+                field: "ok".into(),
+                negated: true,
+            }),
+        )]);
+        assert!(matches!(
+            route(&wf, &mut Router::new(), &json!({"ok": true})),
+            Err(RouteError::NoOutgoingEdge { .. })
+        ));
+    }
+
+    #[test]
+    fn loops_stop_at_their_bound() {
+        let mut e = edge("a", Target::Node(NodeId::new("a")), None);
+        e.loop_bound = Some(LoopBound {
+            name: "again".into(),
+            max: 3,
+            unbounded: false,
+        });
+        let wf = workflow(vec![e]);
+        let mut r = Router::new();
+        for _ in 0..3 {
+            assert_eq!(route(&wf, &mut r, &json!({})).expect("within bound"), "a");
+        }
+        assert_eq!(
+            route(&wf, &mut r, &json!({})),
+            Err(RouteError::LoopLimitExceeded {
+                name: "again".into(),
+                max: 3
+            })
+        );
+    }
+
+    #[test]
+    fn with_builds_the_next_input() {
+        let mut e = edge("a", Target::Node(NodeId::new("b")), None);
+        e.with.insert("n".into(), "{{output.count}}".into());
+        e.with.insert("msg".into(), "got {{output.count}}".into());
+        let wf = workflow(vec![e]);
+        let vars = BTreeMap::new();
+        let input = Map::new();
+        let outputs = BTreeMap::new();
+        let scope = Scope {
+            vars: &vars,
+            input: &input,
+            outputs: &outputs,
+            output: None,
+        };
+        let node = NodeId::new("a");
+        let t = Router::new()
+            .route(&wf, &node, &scope, &json!({"count": 2}))
+            .expect("route");
+        assert_eq!(Value::Object(t.input), json!({"n": 2, "msg": "got 2"}));
+    }
+
+    #[test]
+    fn expressions() {
+        assert_eq!(
+            parse_expr("not ok"),
+            Some(Expr::Bool {
+                field: "ok".into(),
+                negated: true
+            })
+        );
+        assert_eq!(
+            parse_expr(" status != 'x' "),
+            Some(Expr::Compare {
+                field: "status".into(),
+                value: "x".into(),
+                negated: true
+            })
+        );
+        for bad in ["a && b", "x == y", "count > 3", "", "a.b == \"c\""] {
+            assert_eq!(parse_expr(bad), None, "{bad}");
+        }
+    }
+
+    fn schema(fields: &[(&str, FieldType)]) -> Schema {
+        Schema {
+            fields: fields
+                .iter()
+                .map(|(n, t)| Field {
+                    name: (*n).into(),
+                    ty: *t,
+                    enum_values: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn output_parsing() {
+        let s = schema(&[("ok", FieldType::Bool)]);
+        assert_eq!(
+            parse_output(b" {\"ok\": true, \"x\": 1}\n", false, Some(&s)).expect("ok"),
+            json!({"ok": true, "x": 1})
+        );
+        assert!(matches!(
+            parse_output(b"{\"ok\": \"yes\"}", false, Some(&s)),
+            Err(OutputError::WrongType { .. })
+        ));
+        assert!(matches!(
+            parse_output(b"hello", false, Some(&s)),
+            Err(OutputError::Missing { .. })
+        ));
+        let r = schema(&[("result", FieldType::String)]);
+        assert_eq!(
+            parse_output(b"  hi there\n", false, Some(&r)).expect("ok"),
+            json!({"result": "hi there"})
+        );
+        assert_eq!(
+            parse_output(b"[1,2]", false, None).expect("ok"),
+            json!({"result": "[1,2]"})
+        );
+        // A cut object is never half-parsed.
+        assert_eq!(
+            parse_output(b"{\"ok\": true}", true, None).expect("ok"),
+            json!({"result": "{\"ok\": true}"})
+        );
+    }
+
+    #[test]
+    fn var_coercion() {
+        assert_eq!(coerce_var("3", FieldType::Int), Some(json!(3)));
+        assert_eq!(coerce_var("x", FieldType::Int), None);
+        assert_eq!(coerce_var("true", FieldType::Bool), Some(json!(true)));
+        assert_eq!(
+            coerce_var("[\"a\"]", FieldType::StringArray),
+            Some(json!(["a"]))
+        );
+        assert_eq!(coerce_var("[1]", FieldType::StringArray), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parse_output_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), cut in any::<bool>()) {
+            let s = schema(&[("result", FieldType::String)]);
+            let _ = parse_output(&bytes, cut, Some(&s));
+        }
+
+        #[test]
+        fn parse_expr_never_panics(t in ".{0,40}") {
+            let _ = parse_expr(&t);
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! `{{…}}` substitution in tool commands and `with` mappings (facts §2.6).
+//!
+//! In a command, `{{vars.x}}`, `{{input.x}}` and `{{outputs.node.field}}`
+//! are replaced by the value POSIX-single-quoted, so a value can never
+//! become shell syntax; `{{!…}}` inserts it raw (the author's explicit
+//! choice). In a `with` mapping, `{{output.field}}` also names the source
+//! node's output, and an expression that is exactly one reference keeps the
+//! value's JSON type. A reference that does not resolve is an error, never
+//! an empty string.
+
+use std::collections::BTreeMap;
+
+use iterion_core::NodeId;
+use serde_json::{Map, Value};
+
+/// Why a template did not render.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// `{{` without `}}`.
+    #[error("unclosed '{{{{' at byte {at} of {template:?}")]
+    Unclosed {
+        /// The template.
+        template: String,
+        /// Byte offset.
+        at: usize,
+    },
+    /// A namespace other than vars/input/outputs/output.
+    #[error(
+        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD or output.FIELD"
+    )]
+    UnknownNamespace {
+        /// The reference.
+        reference: String,
+    },
+    /// The reference names nothing.
+    #[error("{{{{{reference}}}}} does not resolve: {reason}")]
+    Unresolved {
+        /// The reference.
+        reference: String,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+impl TemplateError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        "TEMPLATE_ERROR"
+    }
+}
+
+/// What references resolve against.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// Run variables (declared defaults overlaid by `--var`).
+    pub vars: &'a BTreeMap<String, Value>,
+    /// The node's input (built by the incoming edge's `with`).
+    pub input: &'a Map<String, Value>,
+    /// Outputs of every node that ran so far (last execution wins).
+    pub outputs: &'a BTreeMap<NodeId, Value>,
+    /// The source node's output (only inside `with`).
+    pub output: Option<&'a Value>,
+}
+
+/// POSIX single-quoting: `'…'` with every `'` written as `'\''`. Inside
+/// single quotes no character is special, so this is total.
+pub fn shell_quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    for c in value.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Text form of a value: strings as-is, everything else as compact JSON.
+pub fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+enum Piece<'t> {
+    Text(&'t str),
+    Ref { reference: &'t str, raw: bool },
+}
+
+fn split(template: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    let mut offset = 0;
+    while let Some(start) = rest.find("{{") {
+        if start > 0 {
+            pieces.push(Piece::Text(&rest[..start]));
+        }
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return Err(TemplateError::Unclosed {
+                template: template.to_owned(),
+                at: offset + start,
+            });
+        };
+        let inner = after[..end].trim();
+        let (raw, reference) = match inner.strip_prefix('!') {
+            Some(r) => (true, r.trim()),
+            None => (false, inner),
+        };
+        pieces.push(Piece::Ref { reference, raw });
+        let consumed = start + 2 + end + 2;
+        offset += consumed;
+        rest = &rest[consumed..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest));
+    }
+    Ok(pieces)
+}
+
+fn lookup<'s>(reference: &str, scope: &Scope<'s>) -> Result<&'s Value, TemplateError> {
+    let unresolved = |reason| TemplateError::Unresolved {
+        reference: reference.to_owned(),
+        reason,
+    };
+    let mut parts = reference.split('.');
+    let ns = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    let (root, path): (Option<&'s Value>, &[&str]) = match (ns, rest.as_slice()) {
+        ("vars", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .vars
+                    .get(*name)
+                    .ok_or_else(|| unresolved("no such variable"))?,
+            ),
+            tail,
+        ),
+        ("input", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .input
+                    .get(*name)
+                    .ok_or_else(|| unresolved("the node's input has no such field"))?,
+            ),
+            tail,
+        ),
+        ("outputs", [node, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(*node))
+                    .ok_or_else(|| unresolved("that node has not produced an output"))?,
+            ),
+            tail,
+        ),
+        ("output", tail) => (
+            Some(
+                scope
+                    .output
+                    .ok_or_else(|| unresolved("`output` only exists in `with`"))?,
+            ),
+            tail,
+        ),
+        _ => {
+            return Err(TemplateError::UnknownNamespace {
+                reference: reference.to_owned(),
+            });
+        }
+    };
+    let mut value = root.ok_or_else(|| unresolved("empty"))?;
+    for key in path {
+        value = value.get(*key).ok_or_else(|| unresolved("no such field"))?;
+    }
+    Ok(value)
+}
+
+/// Render a tool command: references shell-quoted unless `{{!…}}`.
+pub fn render_command(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
+    let mut out = String::with_capacity(template.len());
+    for piece in split(template)? {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Ref { reference, raw } => {
+                let text = value_text(lookup(reference, scope)?);
+                if raw {
+                    out.push_str(&text);
+                } else {
+                    out.push_str(&shell_quote(&text));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Render a `with` expression: exactly one reference keeps its JSON type;
+/// anything else is string interpolation (no quoting: not a shell).
+pub fn render_value(template: &str, scope: &Scope<'_>) -> Result<Value, TemplateError> {
+    let pieces = split(template)?;
+    if let [Piece::Ref { reference, .. }] = pieces.as_slice() {
+        return lookup(reference, scope).cloned();
+    }
+    let mut out = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Ref { reference, .. } => out.push_str(&value_text(lookup(reference, scope)?)),
+        }
+    }
+    Ok(Value::String(out))
+}
+
+/// Check a template's syntax and namespaces without resolving values
+/// (admission runs this on every command and `with`).
+pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
+    for piece in split(template)? {
+        if let Piece::Ref { reference, .. } = piece {
+            let ns = reference.split('.').next().unwrap_or_default();
+            let parts = reference.split('.').count();
+            let ok = match ns {
+                "vars" | "input" | "outputs" => parts >= 2,
+                "output" => true,
+                _ => false,
+            };
+            if !ok {
+                return Err(TemplateError::UnknownNamespace {
+                    reference: reference.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn with_scope<R>(f: impl FnOnce(&Scope<'_>) -> R) -> R {
+        let vars = BTreeMap::from([
+            ("name".to_owned(), json!("it's $(rm -rf /)")),
+            ("n".to_owned(), json!(3)),
+        ]);
+        let input = json!({"msg": "a b"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let outputs = BTreeMap::from([(
+            NodeId::new("probe"),
+            json!({"ok": true, "deep": {"x": "y"}}),
+        )]);
+        let output = json!({"ok": false});
+        f(&Scope {
+            vars: &vars,
+            input: &input,
+            outputs: &outputs,
+            output: Some(&output),
+        })
+    }
+
+    #[test]
+    fn command_quotes_unless_raw() {
+        with_scope(|s| {
+            assert_eq!(
+                render_command("echo {{vars.name}} {{ input.msg }} {{!vars.n}}", s)
+                    .expect("render"),
+                r#"echo 'it'\''s $(rm -rf /)' 'a b' 3"#
+            );
+            assert_eq!(
+                render_command("{{outputs.probe.deep.x}}", s).expect("render"),
+                "'y'"
+            );
+        });
+    }
+
+    #[test]
+    fn unresolved_and_unknown_are_errors() {
+        with_scope(|s| {
+            assert!(matches!(
+                render_command("{{vars.nope}}", s),
+                Err(TemplateError::Unresolved { .. })
+            ));
+            assert!(matches!(
+                render_command("{{env.HOME}}", s),
+                Err(TemplateError::UnknownNamespace { .. })
+            ));
+            assert!(matches!(
+                render_command("echo {{vars.name", s),
+                Err(TemplateError::Unclosed { .. })
+            ));
+        });
+        assert!(check_syntax("{{vars}}").is_err());
+        assert!(check_syntax("a {{ outputs.n.f }} {{!vars.x}}").is_ok());
+    }
+
+    #[test]
+    fn with_keeps_types_for_a_single_reference() {
+        with_scope(|s| {
+            assert_eq!(render_value("{{output.ok}}", s).expect("v"), json!(false));
+            assert_eq!(render_value("{{vars.n}}", s).expect("v"), json!(3));
+            assert_eq!(render_value("n={{vars.n}}", s).expect("v"), json!("n=3"));
+            assert_eq!(render_value("literal", s).expect("v"), json!("literal"));
+        });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The escaped value reaches the program byte for byte, whatever it
+        /// holds (quotes, `$()`, backticks, newlines, globs).
+        #[test]
+        fn quoted_value_round_trips_through_sh(value in "[^\u{0}]{0,40}") {
+            let cmd = format!("printf %s {}", shell_quote(&value));
+            let out = std::process::Command::new("sh").arg("-c").arg(&cmd).output().expect("sh");
+            prop_assert!(out.status.success());
+            prop_assert_eq!(String::from_utf8_lossy(&out.stdout).into_owned(), value);
+        }
+
+        #[test]
+        fn rendering_never_panics(t in ".{0,60}") {
+            let _ = with_scope(|s| render_command(&t, s));
+            let _ = check_syntax(&t);
+        }
+    }
+}

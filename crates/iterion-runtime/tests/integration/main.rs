@@ -1,0 +1,11 @@
+//! Integration tests of the run engine: real workflows on the host through
+//! the noop driver, against a run store.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod booting;
+mod docker;
+mod dsl;
+mod memstore;
+mod reaper;
+mod runs;
+mod support;

@@ -1,0 +1,189 @@
+//! Reaper verdicts with a fake driver's resources against the store.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use iterion_core::driver::{EngineInfo, ManagedResource, ResourceKind, RunInfo};
+use iterion_core::store::{NewRun, RunOwner, Transition};
+use iterion_core::{
+    Capabilities, Driver, DriverError, DriverName, DriverObserver, FailureCode, LaunchPlan,
+    Prepared, RunId, RunStatus, RunStore, SandboxRun, Trust,
+};
+use iterion_runtime::reap::reap_once;
+use iterion_sandbox::reaper::{LeaseState, ReapVerdict, RunLookup};
+
+#[derive(Default)]
+struct FakeDriver {
+    resources: Vec<ManagedResource>,
+    removed: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Driver for FakeDriver {
+    fn name(&self) -> DriverName {
+        DriverName::Docker
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    async fn prepare(
+        &self,
+        _: &LaunchPlan,
+        _: &dyn DriverObserver,
+    ) -> Result<Prepared, DriverError> {
+        unimplemented!()
+    }
+    async fn start(
+        &self,
+        _: Prepared,
+        _: &RunInfo,
+        _: &dyn DriverObserver,
+    ) -> Result<Box<dyn SandboxRun>, DriverError> {
+        unimplemented!()
+    }
+    async fn ping(&self) -> Result<EngineInfo, DriverError> {
+        unimplemented!()
+    }
+    async fn image_present(&self, _: &str) -> Result<bool, DriverError> {
+        Ok(false)
+    }
+    async fn list_managed(&self) -> Result<Vec<ManagedResource>, DriverError> {
+        Ok(self.resources.clone())
+    }
+    async fn remove_managed(&self, r: &ManagedResource) -> Result<(), DriverError> {
+        self.removed.lock().unwrap().push(r.name.clone());
+        Ok(())
+    }
+}
+
+fn container(name: &str, run_id: &str) -> ManagedResource {
+    ManagedResource {
+        kind: ResourceKind::Container,
+        id: format!("id-{name}"),
+        name: name.into(),
+        run_id: run_id.into(),
+    }
+}
+
+async fn running_run(store: &dyn RunStore, id: &str, owner: RunOwner) -> RunId {
+    let id = RunId::parse(id).unwrap();
+    let rec = store
+        .create_run(NewRun {
+            id: id.clone(),
+            workflow: "w".into(),
+            file: "w.iter".into(),
+            trust: Trust::Trusted,
+            owner: Some(owner),
+        })
+        .await
+        .unwrap();
+    store
+        .transition(
+            &id,
+            Transition {
+                from: RunStatus::Queued,
+                expected_revision: Some(rec.revision),
+                to: RunStatus::Running,
+                failure: None,
+            },
+        )
+        .await
+        .unwrap();
+    id
+}
+
+#[tokio::test]
+async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
+    let (store, _dir) = crate::support::store();
+    let me = iterion_runtime::owner::current_owner().unwrap();
+    let ghost = RunOwner {
+        pid: 999_999_999, // above any pid_max: provably no such process
+        ..me.clone()
+    };
+    let dead = running_run(store.as_ref(), "dead-run", ghost).await;
+    let alive = running_run(store.as_ref(), "live-run", me.clone()).await;
+    let recycled = running_run(
+        store.as_ref(),
+        "recycled-run",
+        RunOwner {
+            start_time: me.start_time + 1, // our pid, another process's start
+            ..me.clone()
+        },
+    )
+    .await;
+    let driver = Arc::new(FakeDriver {
+        resources: vec![
+            container("c-dead", dead.as_str()),
+            container("c-live", alive.as_str()),
+            container("c-recycled", recycled.as_str()),
+            container("c-absent", "never-existed"),
+            container("c-unlabelled", ""),
+            container("c-bad-label", "Not A Run Id"),
+        ],
+        ..FakeDriver::default()
+    });
+    let drivers: Vec<Arc<dyn Driver>> = vec![driver.clone()];
+
+    // Dry run: decisions, no side effects.
+    let dry = reap_once(&drivers, store.as_ref(), true).await;
+    assert!(driver.removed.lock().unwrap().is_empty());
+    assert!(dry[0].interrupted && matches!(dry[0].verdict, ReapVerdict::Reap(_)));
+    let rec = store.load_run(&dead).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::Running);
+
+    let decisions = reap_once(&drivers, store.as_ref(), false).await;
+    let by_name = |n: &str| decisions.iter().find(|d| d.resource.name == n).unwrap();
+
+    let d = by_name("c-dead");
+    assert_eq!(d.lease, LeaseState::NotHeld);
+    assert!(d.interrupted);
+    assert_eq!(d.lookup, RunLookup::Found(RunStatus::FailedResumable));
+    assert_eq!(d.verdict, ReapVerdict::Reap("run terminal"));
+    let rec = store.load_run(&dead).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::FailedResumable);
+    assert_eq!(rec.failure.unwrap().code, FailureCode::Interrupted);
+    let kinds: Vec<String> = store
+        .events_after(&dead, 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["run_interrupted", "sandbox_reaped"]);
+
+    assert_eq!(
+        d.to_json(),
+        serde_json::json!({
+            "driver": "docker", "kind": "container", "name": "c-dead",
+            "run_id": "dead-run", "lease": "not_held", "run": "failed_resumable",
+            "action": "reap", "reason": "run terminal", "interrupted": true,
+            "removed": true, "error": null,
+        })
+    );
+
+    let l = by_name("c-live");
+    assert_eq!(l.lease, LeaseState::Held);
+    assert_eq!(l.verdict, ReapVerdict::Keep("lease held"));
+    assert_eq!(
+        store.load_run(&alive).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    assert!(by_name("c-recycled").interrupted);
+    assert_eq!(by_name("c-absent").verdict, ReapVerdict::Reap("run absent"));
+    assert_eq!(
+        by_name("c-unlabelled").verdict,
+        ReapVerdict::Reap("empty run id")
+    );
+    assert!(matches!(
+        by_name("c-bad-label").verdict,
+        ReapVerdict::Keep(_)
+    ));
+
+    let mut removed = driver.removed.lock().unwrap().clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        ["c-absent", "c-dead", "c-recycled", "c-unlabelled"]
+    );
+}

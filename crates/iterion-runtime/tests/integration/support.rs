@@ -1,0 +1,168 @@
+//! Builders for hand-made IR workflows and a harness around the engine.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use iterion_core::store::LogLine;
+use iterion_core::{EventRecord, NodeId, RunId, RunStore, Trust};
+use iterion_dsl::ir::*;
+use iterion_runtime::{
+    BootContext, BootError, BootFlags, Booted, Engine, HostBooter, RunOptions, RunOutcome,
+    SandboxBooter,
+};
+use tokio_util::sync::CancellationToken;
+
+/// The embedded SQLite store in a fresh directory (kept alive by the
+/// returned guard).
+pub fn store() -> (Arc<dyn RunStore>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = iterion_store_sqlite::SqliteStore::open(dir.path()).unwrap();
+    (Arc::new(store), dir)
+}
+
+pub fn tool(id: &str, command: &str, output: Option<&str>) -> Node {
+    Node {
+        id: NodeId::new(id),
+        kind: NodeKind::Tool,
+        tool: Some(ToolSpec::Command(command.into())),
+        router_mode: None,
+        input: None,
+        output: output.map(Into::into),
+        sandbox: None,
+        properties: BTreeMap::new(),
+        pos: Pos::default(),
+    }
+}
+
+pub fn edge(from: &str, to: &str) -> Edge {
+    Edge {
+        from: NodeId::new(from),
+        to: match to {
+            "done" => Target::Done,
+            "fail" => Target::Fail,
+            n => Target::Node(NodeId::new(n)),
+        },
+        condition: None,
+        loop_bound: None,
+        with: BTreeMap::new(),
+        is_else: false,
+        foreach: None,
+        pos: Pos::default(),
+    }
+}
+
+pub fn when(mut e: Edge, field: &str, negated: bool) -> Edge {
+    e.condition = Some(Condition::Field {
+        field: field.into(),
+        negated,
+    });
+    e
+}
+
+pub fn schema(fields: &[(&str, FieldType)]) -> Schema {
+    Schema {
+        fields: fields
+            .iter()
+            .map(|(n, t)| Field {
+                name: (*n).into(),
+                ty: *t,
+                enum_values: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+pub fn workflow(entry: &str, nodes: Vec<Node>, edges: Vec<Edge>) -> Workflow {
+    Workflow {
+        name: "test".into(),
+        entry: NodeId::new(entry),
+        nodes: nodes.into_iter().map(|n| (n.id.clone(), n)).collect(),
+        edges,
+        vars: BTreeMap::new(),
+        schemas: BTreeMap::new(),
+        sandbox: None,
+        worktree: None,
+        budget: BTreeMap::new(),
+        secrets: Vec::new(),
+        pos: Pos::default(),
+    }
+}
+
+/// A booter that counts boots and teardowns around the host booter.
+#[derive(Default)]
+pub struct CountingBooter {
+    pub host: HostBooter,
+    pub boots: AtomicUsize,
+    pub teardowns: AtomicUsize,
+}
+
+#[async_trait]
+impl SandboxBooter for CountingBooter {
+    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+        self.boots.fetch_add(1, Ordering::SeqCst);
+        self.host.boot(ctx).await
+    }
+    async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
+        self.teardowns.fetch_add(1, Ordering::SeqCst);
+        self.host.teardown(booted, ctx).await
+    }
+}
+
+pub struct Harness {
+    pub store: Arc<dyn RunStore>,
+    pub booter: Arc<CountingBooter>,
+    pub engine: Engine,
+    pub workspace: tempfile::TempDir,
+    _store_dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let (store, store_dir) = store();
+        let booter = Arc::new(CountingBooter::default());
+        let engine = Engine::new(Arc::clone(&store), booter.clone());
+        Self {
+            store,
+            booter,
+            engine,
+            workspace: tempfile::tempdir().unwrap(),
+            _store_dir: store_dir,
+        }
+    }
+
+    pub fn options(&self, wf: Workflow) -> RunOptions {
+        RunOptions {
+            file: "test.iter".into(),
+            workflow: wf,
+            vars: BTreeMap::new(),
+            trust: Trust::Trusted,
+            run_id: RunId::generate(),
+            workspace: PathBuf::from(self.workspace.path()),
+            flags: BootFlags::default(),
+        }
+    }
+
+    pub async fn run(&self, wf: Workflow) -> RunOutcome {
+        self.run_with(self.options(wf), CancellationToken::new())
+            .await
+    }
+
+    pub async fn run_with(&self, options: RunOptions, cancel: CancellationToken) -> RunOutcome {
+        self.engine.run(options, cancel).await.expect("engine run")
+    }
+
+    pub async fn events(&self, run: &RunId) -> Vec<EventRecord> {
+        self.store.events_after(run, 0, 0).await.unwrap()
+    }
+
+    pub async fn kinds(&self, run: &RunId) -> Vec<String> {
+        self.events(run).await.into_iter().map(|e| e.kind).collect()
+    }
+
+    pub async fn logs(&self, run: &RunId) -> Vec<LogLine> {
+        self.store.logs_after(run, 0, 0).await.unwrap()
+    }
+}
