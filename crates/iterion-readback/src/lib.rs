@@ -3,16 +3,23 @@
 //!
 //! This crate owns the host side of the read-back contract (facts §10 R4,
 //! R7, R8): it streams each declared path's archive from
-//! [`SandboxRun::export`] through a bounded tar reader ([`tar`]), judges every
-//! member by name and type ([`name`]), pipes accepted files into
-//! [`RunStore::put_file`] chunk by chunk, meters every declared path against
-//! its `cap` summed over every drain attempt, marks the stored set with
-//! [`RunStore::set_drain`], and returns the event to emit. It does not decide
-//! which paths are declared or what their caps are (the policy crate puts
-//! both in [`ReadBackDecl`]), it does not append events (the runtime owns the
-//! run's linear event sequence), and it never touches the host filesystem:
-//! the container is untrusted and the store's file area is the only place
-//! bytes land.
+//! [`SandboxRun::export`] through a bounded tar reader of its own (the `tar`
+//! module: every piece of metadata has a hard bound), judges every member by
+//! name and type ([`name`]), pipes accepted files into [`RunStore::put_file`]
+//! chunk by chunk, meters every declared path against its `cap` summed over
+//! every drain attempt, marks the stored set with [`RunStore::set_drain`],
+//! and returns the event to emit. It does not decide which paths are
+//! declared or what their caps are (the policy crate puts both in
+//! [`ReadBackDecl`]), it does not append events (the runtime owns the run's
+//! linear event sequence), and it never touches the host filesystem: the
+//! container is untrusted and the store's file area is the only place bytes
+//! land.
+//!
+//! Memory is bounded whatever the archive: per path, at most
+//! [`DrainOptions::puts_in_flight`] puts are open, only one of them receiving
+//! data, through a channel of [`DrainOptions::chunks_in_flight`] chunks; the
+//! others are committing. Declined names are kept up to
+//! [`DrainOptions::max_declined_names`], the rest counted.
 //!
 //! Reason tokens (SPEC §3): when several apply, the report carries the most
 //! severe, in the order `timeout` > `container_gone` > `store_error` >
@@ -20,22 +27,37 @@
 //! (absolute, `..`, link, device, fifo, sparse, non-UTF-8, too deep) counts as
 //! `archive_error` — the archive held something the drain refuses to store —
 //! and a member over the cap or past the member-count bound as
-//! `cap_exceeded`.
+//! `cap_exceeded`; a member the store refused alone, `store_error`.
+//!
+//! The runtime calls it once at teardown, before cleanup:
+//!
+//! ```ignore
+//! let report = iterion_readback::drain(&*run, &*store, &run_id, &plan.read_back,
+//!     DrainOptions::default()).await;
+//! for event in report.events { store.append_event(&run_id, event.into(), None).await?; }
+//! ```
 
 pub mod name;
 mod tar;
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use iterion_core::driver::DriverError;
 use iterion_core::store::{DrainRecord, DrainStatus, PutOutcome, RunFilePath, StoreError};
 use iterion_core::{ByteStream, EventKind, ReadBackDecl, RunId, RunStore, SandboxRun};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::name::Verdict;
-use crate::tar::{MetaLimits, TarStream};
+use crate::tar::{Member, MetaLimits, TarStream};
 
 /// Reason tokens of `sandbox_runfiles_drain_failed` (SPEC §3).
 pub mod reason {
@@ -78,6 +100,9 @@ pub struct DrainOptions {
     pub max_pax_header: u64,
     /// Data chunks in flight between the archive and the store per file.
     pub chunks_in_flight: usize,
+    /// Puts in flight per path: at most one receives data, the others are
+    /// committing (fsync, rename, insert) while the archive reads on.
+    pub puts_in_flight: usize,
 }
 
 impl Default for DrainOptions {
@@ -90,6 +115,7 @@ impl Default for DrainOptions {
             max_long_name: 64 * 1024,
             max_pax_header: 1024 * 1024,
             chunks_in_flight: 8,
+            puts_in_flight: 8,
         }
     }
 }
@@ -486,6 +512,87 @@ pub async fn drain(
     }
 }
 
+/// What the archive reader hands the committer, in archive order.
+enum Step {
+    /// Members counted past the member limit.
+    PastLimit(u64),
+    /// A member declined on its header (name, type, depth).
+    Decline(Member),
+    /// A member to store; its data follows on `body`.
+    Put {
+        member: Member,
+        path: RunFilePath,
+        body: mpsc::Receiver<Result<Bytes, io::Error>>,
+        /// Set by the reader when the archive ended inside this member, so
+        /// the put's failure is reported as the archive's, not the store's.
+        cut: Arc<AtomicBool>,
+    },
+}
+
+/// A put in flight: its outcome, and whether the archive cut it.
+type PutFuture<'a> = Pin<
+    Box<dyn Future<Output = (Member, Result<PutOutcome, StoreError>, Arc<AtomicBool>)> + Send + 'a>,
+>;
+
+/// The committer's view of one path.
+struct Settle<'s> {
+    addr: &'s name::Addressing,
+    state: &'s mut PathState,
+    declines: &'s mut Declines,
+    /// Bytes of puts started and not settled (charged against the cap).
+    pending: u64,
+    store_errors: usize,
+}
+
+impl Settle<'_> {
+    fn decline(&mut self, token: &'static str, member: &Member) {
+        self.state.declined += 1;
+        let addr = self.addr;
+        self.declines.decline(token, || name::display(addr, member));
+    }
+
+    fn settle(
+        &mut self,
+        member: &Member,
+        outcome: Result<PutOutcome, StoreError>,
+        cut: &AtomicBool,
+    ) -> Result<(), ReadbackError> {
+        self.pending -= member.size;
+        self.state.in_flight = self.pending;
+        match outcome {
+            Ok(PutOutcome::Stored(record)) => {
+                self.store_errors = 0;
+                self.state.files += 1;
+                self.state.bytes += record.size;
+                self.state.metered += record.size;
+            }
+            Ok(PutOutcome::CapExceeded { .. }) => {
+                self.store_errors = 0;
+                self.decline(reason::CAP_EXCEEDED, member);
+            }
+            // The reader fails the path with the archive's own error.
+            Err(_) if cut.load(Ordering::SeqCst) => {}
+            // One refused member (a file where the archive earlier put a
+            // directory of the same name, say) is that member's problem; a
+            // run of refusals is the store's, and stops the path.
+            Err(source) => {
+                self.store_errors += 1;
+                if self.store_errors >= MAX_CONSECUTIVE_STORE_ERRORS {
+                    return Err(ReadbackError::Store { source });
+                }
+                self.decline(reason::STORE_ERROR, member);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One declared path: the archive reader and the committer run side by
+/// side in this task. The reader parses headers and streams each member's
+/// data into its put; the committer meters, reserves, starts puts and lets
+/// up to `puts_in_flight` of them commit (fsync, rename, insert) while the
+/// reader goes on — the store's per-file durability cost overlaps the
+/// archive instead of adding up.
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn drain_path(
     run: &dyn SandboxRun,
@@ -509,90 +616,186 @@ async fn drain_path(
             pax: options.max_pax_header,
         },
     );
-    let cap = decl.cap.0;
+    let mut settle = Settle {
+        addr,
+        state,
+        declines,
+        pending: 0,
+        store_errors: 0,
+    };
+    let (steps_tx, steps_rx) = mpsc::channel(1);
+    let (read, committed) = tokio::join!(
+        read_archive(&mut tar, addr, options, steps_tx),
+        commit_members(store, run_id, decl, options, meter, &mut settle, steps_rx),
+    );
+    committed.and(read)
+}
+
+/// Parse the archive and hand each member to the committer. Stops quietly
+/// when the committer has stopped (it reports why).
+async fn read_archive(
+    tar: &mut TarStream,
+    addr: &name::Addressing,
+    options: &DrainOptions,
+    steps: mpsc::Sender<Step>,
+) -> Result<(), ReadbackError> {
     let mut members: u64 = 0;
-    let mut store_errors = 0usize;
-    while let Some(member) = tar.next_member().await? {
-        members += 1;
-        if members > options.max_members_per_path {
-            // Counted, not named: reading on keeps the stream honest (a cut
-            // archive is still an archive_error) without growing memory.
-            state.past_limit += 1;
-            continue;
-        }
-        let path = match name::judge(&member, addr, options.max_depth) {
-            Verdict::Skip => continue,
-            Verdict::Decline(_why) => {
-                // A member that would not fit anyway (a sparse file claiming
-                // terabytes) is reported for the cap it breaks.
-                let token = if member.claimed_size > cap.saturating_sub(state.metered) {
-                    reason::CAP_EXCEEDED
-                } else {
-                    reason::ARCHIVE_ERROR
-                };
-                state.declined += 1;
-                declines.decline(token, || name::display(addr, &member));
+    let mut past_limit: u64 = 0;
+    let result = async {
+        while let Some(member) = tar.next_member().await? {
+            members += 1;
+            if members > options.max_members_per_path {
+                // Counted, not named: reading on keeps the stream honest (a
+                // cut archive is still an archive_error) without growing
+                // memory.
+                past_limit += 1;
                 continue;
             }
-            Verdict::Store(path) => path,
-        };
-        // The header's size counts before a byte is read: a sparse-looking
-        // 2 TB member is declined here, not after 2 TB.
-        let room = cap.saturating_sub(state.metered);
-        if member.size > room {
-            state.declined += 1;
-            declines.decline(reason::CAP_EXCEEDED, || name::display(addr, &member));
-            continue;
-        }
-        let needed = state.metered + member.size;
-        if needed > state.reserved {
-            state.reserved = needed.saturating_add(RESERVE_STEP).min(cap.max(needed));
-            meter.set(decl.container_path.trim_end_matches('/'), state.reserved);
-            store
-                .set_drain(run_id, in_flight_record(meter))
-                .await
-                .map_err(|source| ReadbackError::Store { source })?;
-        }
-        state.in_flight = member.size;
-        let outcome = put_member(
-            store,
-            run_id,
-            &path,
-            &mut tar,
-            room,
-            options.chunks_in_flight,
-        )
-        .await;
-        state.in_flight = 0;
-        let outcome = match outcome {
-            // One refused member (a file where the archive earlier put a
-            // directory of the same name, say) is that member's problem; a
-            // run of refusals is the store's, and stops the path.
-            Err(ReadbackError::Store { source }) => {
-                store_errors += 1;
-                if store_errors >= MAX_CONSECUTIVE_STORE_ERRORS {
-                    return Err(ReadbackError::Store { source });
+            let step = match name::judge(&member, addr, options.max_depth) {
+                Verdict::Skip => continue,
+                Verdict::Decline(_why) => Step::Decline(member),
+                Verdict::Store(path) => {
+                    let (tx, body) = mpsc::channel(options.chunks_in_flight.max(1));
+                    let cut = Arc::new(AtomicBool::new(false));
+                    let step = Step::Put {
+                        member,
+                        path,
+                        body,
+                        cut: cut.clone(),
+                    };
+                    if steps.send(step).await.is_err() {
+                        return Ok(());
+                    }
+                    feed_member(tar, tx, &cut).await?;
+                    continue;
                 }
-                state.declined += 1;
-                declines.decline(reason::STORE_ERROR, || name::display(addr, &member));
-                continue;
+            };
+            if steps.send(step).await.is_err() {
+                return Ok(());
             }
-            other => other?,
-        };
-        store_errors = 0;
-        match outcome {
-            PutOutcome::Stored(record) => {
-                state.files += 1;
-                state.bytes += record.size;
-                state.metered += record.size;
+        }
+        Ok(())
+    }
+    .await;
+    if past_limit > 0 {
+        let _ = steps.send(Step::PastLimit(past_limit)).await;
+    }
+    result
+}
+
+/// Meter, reserve and start the puts the reader hands over, settling them
+/// as they finish.
+async fn commit_members(
+    store: &dyn RunStore,
+    run_id: &RunId,
+    decl: &ReadBackDecl,
+    options: &DrainOptions,
+    meter: &mut Meter,
+    settle: &mut Settle<'_>,
+    mut steps: mpsc::Receiver<Step>,
+) -> Result<(), ReadbackError> {
+    let cap = decl.cap.0;
+    let path_key = decl.container_path.trim_end_matches('/');
+    let limit = options.puts_in_flight.max(1);
+    let mut puts: FuturesUnordered<PutFuture<'_>> = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            Some((member, outcome, cut)) = puts.next(), if !puts.is_empty() => {
+                settle.settle(&member, outcome, &cut)?;
             }
-            PutOutcome::CapExceeded { .. } => {
-                state.declined += 1;
-                declines.decline(reason::CAP_EXCEEDED, || name::display(addr, &member));
+            step = steps.recv(), if open && puts.len() < limit => {
+                let Some(step) = step else {
+                    open = false;
+                    continue;
+                };
+                let held = settle.state.metered + settle.pending;
+                let room = cap.saturating_sub(held);
+                match step {
+                    Step::PastLimit(n) => settle.state.past_limit += n,
+                    Step::Decline(member) => {
+                        // A member that would not fit anyway (a sparse file
+                        // claiming terabytes) is reported for the cap it
+                        // breaks.
+                        let token = if member.claimed_size > room {
+                            reason::CAP_EXCEEDED
+                        } else {
+                            reason::ARCHIVE_ERROR
+                        };
+                        settle.decline(token, &member);
+                    }
+                    Step::Put { member, path, body, cut } => {
+                        // The header's size counts before a byte is read: a
+                        // 2 TB member is declined here, not after 2 TB (its
+                        // body channel is dropped; the reader skips it).
+                        if member.size > room {
+                            settle.decline(reason::CAP_EXCEEDED, &member);
+                            continue;
+                        }
+                        let needed = held + member.size;
+                        if needed > settle.state.reserved {
+                            settle.state.reserved =
+                                needed.saturating_add(RESERVE_STEP).min(cap.max(needed));
+                            meter.set(path_key, settle.state.reserved);
+                            store
+                                .set_drain(run_id, in_flight_record(meter))
+                                .await
+                                .map_err(|source| ReadbackError::Store { source })?;
+                        }
+                        settle.pending += member.size;
+                        settle.state.in_flight = settle.pending;
+                        let body: ByteStream =
+                            Box::pin(futures_util::stream::unfold(body, |mut rx| async move {
+                                rx.recv().await.map(|item| (item, rx))
+                            }));
+                        puts.push(Box::pin(async move {
+                            let outcome = store.put_file(run_id, &path, body, room).await;
+                            (member, outcome, cut)
+                        }));
+                    }
+                }
+            }
+            else => return Ok(()),
+        }
+    }
+}
+
+/// Send the current member's data to its put through a bounded channel: at
+/// most `chunks_in_flight` chunks wait, whatever the member's size.
+async fn feed_member(
+    tar: &mut TarStream,
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    cut: &AtomicBool,
+) -> Result<(), ReadbackError> {
+    let mut tx = Some(tx);
+    loop {
+        match tar.member_chunk().await {
+            Ok(Some(chunk)) => {
+                // A store that stopped reading (cap, error) drops its end;
+                // the rest of the member is then read and discarded.
+                if let Some(sender) = &tx
+                    && sender.send(Ok(chunk)).await.is_err()
+                {
+                    tx = None;
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(fault) => {
+                // The store must see an error, never a clean end: a cut
+                // member is never stored as a shorter file.
+                cut.store(true, Ordering::SeqCst);
+                if let Some(sender) = tx.take() {
+                    let _ = sender
+                        .send(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "archive ended inside a member",
+                        )))
+                        .await;
+                }
+                return Err(fault);
             }
         }
     }
-    Ok(())
 }
 
 /// The record that stands while a drain runs: if the host dies here, the
@@ -608,54 +811,4 @@ fn in_flight_record(meter: &Meter) -> DrainRecord {
         metered: meter.entries.clone(),
         updated_at: time::OffsetDateTime::now_utc(),
     }
-}
-
-/// Pipe the current member's data into the store through a bounded channel:
-/// at most `depth` chunks are in flight, whatever the member's size.
-async fn put_member(
-    store: &dyn RunStore,
-    run_id: &RunId,
-    path: &RunFilePath,
-    tar: &mut TarStream,
-    room: u64,
-    depth: usize,
-) -> Result<PutOutcome, ReadbackError> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, io::Error>>(depth.max(1));
-    let body: ByteStream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }));
-    let put = store.put_file(run_id, path, body, room);
-    let feed = async move {
-        let mut tx = Some(tx);
-        loop {
-            match tar.member_chunk().await {
-                Ok(Some(chunk)) => {
-                    // A store that stopped reading (cap, error) drops its end;
-                    // the rest of the member is then read and discarded.
-                    if let Some(sender) = &tx
-                        && sender.send(Ok(chunk)).await.is_err()
-                    {
-                        tx = None;
-                    }
-                }
-                Ok(None) => return Ok(()),
-                Err(fault) => {
-                    // The store must see an error, never a clean end: a cut
-                    // member is never stored as a shorter file.
-                    if let Some(sender) = tx.take() {
-                        let _ = sender
-                            .send(Err(io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                "archive ended inside a member",
-                            )))
-                            .await;
-                    }
-                    return Err(fault);
-                }
-            }
-        }
-    };
-    let (put, fed) = tokio::join!(put, feed);
-    fed?;
-    put.map_err(|source| ReadbackError::Store { source })
 }
