@@ -20,6 +20,8 @@ use iterion_core::{
     ByteStream, Capabilities, Driver, DriverError, DriverName, DriverObserver, ExecRequest,
     ExecSession, LaunchPlan, OutputChunk, OutputStream, Prepared, SandboxRun,
 };
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -144,26 +146,19 @@ fn io_err(operation: impl Into<String>) -> impl FnOnce(std::io::Error) -> Driver
 /// (`process_group(0)`); Linux never hands out a pid that is still in use
 /// as a group id, so the signal cannot reach an unrelated process.
 fn kill_group(pgid: u32) -> std::io::Result<()> {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-    };
-    if pgid <= 1 {
-        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-    }
-    // SAFETY: kill(2) takes plain integers and touches no memory; the
-    // negative pid addresses the group created for this child only (pgid > 1
-    // checked above, so never "every process" nor init).
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ESRCH) {
+    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    // pgid > 1: never "every process" nor init.
+    let pid = i32::try_from(pgid)
+        .ok()
+        .filter(|p| *p > 1)
+        .and_then(Pid::from_raw)
+        .ok_or_else(invalid)?;
+    match kill_process_group(pid, Signal::KILL) {
+        Ok(()) => Ok(()),
         // Already gone: the goal of a kill.
-        return Ok(());
+        Err(e) if e == Errno::SRCH => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Err(err)
 }
 
 #[async_trait]
