@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every benchmark, each printing its figures side by side with a baseline
+# measured in the same process (machines are noisy: read the ratios).
+# Needs the same backends as the tests.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$ITERION_ROOT"
+"$ITERION_ROOT/scripts/setup.sh"
+"$ITERION_ROOT/scripts/services.sh" docker podman postgres
+"$ITERION_ROOT/scripts/images.sh" docker podman
+
+benches=(
+  "iterion-dsl parse"                 # parse+compile MB/s vs serde_json and a line scan
+  "iterion-store-postgres events"     # events/s, sqlite and postgres vs JSONL+fsync
+  "iterion-driver-docker engine"      # start / exec / archive vs the docker CLI
+  "iterion-netproxy proxy"            # added latency, CONNECT throughput, RSS per tunnel
+  "iterion-readback drain"            # drain 500 MB / 1,000 files vs tar -x and docker cp
+)
+for b in "${benches[@]}"; do
+  read -r crate bench _ <<<"$b"
+  if [[ $# -gt 0 && " $* " != *" $crate "* ]]; then continue; fi
+  log "bench $crate/$bench"
+  cargo bench --locked -p "$crate" --bench "$bench"
+done
