@@ -84,3 +84,24 @@ pub fn runtimes_on_path() -> Vec<String> {
     }
     found
 }
+
+/// The containment defaults every docker/podman sandbox gets (issue 5:
+/// visible in `doctor` and in `sandbox_started`): never privileged, never
+/// the engine socket, `no-new-privileges`, a pids limit, and the operator's
+/// memory/CPU limits.
+pub fn containment() -> serde_json::Value {
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    let limits = iterion_core::plan::Limits::default();
+    match iterion_driver_docker::DockerSettings::from_env(&process_env) {
+        Ok(s) => serde_json::json!({
+            "privileged": false,
+            "engine_socket_mounted": false,
+            "no_new_privileges": limits.no_new_privileges,
+            "pids_limit": limits.pids,
+            "memory": s.memory.map(|m| m.to_string()),
+            "nano_cpus": s.nano_cpus,
+            "init_reaps_zombies": true,
+        }),
+        Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
+    }
+}

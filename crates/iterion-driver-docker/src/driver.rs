@@ -709,6 +709,13 @@ impl Driver for DockerDriver {
                 ),
             });
         }
+        // The prepared plan carries the effective limits (operator settings
+        // fill what the plan leaves open), so `sandbox_started` shows what
+        // the container really gets.
+        let mut effective = plan.clone();
+        effective.limits.memory = plan.limits.memory.or(self.settings.memory);
+        effective.limits.nano_cpus = plan.limits.nano_cpus.or(self.settings.nano_cpus);
+        let plan = &effective;
         if plan.build.is_some() {
             if !self.build_supported {
                 return Err(DriverError::Unsupported {

@@ -149,6 +149,7 @@ struct PlainReport {
     driver_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+    containment: serde_json::Value,
 }
 
 async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Exit> {
@@ -191,6 +192,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         capabilities: caps,
         driver_error,
         note,
+        containment: drivers::containment(),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -211,6 +213,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         if let Some(c) = &report.capabilities {
             println!("capabilities:      {}", serde_json::to_string(c)?);
         }
+        println!("containment:       {}", report.containment);
         if let Some(e) = &report.driver_error {
             println!("driver_error:      {e}");
         }
