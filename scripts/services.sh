@@ -15,12 +15,35 @@ wait_for() { # name, tries, command...
   die "$name did not become ready"
 }
 
+# The test dockerd gets a bridge of its own, so another dockerd on this
+# machine (a test's private one, an operator's) cannot take it away by
+# deleting docker0 when it stops.
+BRIDGE=iterion-br0
+ensure_bridge() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    ip addr add 172.29.0.1/16 dev "$BRIDGE"
+  fi
+  ip link set "$BRIDGE" up
+}
+
 start_dockerd() {
   local sock; sock=$(sock_path "$ITERION_TEST_DOCKER_HOST")
-  ping_sock "$sock" && return 0
+  if ping_sock "$sock" && ip link show "$BRIDGE" >/dev/null 2>&1; then return 0; fi
+  if ping_sock "$sock" && [[ -s /run/iterion-test-docker.pid ]]; then
+    # Answering but its bridge is gone: restart the one we started.
+    log "restarting dockerd (its bridge is gone)"
+    kill "$(cat /run/iterion-test-docker.pid)" 2>/dev/null || true
+    for _ in $(seq 60); do ping_sock "$sock" || break; sleep 0.5; done
+  fi
+  ensure_bridge
+  # dockerd keeps its default network in its data root; one recorded on
+  # another bridge would override --bridge, so forget it.
+  local kv=/var/lib/iterion-test-docker/network/files/local-kv.db
+  if [[ -f $kv ]] && ! grep -aq "$BRIDGE" "$kv"; then rm -f "$kv"; fi
   log "starting dockerd on $sock"
   rm -f "$sock"
-  setsid /usr/sbin/dockerd --host "unix://$sock" \
+  setsid /usr/sbin/dockerd --host "unix://$sock" --bridge "$BRIDGE" \
     --data-root /var/lib/iterion-test-docker --exec-root /run/iterion-test-docker \
     --pidfile /run/iterion-test-docker.pid \
     >/tmp/iterion-dockerd.log 2>&1 < /dev/null &
