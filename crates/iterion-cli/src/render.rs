@@ -128,6 +128,19 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             s(d, "source"),
             s(d, "egress")
         ),
+        "sandbox_host_state_mounted" => format!(
+            "sandbox: host state {} ({}), {} mount(s), workspace at {}",
+            if d.get("enabled").and_then(Value::as_bool) == Some(true) {
+                "auto"
+            } else {
+                "none"
+            },
+            s(d, "source"),
+            d.get("mounts")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len),
+            s(d, "workspace_folder")
+        ),
         "sandbox_host_binds_dropped" => format!("sandbox: host binds dropped: {}", d["dropped"]),
         "sandbox_egress_unenforced" => {
             format!(
