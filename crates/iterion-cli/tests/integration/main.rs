@@ -2,6 +2,8 @@
 //! (dockerd and Podman, started by `scripts/test.sh`) and the real stores.
 //! A missing backend fails the test; nothing skips.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
+
 mod egress_e2e;
 mod readback_e2e;
 mod run_e2e;
