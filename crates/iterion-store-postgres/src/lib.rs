@@ -11,7 +11,6 @@
 //! number of processes; status transitions are a single conditional
 //! `UPDATE … WHERE status = $from AND revision = $rev`.
 
-mod follow;
 pub mod schema;
 
 use std::time::Duration;
@@ -629,7 +628,7 @@ impl RunStore for PostgresStore {
         let status_store = self.clone();
         let run2 = run.clone();
         let run3 = run.clone();
-        follow::follow(
+        iterion_storekit::follow::follow(
             after,
             self.changed.subscribe(),
             move |after| {
@@ -738,7 +737,7 @@ impl RunStore for PostgresStore {
         let status_store = self.clone();
         let run2 = run.clone();
         let run3 = run.clone();
-        follow::follow(
+        iterion_storekit::follow::follow(
             after,
             self.changed.subscribe(),
             move |after| {

@@ -11,7 +11,7 @@
 //! gapless when two processes append to the same store.
 
 mod files;
-mod follow;
+
 pub mod schema;
 
 use std::path::{Path, PathBuf};
@@ -600,7 +600,7 @@ impl RunStore for SqliteStore {
         let store = self.clone();
         let status_store = self.clone();
         let run2 = run.clone();
-        follow::follow(
+        iterion_storekit::follow::follow(
             after,
             self.inner.changed.subscribe(),
             move |after| {
@@ -711,7 +711,7 @@ impl RunStore for SqliteStore {
         let store = self.clone();
         let status_store = self.clone();
         let run2 = run.clone();
-        follow::follow(
+        iterion_storekit::follow::follow(
             after,
             self.inner.changed.subscribe(),
             move |after| {

@@ -3,7 +3,7 @@
 //!
 //! In-process appends wake followers through a `watch` channel; appends by
 //! another process (a second `iterion` on the same store) are seen by a
-//! short poll, since SQLite has no change notification across processes.
+//! short poll, since neither backend notifies across processes here.
 
 use std::collections::VecDeque;
 use std::future::Future;
