@@ -195,7 +195,8 @@ impl DockerDriver {
         } else {
             DriverName::Docker
         };
-        let egress_supported = match name {
+        let egress_supported = settings.egress_enforce
+            && match name {
             // dockerd needs the host INPUT rule (see firewall.rs).
             DriverName::Docker => endpoint.is_local() && firewall::iptables().is_some(),
             _ => true,

@@ -144,11 +144,38 @@ struct PlainReport {
     sandbox_default: String,
     selected_driver: String,
     available_drivers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    egress: Option<EgressReport>,
     capabilities: Option<Capabilities>,
     #[serde(skip_serializing_if = "Option::is_none")]
     driver_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+}
+
+/// Whether the selected driver can confine a sandbox to the egress proxy,
+/// and what a non-open `network:` block does when it cannot (SPEC §4: a
+/// driver that cannot enforce says so, never fails open silently).
+#[derive(Debug, Serialize)]
+struct EgressReport {
+    enforced: bool,
+    detail: &'static str,
+}
+
+impl EgressReport {
+    fn of(caps: &Capabilities) -> Self {
+        Self {
+            enforced: caps.egress_enforcement,
+            detail: match caps.egress_enforcement {
+                true => {
+                    "a non-open network: block confines the sandbox to a network whose only reachable address is the egress proxy"
+                }
+                false => {
+                    "cannot confine egress: inline runs with a non-open network: block are refused (SANDBOX_SPEC_REFUSED); auto runs get an advisory proxy and a sandbox_egress_unenforced event"
+                }
+            },
+        }
+    }
 }
 
 async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Exit> {
@@ -188,6 +215,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             .unwrap_or_else(|| "<unset>".to_owned()),
         selected_driver: selected,
         available_drivers: available,
+        egress: caps.as_ref().map(EgressReport::of),
         capabilities: caps,
         driver_error,
         note,
@@ -208,6 +236,10 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         println!("sandbox_default:   {}", report.sandbox_default);
         println!("selected_driver:   {}", report.selected_driver);
         println!("available_drivers: {}", report.available_drivers.join(", "));
+        if let Some(e) = &report.egress {
+            let state = if e.enforced { "enforced" } else { "NOT enforced" };
+            println!("egress:            {state} ({})", e.detail);
+        }
         if let Some(c) = &report.capabilities {
             println!("capabilities:      {}", serde_json::to_string(c)?);
         }

@@ -1,1 +1,532 @@
-//! (filled by its issue's end-to-end tests)
+//! Issue 7 end to end: a workflow with a non-open `network:` block runs in
+//! a container that can reach the world only through the run's
+//! authenticated allowlist proxy, on dockerd and on Podman, with every
+//! denial recorded as one `network_blocked` event naming the node.
+//!
+//! How the container reaches a test upstream (the one choice these tests
+//! hinge on): the upstream listens on the HOST (0.0.0.0), and the probe
+//! targets the host's primary non-loopback IPv4 address (the source address
+//! of the default route). The container cannot dial that address itself
+//! (confinement), but the proxy runs on the host and can; the policy allows
+//! it with a literal IP rule. Loopback would not do: inside the container
+//! 127.0.0.1 is the container itself and `NO_PROXY` exempts it, and the
+//! proxy refuses loopback for names anyway. That refusal is what the
+//! metadata case exercises: `localhost` is allowed by a DNS rule, resolves
+//! on the host to 127.0.0.1/::1, and must be refused as
+//! `blocked-resolved-address` (curl is told `--noproxy ''` so NO_PROXY does
+//! not keep the request inside the container).
+//!
+//! Every probe of one policy runs in ONE container (one tool node whose
+//! bash script prints a JSON object of results), so each engine costs one
+//! container start per policy.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::support::{self, Engine, Sandbox, of_type};
+
+/// A host-side HTTP/1.1 server answering every request with `body`, and
+/// remembering who connected. Stopped (and joined) on drop.
+struct Upstream {
+    port: u16,
+    body: String,
+    peers: Arc<Mutex<Vec<IpAddr>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Upstream {
+    fn start(body: &str) -> Self {
+        let listener = TcpListener::bind("0.0.0.0:0").expect("bind upstream");
+        let port = listener.local_addr().expect("addr").port();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (peers, stop, body) = (peers.clone(), stop.clone(), body.to_owned());
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(mut s) = conn else { continue };
+                    if let Ok(peer) = s.peer_addr() {
+                        peers.lock().expect("peers").push(peer.ip());
+                    }
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 << 10 {
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            })
+        };
+        Self {
+            port,
+            body: body.to_owned(),
+            peers,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn peers(&self) -> Vec<IpAddr> {
+        self.peers.lock().expect("peers").clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so the thread sees the flag.
+        let _ = TcpStream::connect_timeout(
+            &SocketAddr::from(([127, 0, 0, 1], self.port)),
+            Duration::from_secs(2),
+        );
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The host's primary IPv4 address: the source address of the default
+/// route (a UDP connect sends nothing).
+fn host_ip() -> IpAddr {
+    let sock = UdpSocket::bind("0.0.0.0:0").expect("udp bind");
+    sock.connect("192.0.2.1:9")
+        .or_else(|_| sock.connect("1.1.1.1:53"))
+        .expect("this host has no IPv4 default route; the egress tests need one");
+    let ip = sock.local_addr().expect("local addr").ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "host ip {ip}");
+    ip
+}
+
+/// dockerd's default bridge gateway (docker0): another address of the
+/// host, reached through the host's INPUT chain rather than forwarding.
+fn docker0_ip() -> String {
+    let out = Command::new("docker")
+        .args([
+            "-H",
+            &Engine::Docker.host(),
+            "network",
+            "inspect",
+            "bridge",
+            "--format",
+            "{{(index .IPAM.Config 0).Gateway}}",
+        ])
+        .output()
+        .expect("docker network inspect");
+    let ip = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        ip.parse::<IpAddr>().is_ok(),
+        "dockerd's bridge has no gateway ({ip:?}): run scripts/test.sh"
+    );
+    ip
+}
+
+/// Every `iterion run` reaps managed resources whose run its own store
+/// does not know (facts §5.5 "confirmed absent"), and each test has a
+/// private store: two of these tests running at once would reap each
+/// other's live sandboxes. They take turns.
+static ENGINE_TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ENGINE_TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The inline `sandbox:` body on the slim image, plus `extra` lines.
+fn inline(extra: &str) -> String {
+    format!(
+        "    image: \"{}\"\n    host_state: none\n{extra}",
+        support::slim()
+    )
+}
+
+/// A one-node workflow running `script` (bash) under the `sandbox:` block
+/// `body`; the node's output is the JSON object the script prints.
+fn probe_workflow(name: &str, body: &str, script: &str) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(script);
+    format!(
+        "tool probe:\n  command: `echo {b64} | base64 -d > /tmp/probe.sh && bash /tmp/probe.sh`\n\n\
+         workflow {name}:\n  entry: probe\n  sandbox:\n{body}  probe -> done\n"
+    )
+}
+
+/// The bash prelude of every probe script: `rec NAME VALUE` files a result;
+/// `emit` prints them all as one JSON object.
+const PRELUDE: &str = r#"set -u
+R=/tmp/probe-results; mkdir -p "$R"
+rec() { printf '%s' "$2" > "$R/$1"; }
+emit() { local args=(); for f in "$R"/*; do args+=(--arg "$(basename "$f")" "$(cat "$f")"); done; jq -cn "${args[@]}" '$ARGS.named'; }
+PROXY="${HTTPS_PROXY:-}"
+if [ -n "$PROXY" ]; then rec proxy_env set; else rec proxy_env unset; fi
+if [ "${HTTP_PROXY:-}" = "$PROXY" ] && [ "${https_proxy:-}" = "$PROXY" ] && [ "${http_proxy:-}" = "$PROXY" ]; then rec proxy_vars_agree yes; else rec proxy_vars_agree no; fi
+rec no_proxy "${NO_PROXY:-}|${no_proxy:-}"
+# The proxy's host:port, token left out (results land in events).
+HP="${PROXY##*@}"
+rec proxy_hostport "$HP"
+"#;
+
+fn node_output(events: &[Value]) -> Value {
+    let finished = of_type(events, "node_finished");
+    assert_eq!(finished.len(), 1, "one node ran: {events:#?}");
+    finished[0]["data"]["output"].clone()
+}
+
+fn field<'a>(out: &'a Value, key: &str) -> &'a str {
+    out[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("probe output has no {key}: {out:#}"))
+}
+
+/// The per-run resources a confined run creates are gone afterwards.
+fn assert_cleaned(engine: Engine, run_id: &str) {
+    assert!(
+        !support::container_exists(engine, run_id),
+        "{engine:?}: container of {run_id} left behind"
+    );
+    let out = Command::new("docker")
+        .args([
+            "-H",
+            &engine.host(),
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=iterion-{run_id}"),
+        ])
+        .output()
+        .expect("docker network ls");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "{engine:?}: network of {run_id} left behind"
+    );
+    if engine == Engine::Docker
+        && let Ok(out) = Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output()
+    {
+        let rules = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !rules.contains(&format!("iterion:{run_id}")),
+            "dockerd: INPUT rule of {run_id} left behind:\n{rules}"
+        );
+    }
+}
+
+fn confined(engine: Engine) {
+    let _turn = turn();
+    let host = host_ip();
+    let nonce = format!("upstream-ok-{}", std::process::id());
+    let upstream = Upstream::start(&nonce);
+    let trap = Upstream::start("trap");
+    let docker0 = docker0_ip();
+    let (p, t) = (upstream.port, trap.port);
+    let script = format!(
+        r#"{PRELUDE}
+rec allowed_http "$(curl -sS -m 10 http://{host}:{p}/allowed 2>&1; echo " rc=$?")"
+rec allowed_connect "$(curl -sS -m 10 -p http://{host}:{p}/tunnel 2>&1; echo " rc=$?")"
+rec denied "$(curl -sS -i -m 10 http://denied.example.test/ 2>&1 | tr -d '\r')"
+rec wrong_token "$(curl -sS -i -m 10 -x "http://t:wrong@$HP" http://{host}:{p}/ 2>&1 | tr -d '\r')"
+rec no_token "$(curl -sS -i -m 10 -x "http://$HP" http://{host}:{p}/ 2>&1 | tr -d '\r')"
+rec metadata "$(curl -sS -i -m 10 -k --noproxy '' https://localhost:{p}/ 2>&1 | tr -d '\r')"
+# Bypass attempts, in parallel (each may hang until its timeout when dropped).
+rec bypass_http "$(curl -sS -m 5 --noproxy '*' http://{host}:{p}/bypass 2>&1; echo " rc=$?")" &
+rec bypass_tcp "$(timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{t} && echo connected' 2>&1; echo " rc=$?")" &
+rec bypass_docker0 "$(timeout 5 bash -c 'exec 3<>/dev/tcp/{docker0}/{t} && echo connected' 2>&1; echo " rc=$?")" &
+rec bypass_external "$(timeout 5 bash -c 'exec 3<>/dev/tcp/1.1.1.1/443 && echo connected' 2>&1; echo " rc=$?")" &
+wait
+emit
+"#
+    );
+    let block = format!(
+        "    network:\n      mode: allowlist\n      rules: [\"{host}\", \"localhost\"]\n"
+    );
+    let sb = Sandbox::new(engine);
+    let file = sb.write("egress.iter", &probe_workflow("egress_e2e", &inline(&block), &script));
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}",
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    let out = node_output(&events);
+    eprintln!("{engine:?} probe results: {out:#}");
+    let started = of_type(&events, "sandbox_started");
+    assert_eq!(started[0]["data"]["egress"], "proxy (enforced)", "{engine:?}");
+
+    // The proxy environment.
+    assert_eq!(field(&out, "proxy_env"), "set", "{engine:?}: {out:#}");
+    assert_eq!(field(&out, "proxy_vars_agree"), "yes", "{engine:?}: {out:#}");
+    assert_eq!(
+        field(&out, "no_proxy"),
+        "localhost,127.0.0.1|localhost,127.0.0.1"
+    );
+
+    // Allowed: plain HTTP forwarding and a CONNECT tunnel both reach the upstream.
+    for key in ["allowed_http", "allowed_connect"] {
+        let v = field(&out, key);
+        assert!(
+            v.starts_with(&upstream.body) && v.ends_with(" rc=0"),
+            "{engine:?} {key}: {v}"
+        );
+    }
+
+    // Denied: 403 with the reason header, and exactly one event naming the node.
+    let denied = field(&out, "denied");
+    assert!(denied.contains("HTTP/1.1 403"), "{engine:?}: {denied}");
+    assert!(
+        denied.contains("x-iterion-egress: blocked-by-allowlist; rule=none"),
+        "{engine:?}: {denied}"
+    );
+    let blocked = of_type(&events, "network_blocked");
+    let for_host = |h: &str| -> Vec<&Value> {
+        blocked
+            .iter()
+            .copied()
+            .filter(|e| e["data"]["host"] == h)
+            .collect()
+    };
+    let d = for_host("denied.example.test");
+    assert_eq!(d.len(), 1, "{engine:?}: {blocked:#?}");
+    assert_eq!(d[0]["node_id"], "probe");
+    assert_eq!(d[0]["data"]["node_id"], "probe");
+    assert_eq!(d[0]["data"]["port"], 80);
+    assert_eq!(d[0]["data"]["reason"], "blocked-by-allowlist");
+    assert_eq!(d[0]["data"]["rule"], Value::Null);
+
+    // Wrong or missing token: 407, and no event (auth precedes policy).
+    for key in ["wrong_token", "no_token"] {
+        let v = field(&out, key);
+        assert!(
+            v.contains("HTTP/1.1 407") && v.contains("proxy-authenticate: Basic"),
+            "{engine:?} {key}: {v}"
+        );
+    }
+
+    // Metadata / loopback: `localhost` is allowed by name, but the address
+    // it resolves to on the host is refused.
+    let meta = field(&out, "metadata");
+    assert!(
+        meta.contains("403") && meta.contains("blocked-resolved-address"),
+        "{engine:?}: {meta}"
+    );
+    let m = for_host("localhost");
+    assert_eq!(m.len(), 1, "{engine:?}: {blocked:#?}");
+    assert_eq!(m[0]["node_id"], "probe");
+    assert_eq!(m[0]["data"]["reason"], "blocked-resolved-address");
+    assert_eq!(m[0]["data"]["port"], p);
+    assert_eq!(blocked.len(), 2, "{engine:?}: {blocked:#?}");
+
+    // Bypassing the proxy fails, and nothing reached the host directly.
+    for key in [
+        "bypass_http",
+        "bypass_tcp",
+        "bypass_docker0",
+        "bypass_external",
+    ] {
+        let v = field(&out, key);
+        assert!(
+            !v.ends_with(" rc=0") && !v.contains("connected") && !v.contains(&upstream.body),
+            "{engine:?} {key} got through: {v}"
+        );
+    }
+    assert_eq!(trap.peers(), Vec::<IpAddr>::new(), "{engine:?}: trap reached");
+    let peers = upstream.peers();
+    assert_eq!(peers.len(), 2, "{engine:?}: {peers:?}");
+    assert!(
+        peers.iter().all(|ip| *ip == host),
+        "{engine:?}: only the proxy (on the host, dialling {host}) may reach the upstream: {peers:?}"
+    );
+    assert_cleaned(engine, &run_id);
+}
+
+#[test]
+fn docker_egress_is_confined_to_the_proxy() {
+    confined(Engine::Docker);
+}
+
+#[test]
+fn podman_egress_is_confined_to_the_proxy() {
+    confined(Engine::Podman);
+}
+
+/// No `network:` block, and `mode: open`: no proxy, no token, normal
+/// networking (the container reaches the host's upstream directly).
+fn open(engine: Engine) {
+    let _turn = turn();
+    let host = host_ip();
+    let upstream = Upstream::start("open-ok");
+    let script = format!(
+        r#"{PRELUDE}
+rec direct "$(curl -sS -m 10 http://{host}:{p}/direct 2>&1; echo " rc=$?")"
+rec proxy_any "$(env | grep -ci '_proxy=' )"
+emit
+"#,
+        p = upstream.port
+    );
+    for (name, block) in [
+        ("no_block", ""),
+        ("mode_open", "    network:\n      mode: open\n"),
+    ] {
+        let sb = Sandbox::new(engine);
+        let file = sb.write("open.iter", &probe_workflow(name, &inline(block), &script));
+        let res = sb.run(&file, &[]);
+        let run_id = res.run_id();
+        assert_eq!(
+            (res.code, res.status()),
+            (Some(0), "finished"),
+            "{engine:?} {name}: {}",
+            res.stderr
+        );
+        let events = sb.events(&run_id);
+        let out = node_output(&events);
+        assert_eq!(field(&out, "proxy_env"), "unset", "{engine:?} {name}");
+        assert_eq!(field(&out, "proxy_any"), "0", "{engine:?} {name}: {out:#}");
+        assert_eq!(field(&out, "direct"), "open-ok rc=0", "{engine:?} {name}");
+        let started = of_type(&events, "sandbox_started");
+        assert_eq!(started[0]["data"]["egress"], "open", "{engine:?} {name}");
+        assert!(of_type(&events, "network_blocked").is_empty());
+        assert!(of_type(&events, "sandbox_egress_unenforced").is_empty());
+        assert!(!support::container_exists(engine, &run_id));
+    }
+}
+
+#[test]
+fn docker_open_policy_has_no_proxy() {
+    open(Engine::Docker);
+}
+
+#[test]
+fn podman_open_policy_has_no_proxy() {
+    open(Engine::Podman);
+}
+
+/// With enforcement unavailable (forced by `ITERION_SANDBOX_EGRESS_ENFORCE=off`),
+/// doctor says so; inline is refused before anything starts; auto runs
+/// with an advisory proxy and says so in `sandbox_egress_unenforced`.
+fn unenforced(engine: Engine) {
+    let _turn = turn();
+    // Doctor, both ways.
+    let sb = Sandbox::new(engine);
+    let doctor = |sb: &Sandbox| -> Value {
+        let out = sb.iterion(&["sandbox", "doctor", "--json"]);
+        assert!(out.status.success(), "{engine:?}: doctor failed");
+        serde_json::from_slice(&out.stdout).expect("doctor json")
+    };
+    let on = doctor(&sb);
+    assert_eq!(on["selected_driver"], engine.driver());
+    assert_eq!(on["capabilities"]["egress_enforcement"], true, "{on:#}");
+    assert_eq!(on["egress"]["enforced"], true, "{on:#}");
+    let sb = sb.with_env("ITERION_SANDBOX_EGRESS_ENFORCE", "off");
+    let off = doctor(&sb);
+    assert_eq!(off["capabilities"]["egress_enforcement"], false, "{off:#}");
+    assert_eq!(off["egress"]["enforced"], false, "{off:#}");
+    let detail = off["egress"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("SANDBOX_SPEC_REFUSED") && detail.contains("sandbox_egress_unenforced"),
+        "{detail}"
+    );
+
+    let script = format!(
+        r#"{PRELUDE}
+rec denied "$(curl -sS -i -m 10 http://denied.example.test/ 2>&1 | tr -d '\r')"
+emit
+"#
+    );
+    let network = "    network:\n      mode: allowlist\n      rules: [\"allowed.example.test\"]\n";
+    let file = sb.write("adv.iter", &probe_workflow("advisory", &inline(network), &script));
+    // `--sandbox auto` yields to a block naming an image (facts §3.2), so
+    // auto is the block's own `mode: auto` on the default image.
+    let auto_body = format!("    mode: auto\n    host_state: none\n{network}");
+    let auto_file = sb.write("auto.iter", &probe_workflow("advisory", &auto_body, &script));
+
+    // Inline: refused, nothing started.
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(res.code, Some(1), "{engine:?}: {}", res.stderr);
+    assert_eq!(res.failure_code(), Some("SANDBOX_SPEC_REFUSED"), "{engine:?}");
+    let events = sb.events(&run_id);
+    assert!(of_type(&events, "sandbox_started").is_empty());
+    assert!(!support::container_exists(engine, &run_id));
+
+    // Auto: runs, says it is unenforced, the proxy still filters.
+    let res = sb.run(&auto_file, &["--sandbox-default-image", &support::slim()]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}",
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    let unenf = of_type(&events, "sandbox_egress_unenforced");
+    assert_eq!(unenf.len(), 1, "{engine:?}: {events:#?}");
+    assert_eq!(unenf[0]["data"]["driver"], engine.driver());
+    let started = of_type(&events, "sandbox_started");
+    assert_eq!(started[0]["data"]["egress"], "proxy (advisory)");
+    let out = node_output(&events);
+    assert_eq!(field(&out, "proxy_env"), "set");
+    let denied = field(&out, "denied");
+    assert!(
+        denied.contains("HTTP/1.1 403") && denied.contains("x-iterion-egress: blocked-by-allowlist"),
+        "{engine:?}: {denied}"
+    );
+    let blocked = of_type(&events, "network_blocked");
+    assert_eq!(blocked.len(), 1, "{engine:?}: {blocked:#?}");
+    assert_eq!(blocked[0]["node_id"], "probe");
+    assert_cleaned(engine, &run_id);
+}
+
+#[test]
+fn docker_unenforced_egress_is_refused_inline_and_reported_in_auto() {
+    unenforced(Engine::Docker);
+}
+
+#[test]
+fn podman_unenforced_egress_is_refused_inline_and_reported_in_auto() {
+    unenforced(Engine::Podman);
+}
+
+/// A rule the policy compiler rejects is a C313 error at the rule.
+#[test]
+fn validate_reports_a_bad_rule_at_the_rule() {
+    let sb = Sandbox::new(Engine::Docker);
+    let text = "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"x\"\n    network:\n      mode: allowlist\n      rules: [\"ok.example.com\", \"a*b.com\"]\n  t -> done\n";
+    let file = sb.write("bad.iter", text);
+    let out = sb.iterion(&["validate", file.to_str().expect("utf8"), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("validate json");
+    let text = doc.to_string();
+    let diags: Vec<Value> = doc
+        .pointer("/files/0/diagnostics")
+        .or_else(|| doc.get("diagnostics"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_else(|| panic!("no diagnostics: {text}"));
+    let c313: Vec<&Value> = diags.iter().filter(|d| d["code"] == "C313").collect();
+    assert_eq!(c313.len(), 1, "{text}");
+    assert_eq!(c313[0]["severity"], "error");
+    assert_eq!(c313[0]["line"], 10, "{text}");
+    let col = c313[0]["column"].as_u64().unwrap_or(0);
+    let line = "      rules: [\"ok.example.com\", \"a*b.com\"]";
+    let at = line.find("\"a*b.com\"").expect("rule") as u64 + 1;
+    assert!(col == at || col == at + 1, "column {col}, rule at {at}: {text}");
+}
