@@ -197,10 +197,10 @@ impl DockerDriver {
         };
         let egress_supported = settings.egress_enforce
             && match name {
-            // dockerd needs the host INPUT rule (see firewall.rs).
-            DriverName::Docker => endpoint.is_local() && firewall::iptables().is_some(),
-            _ => true,
-        };
+                // dockerd needs the host INPUT rule (see firewall.rs).
+                DriverName::Docker => endpoint.is_local() && firewall::iptables().is_some(),
+                _ => true,
+            };
         Ok(Self {
             docker,
             name,

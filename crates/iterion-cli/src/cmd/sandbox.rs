@@ -237,7 +237,11 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         println!("selected_driver:   {}", report.selected_driver);
         println!("available_drivers: {}", report.available_drivers.join(", "));
         if let Some(e) = &report.egress {
-            let state = if e.enforced { "enforced" } else { "NOT enforced" };
+            let state = if e.enforced {
+                "enforced"
+            } else {
+                "NOT enforced"
+            };
             println!("egress:            {state} ({})", e.detail);
         }
         if let Some(c) = &report.capabilities {

@@ -39,6 +39,7 @@ struct Upstream {
     port: u16,
     body: String,
     peers: Arc<Mutex<Vec<IpAddr>>>,
+    heads: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -48,9 +49,11 @@ impl Upstream {
         let listener = TcpListener::bind("0.0.0.0:0").expect("bind upstream");
         let port = listener.local_addr().expect("addr").port();
         let peers = Arc::new(Mutex::new(Vec::new()));
+        let heads = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (peers, stop, body) = (peers.clone(), stop.clone(), body.to_owned());
+            let (peers, heads, stop, body) =
+                (peers.clone(), heads.clone(), stop.clone(), body.to_owned());
             std::thread::spawn(move || {
                 for conn in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
@@ -69,6 +72,10 @@ impl Upstream {
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     }
+                    heads
+                        .lock()
+                        .expect("heads")
+                        .push(String::from_utf8_lossy(&buf).into_owned());
                     let _ = write!(
                         s,
                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -81,6 +88,7 @@ impl Upstream {
             port,
             body: body.to_owned(),
             peers,
+            heads,
             stop,
             thread: Some(thread),
         }
@@ -88,6 +96,11 @@ impl Upstream {
 
     fn peers(&self) -> Vec<IpAddr> {
         self.peers.lock().expect("peers").clone()
+    }
+
+    /// The request heads received (request line + headers).
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("heads").clone()
     }
 }
 
@@ -178,9 +191,12 @@ PROXY="${HTTPS_PROXY:-}"
 if [ -n "$PROXY" ]; then rec proxy_env set; else rec proxy_env unset; fi
 if [ "${HTTP_PROXY:-}" = "$PROXY" ] && [ "${https_proxy:-}" = "$PROXY" ] && [ "${http_proxy:-}" = "$PROXY" ]; then rec proxy_vars_agree yes; else rec proxy_vars_agree no; fi
 rec no_proxy "${NO_PROXY:-}|${no_proxy:-}"
-# The proxy's host:port, token left out (results land in events).
+# The proxy's host:port, token left out (results land in events and logs);
+# the token itself travels reversed so the test can look for leaks of it.
 HP="${PROXY##*@}"
 rec proxy_hostport "$HP"
+TOK="${PROXY#*//t:}"; TOK="${TOK%%@*}"
+if [ -n "$PROXY" ]; then rec token_rev "$(printf '%s' "$TOK" | rev)"; fi
 "#;
 
 fn node_output(events: &[Value]) -> Value {
@@ -218,7 +234,9 @@ fn assert_cleaned(engine: Engine, run_id: &str) {
         "{engine:?}: network of {run_id} left behind"
     );
     if engine == Engine::Docker
-        && let Ok(out) = Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output()
+        && let Ok(out) = Command::new("iptables")
+            .args(["-w", "5", "-S", "INPUT"])
+            .output()
     {
         let rules = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -253,11 +271,13 @@ wait
 emit
 "#
     );
-    let block = format!(
-        "    network:\n      mode: allowlist\n      rules: [\"{host}\", \"localhost\"]\n"
-    );
+    let block =
+        format!("    network:\n      mode: allowlist\n      rules: [\"{host}\", \"localhost\"]\n");
     let sb = Sandbox::new(engine);
-    let file = sb.write("egress.iter", &probe_workflow("egress_e2e", &inline(&block), &script));
+    let file = sb.write(
+        "egress.iter",
+        &probe_workflow("egress_e2e", &inline(&block), &script),
+    );
     let res = sb.run(&file, &[]);
     let run_id = res.run_id();
     assert_eq!(
@@ -270,11 +290,18 @@ emit
     let out = node_output(&events);
     eprintln!("{engine:?} probe results: {out:#}");
     let started = of_type(&events, "sandbox_started");
-    assert_eq!(started[0]["data"]["egress"], "proxy (enforced)", "{engine:?}");
+    assert_eq!(
+        started[0]["data"]["egress"], "proxy (enforced)",
+        "{engine:?}"
+    );
 
     // The proxy environment.
     assert_eq!(field(&out, "proxy_env"), "set", "{engine:?}: {out:#}");
-    assert_eq!(field(&out, "proxy_vars_agree"), "yes", "{engine:?}: {out:#}");
+    assert_eq!(
+        field(&out, "proxy_vars_agree"),
+        "yes",
+        "{engine:?}: {out:#}"
+    );
     assert_eq!(
         field(&out, "no_proxy"),
         "localhost,127.0.0.1|localhost,127.0.0.1"
@@ -348,7 +375,36 @@ emit
             "{engine:?} {key} got through: {v}"
         );
     }
-    assert_eq!(trap.peers(), Vec::<IpAddr>::new(), "{engine:?}: trap reached");
+    assert_eq!(
+        trap.peers(),
+        Vec::<IpAddr>::new(),
+        "{engine:?}: trap reached"
+    );
+
+    // The token is a secret: it never reaches the upstream, the events or
+    // the run log (SPEC house rule; facts §7.3 strips Proxy-Authorization).
+    let token: String = field(&out, "token_rev").chars().rev().collect();
+    assert!(
+        token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{engine:?}: token shape {}",
+        token.len()
+    );
+    for head in upstream.heads() {
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            !lower.contains("proxy-authorization") && !head.contains(&token),
+            "{engine:?}: the upstream saw the proxy credentials: {head}"
+        );
+    }
+    let events_text = serde_json::to_string(&events).expect("events");
+    assert!(!events_text.contains(&token), "{engine:?}: token in events");
+    let log = sb.iterion(&["logs", &run_id]);
+    assert!(log.status.success(), "logs failed");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        !log.is_empty() && !log.contains(&token),
+        "{engine:?}: token in the run log"
+    );
     let peers = upstream.peers();
     assert_eq!(peers.len(), 2, "{engine:?}: {peers:?}");
     assert!(
@@ -452,17 +508,27 @@ emit
 "#
     );
     let network = "    network:\n      mode: allowlist\n      rules: [\"allowed.example.test\"]\n";
-    let file = sb.write("adv.iter", &probe_workflow("advisory", &inline(network), &script));
+    let file = sb.write(
+        "adv.iter",
+        &probe_workflow("advisory", &inline(network), &script),
+    );
     // `--sandbox auto` yields to a block naming an image (facts §3.2), so
     // auto is the block's own `mode: auto` on the default image.
     let auto_body = format!("    mode: auto\n    host_state: none\n{network}");
-    let auto_file = sb.write("auto.iter", &probe_workflow("advisory", &auto_body, &script));
+    let auto_file = sb.write(
+        "auto.iter",
+        &probe_workflow("advisory", &auto_body, &script),
+    );
 
     // Inline: refused, nothing started.
     let res = sb.run(&file, &[]);
     let run_id = res.run_id();
     assert_eq!(res.code, Some(1), "{engine:?}: {}", res.stderr);
-    assert_eq!(res.failure_code(), Some("SANDBOX_SPEC_REFUSED"), "{engine:?}");
+    assert_eq!(
+        res.failure_code(),
+        Some("SANDBOX_SPEC_REFUSED"),
+        "{engine:?}"
+    );
     let events = sb.events(&run_id);
     assert!(of_type(&events, "sandbox_started").is_empty());
     assert!(!support::container_exists(engine, &run_id));
@@ -486,7 +552,8 @@ emit
     assert_eq!(field(&out, "proxy_env"), "set");
     let denied = field(&out, "denied");
     assert!(
-        denied.contains("HTTP/1.1 403") && denied.contains("x-iterion-egress: blocked-by-allowlist"),
+        denied.contains("HTTP/1.1 403")
+            && denied.contains("x-iterion-egress: blocked-by-allowlist"),
         "{engine:?}: {denied}"
     );
     let blocked = of_type(&events, "network_blocked");
@@ -512,7 +579,12 @@ fn validate_reports_a_bad_rule_at_the_rule() {
     let text = "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"x\"\n    network:\n      mode: allowlist\n      rules: [\"ok.example.com\", \"a*b.com\"]\n  t -> done\n";
     let file = sb.write("bad.iter", text);
     let out = sb.iterion(&["validate", file.to_str().expect("utf8"), "--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).expect("validate json");
     let text = doc.to_string();
     let diags: Vec<Value> = doc
@@ -528,5 +600,8 @@ fn validate_reports_a_bad_rule_at_the_rule() {
     let col = c313[0]["column"].as_u64().unwrap_or(0);
     let line = "      rules: [\"ok.example.com\", \"a*b.com\"]";
     let at = line.find("\"a*b.com\"").expect("rule") as u64 + 1;
-    assert!(col == at || col == at + 1, "column {col}, rule at {at}: {text}");
+    assert!(
+        col == at || col == at + 1,
+        "column {col}, rule at {at}: {text}"
+    );
 }
