@@ -36,6 +36,42 @@ pub const MANAGED_LABEL: &str = "iterion.io/managed";
 pub const RUN_ID_LABEL: &str = "iterion.io/run-id";
 /// Label carrying the friendly run name.
 pub const RUN_NAME_LABEL: &str = "iterion.io/run-name";
+/// Label naming the process that created the resource
+/// (`<pid>:<start time>@<host>`, the same lease a local run records), so
+/// the reaper of a run using ANOTHER store keeps it while that process
+/// lives instead of judging it "run absent" (two projects' `.iterion`
+/// stores on one engine, or concurrent tests with private stores).
+pub const OWNER_LABEL: &str = "iterion.io/owner";
+
+/// This process as an owner label value; `None` when `/proc` cannot say
+/// (then no label: the reaper falls back to the store alone).
+fn own_owner_label() -> Option<String> {
+    static OWNER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    OWNER
+        .get_or_init(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+            let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+            let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+            start.parse::<u64>().ok()?;
+            Some(format!("{}:{start}@{}", std::process::id(), host.trim()))
+        })
+        .clone()
+}
+
+/// Parse an [`OWNER_LABEL`] value.
+pub(crate) fn parse_owner(value: &str) -> Option<iterion_core::store::RunOwner> {
+    let (lease, host) = value.split_once('@')?;
+    let (pid, start) = lease.split_once(':')?;
+    Some(iterion_core::store::RunOwner {
+        host: host.to_owned(),
+        pid: pid.parse().ok()?,
+        start_time: start.parse().ok()?,
+    })
+}
+
+fn owner_of(labels: Option<&HashMap<String, String>>) -> Option<iterion_core::store::RunOwner> {
+    labels?.get(OWNER_LABEL).and_then(|v| parse_owner(v))
+}
 
 /// Both engines here answer 1.41 and refuse newer clients
 /// (reference/test-environment.md, "Engine API version").
@@ -368,6 +404,9 @@ impl DockerDriver {
         ]);
         if let Some(name) = &info.run_name {
             labels.insert(RUN_NAME_LABEL.to_owned(), name.clone());
+        }
+        if let Some(owner) = own_owner_label() {
+            labels.insert(OWNER_LABEL.to_owned(), owner);
         }
         labels
     }
@@ -911,6 +950,7 @@ impl Driver for DockerDriver {
         let mut out = Vec::new();
         for c in crate::rawlist::managed_containers(&self.endpoint).await? {
             let run_id = c.labels.as_ref().and_then(|l| l.get(RUN_ID_LABEL)).cloned();
+            let owner = owner_of(c.labels.as_ref());
             out.push(ManagedResource {
                 kind: ResourceKind::Container,
                 id: c.id,
@@ -921,6 +961,7 @@ impl Driver for DockerDriver {
                     .map(|n| n.trim_start_matches('/').to_owned())
                     .unwrap_or_default(),
                 run_id: run_id.unwrap_or_default(),
+                owner,
             });
         }
         let networks = self
@@ -940,6 +981,7 @@ impl Driver for DockerDriver {
                     .and_then(|l| l.get(RUN_ID_LABEL))
                     .cloned()
                     .unwrap_or_default(),
+                owner: owner_of(n.labels.as_ref()),
                 name: n.name.unwrap_or_default(),
             });
         }
@@ -955,6 +997,7 @@ impl Driver for DockerDriver {
                 kind: ResourceKind::Volume,
                 id: v.name.clone(),
                 run_id: v.labels.get(RUN_ID_LABEL).cloned().unwrap_or_default(),
+                owner: owner_of(Some(&v.labels)),
                 name: v.name,
             });
         }
@@ -1061,6 +1104,25 @@ async fn post_create(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_label_round_trips() {
+        let own = own_owner_label().expect("linux /proc");
+        let owner = parse_owner(&own).expect("parse");
+        assert_eq!(owner.pid, std::process::id());
+        assert!(!owner.host.is_empty());
+        assert_eq!(
+            parse_owner("12:345@box-1"),
+            Some(iterion_core::store::RunOwner {
+                host: "box-1".into(),
+                pid: 12,
+                start_time: 345
+            })
+        );
+        for bad in ["", "12@h", "x:1@h", "1:y@h", "1:2"] {
+            assert_eq!(parse_owner(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn endpoints() {
