@@ -20,6 +20,9 @@
 //! bash script prints a JSON object of results), so each engine costs one
 //! container start per policy.
 
+// Test code: a failed expectation is the assertion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
@@ -153,16 +156,6 @@ fn docker0_ip() -> String {
     ip
 }
 
-/// Every `iterion run` reaps managed resources whose run its own store
-/// does not know (facts §5.5 "confirmed absent"), and each test has a
-/// private store: two of these tests running at once would reap each
-/// other's live sandboxes. They take turns.
-static ENGINE_TURN: Mutex<()> = Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ENGINE_TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The inline `sandbox:` body on the slim image, plus `extra` lines.
 fn inline(extra: &str) -> String {
     format!(
@@ -247,7 +240,6 @@ fn assert_cleaned(engine: Engine, run_id: &str) {
 }
 
 fn confined(engine: Engine) {
-    let _turn = turn();
     let host = host_ip();
     let nonce = format!("upstream-ok-{}", std::process::id());
     let upstream = Upstream::start(&nonce);
@@ -427,7 +419,6 @@ fn podman_egress_is_confined_to_the_proxy() {
 /// No `network:` block, and `mode: open`: no proxy, no token, normal
 /// networking (the container reaches the host's upstream directly).
 fn open(engine: Engine) {
-    let _turn = turn();
     let host = host_ip();
     let upstream = Upstream::start("open-ok");
     let script = format!(
@@ -479,7 +470,6 @@ fn podman_open_policy_has_no_proxy() {
 /// doctor says so; inline is refused before anything starts; auto runs
 /// with an advisory proxy and says so in `sandbox_egress_unenforced`.
 fn unenforced(engine: Engine) {
-    let _turn = turn();
     // Doctor, both ways.
     let sb = Sandbox::new(engine);
     let doctor = |sb: &Sandbox| -> Value {
@@ -604,4 +594,103 @@ fn validate_reports_a_bad_rule_at_the_rule() {
         col == at || col == at + 1,
         "column {col}, rule at {at}: {text}"
     );
+}
+
+/// Two stores, one engine: a reap from store B (what every `iterion run`
+/// does at start) keeps the live confined sandbox of a run in store A —
+/// container and internal network — because its creating process still
+/// lives, and run A finishes. Before the owner label, B judged A's run
+/// "absent" and killed it (found by these tests reaping each other).
+fn other_store_keeps_live_sandbox(engine: Engine) {
+    let name = format!("cross_store_{}_{}", engine.driver(), std::process::id());
+    let script = format!("{PRELUDE}\nsleep 6\nrec done yes\nemit\n");
+    let network = "    network:\n      mode: allowlist\n      rules: [\"allowed.example.test\"]\n";
+    let a = Sandbox::new(engine);
+    let file = a.write("a.iter", &probe_workflow(&name, &inline(network), &script));
+    let file = file.to_string_lossy().into_owned();
+    let child = a
+        .command(&["run", &file, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn run A");
+    let listed = |what: &str| -> String {
+        let out = Command::new("docker")
+            .args(["-H", &engine.host(), what, "ls", "-q", "--filter"])
+            .arg(format!("label=iterion.io/run-name={name}"))
+            .output()
+            .expect("docker ls");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mut up = false;
+    for _ in 0..100 {
+        if !listed("container").is_empty() && !listed("network").is_empty() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b = Sandbox::new(engine);
+    let reap = b.iterion(&["sandbox", "reap", "--json"]);
+    let reap_text = String::from_utf8_lossy(&reap.stdout).into_owned();
+    let a_out = child.wait_with_output().expect("wait run A");
+    assert!(
+        up,
+        "{engine:?}: run A never started: {}",
+        String::from_utf8_lossy(&a_out.stderr)
+    );
+    assert!(
+        reap.status.success(),
+        "reap: {}",
+        String::from_utf8_lossy(&reap.stderr)
+    );
+    assert_eq!(
+        a_out.status.code(),
+        Some(0),
+        "{engine:?}: run A was disturbed by store B's reap: {}\nreap: {reap_text}",
+        String::from_utf8_lossy(&a_out.stderr)
+    );
+    let decisions: Vec<Value> = reap_text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|v| match v {
+            Value::Array(a) => a,
+            Value::Object(ref o) if o.contains_key("decisions") => {
+                v["decisions"].as_array().cloned().unwrap_or_default()
+            }
+            other => vec![other],
+        })
+        .collect();
+    let doc: Value = serde_json::from_str(
+        String::from_utf8_lossy(&a_out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or("null"),
+    )
+    .expect("run A json");
+    let run_a = doc["run_id"].as_str().expect("run id").to_owned();
+    let mine: Vec<&Value> = decisions
+        .iter()
+        .filter(|d| d["run_id"] == run_a.as_str())
+        .collect();
+    assert!(
+        mine.len() >= 2,
+        "{engine:?}: store B should have seen A's container and network: {reap_text}"
+    );
+    for d in mine {
+        assert_eq!(d["action"], "keep", "{engine:?}: {d}");
+        assert_eq!(d["reason"], "lease held", "{engine:?}: {d}");
+    }
+    assert_cleaned(engine, &run_a);
+}
+
+#[test]
+fn docker_other_store_keeps_live_sandbox() {
+    other_store_keeps_live_sandbox(Engine::Docker);
+}
+
+#[test]
+fn podman_other_store_keeps_live_sandbox() {
+    other_store_keeps_live_sandbox(Engine::Podman);
 }
