@@ -432,6 +432,11 @@ emit
     for (name, block) in [
         ("no_block", ""),
         ("mode_open", "    network:\n      mode: open\n"),
+        // No `mode:`: inert, open (facts §2.3/§7.1, C312).
+        (
+            "mode_less",
+            "    network:\n      rules: [\"only.example.test\"]\n",
+        ),
     ] {
         let sb = Sandbox::new(engine);
         let file = sb.write("open.iter", &probe_workflow(name, &inline(block), &script));
@@ -594,6 +599,106 @@ fn validate_reports_a_bad_rule_at_the_rule() {
         col == at || col == at + 1,
         "column {col}, rule at {at}: {text}"
     );
+
+    // The same workflow is refused by `run` (bad input, exit 2) before any
+    // sandbox, and by the strict doctor's allowlist-syntax check.
+    let out = sb.iterion(&["run", file.to_str().expect("utf8"), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sb.iterion(&[
+        "sandbox",
+        "doctor",
+        "--strict",
+        file.to_str().expect("utf8"),
+        "--json",
+    ]);
+    let strict = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_ne!(out.status.code(), Some(0), "{strict}");
+    if let Ok(doc) = serde_json::from_str::<Value>(&strict) {
+        let syntax: Vec<&Value> = doc["checks"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .filter(|c| c["name"] == "network allowlist syntax")
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(syntax.len(), 1, "{strict}");
+        assert_eq!(syntax[0]["status"], "fail", "{strict}");
+    }
+
+    // A block without `mode:` is inert (open) and says so: C312, a warning.
+    let inert = "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"x\"\n    network:\n      rules: [\"ok.example.com\"]\n  t -> done\n";
+    let file = sb.write("inert.iter", inert);
+    let out = sb.iterion(&["validate", file.to_str().expect("utf8"), "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("C312") && text.contains("warning"), "{text}");
+}
+
+/// Each denial names the node whose command caused it, across nodes. In
+/// denylist mode a plain rule ALLOWS (facts §2.3: last match wins, plain
+/// allows, negated denies; only the unmatched default differs), so the
+/// denylist is written with `!`.
+fn attribution(engine: Engine) {
+    let node = |name: &str, host: &str| {
+        format!("tool {name}:\n  command: `curl -sS -m 10 -o /dev/null http://{host}/ || true`\n\n")
+    };
+    let text = format!(
+        "{}{}workflow two:\n  entry: first\n  sandbox:\n{}    network:\n      mode: denylist\n      rules: [\"!**.denied.test\"]\n  first -> second\n  second -> done\n",
+        node("first", "a.denied.test"),
+        node("second", "b.c.denied.test"),
+        inline("")
+    );
+    let sb = Sandbox::new(engine);
+    let file = sb.write("two.iter", &text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(res.code, Some(0), "{engine:?}: {}", res.stderr);
+    let events = sb.events(&run_id);
+    let blocked = of_type(&events, "network_blocked");
+    let seen: Vec<(String, String, String, String)> = blocked
+        .iter()
+        .map(|e| {
+            (
+                e["node_id"].as_str().unwrap_or("-").to_owned(),
+                e["data"]["node_id"].as_str().unwrap_or("-").to_owned(),
+                e["data"]["host"].as_str().unwrap_or("-").to_owned(),
+                format!("{} {}", e["data"]["reason"], e["data"]["rule"]),
+            )
+        })
+        .collect();
+    let want = |n: &str, h: &str| {
+        (
+            n.to_owned(),
+            n.to_owned(),
+            h.to_owned(),
+            "\"blocked-by-denylist\" \"!**.denied.test\"".to_owned(),
+        )
+    };
+    assert_eq!(
+        seen,
+        vec![
+            want("first", "a.denied.test"),
+            want("second", "b.c.denied.test")
+        ],
+        "{engine:?}"
+    );
+    assert_cleaned(engine, &run_id);
+}
+
+#[test]
+fn docker_denials_name_their_node() {
+    attribution(Engine::Docker);
+}
+
+#[test]
+fn podman_denials_name_their_node() {
+    attribution(Engine::Podman);
 }
 
 /// Two stores, one engine: a reap from store B (what every `iterion run`
