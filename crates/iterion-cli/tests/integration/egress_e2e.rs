@@ -34,6 +34,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::Value;
 
+use tokio_rustls::rustls;
+
 use crate::support::{self, Engine, Sandbox, of_type};
 
 /// A host-side HTTP/1.1 server answering every request with `body`, and
@@ -49,6 +51,15 @@ struct Upstream {
 
 impl Upstream {
     fn start(body: &str) -> Self {
+        Self::serve(body, None)
+    }
+
+    /// The same over TLS with `config` (an rcgen self-signed cert).
+    fn start_tls(body: &str, config: Arc<rustls::ServerConfig>) -> Self {
+        Self::serve(body, Some(config))
+    }
+
+    fn serve(body: &str, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = TcpListener::bind("0.0.0.0:0").expect("bind upstream");
         let port = listener.local_addr().expect("addr").port();
         let peers = Arc::new(Mutex::new(Vec::new()));
@@ -62,28 +73,19 @@ impl Upstream {
                     if stop.load(Ordering::SeqCst) {
                         break;
                     }
-                    let Ok(mut s) = conn else { continue };
+                    let Ok(s) = conn else { continue };
                     if let Ok(peer) = s.peer_addr() {
                         peers.lock().expect("peers").push(peer.ip());
                     }
                     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 1024];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 << 10 {
-                        match s.read(&mut chunk) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    heads
-                        .lock()
-                        .expect("heads")
-                        .push(String::from_utf8_lossy(&buf).into_owned());
-                    let _ = write!(
-                        s,
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
+                    let head = match &tls {
+                        None => answer(s, &body),
+                        Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
+                            Ok(c) => answer(rustls::StreamOwned::new(c, s), &body),
+                            Err(_) => continue,
+                        },
+                    };
+                    heads.lock().expect("heads").push(head);
                 }
             })
         };
@@ -105,6 +107,38 @@ impl Upstream {
     fn heads(&self) -> Vec<String> {
         self.heads.lock().expect("heads").clone()
     }
+}
+
+/// Read one request head, answer `body`, return the head.
+fn answer<S: Read + Write>(mut s: S, body: &str) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 << 10 {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let _ = write!(
+        s,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.flush();
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A rustls server config for `ip` (rcgen self-signed) and its PEM.
+fn tls_for(ip: IpAddr) -> (Arc<rustls::ServerConfig>, String) {
+    let ck = rcgen::generate_simple_self_signed(vec![ip.to_string()]).expect("rcgen");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        ck.signing_key.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![ck.cert.der().clone()], key)
+        .expect("tls config");
+    (Arc::new(config), ck.cert.pem())
 }
 
 impl Drop for Upstream {
@@ -244,12 +278,17 @@ fn confined(engine: Engine) {
     let nonce = format!("upstream-ok-{}", std::process::id());
     let upstream = Upstream::start(&nonce);
     let trap = Upstream::start("trap");
+    let (tls_config, pem) = tls_for(host);
+    let tls_upstream = Upstream::start_tls(&format!("tls-{nonce}"), tls_config);
+    let pem = base64::engine::general_purpose::STANDARD.encode(pem);
     let docker0 = docker0_ip();
-    let (p, t) = (upstream.port, trap.port);
+    let (p, t, tp) = (upstream.port, trap.port, tls_upstream.port);
     let script = format!(
         r#"{PRELUDE}
 rec allowed_http "$(curl -sS -m 10 http://{host}:{p}/allowed 2>&1; echo " rc=$?")"
 rec allowed_connect "$(curl -sS -m 10 -p http://{host}:{p}/tunnel 2>&1; echo " rc=$?")"
+echo {pem} | base64 -d > /tmp/upstream.pem
+rec allowed_tls "$(curl -sS -m 10 --cacert /tmp/upstream.pem https://{host}:{tp}/tls 2>&1; echo " rc=$?")"
 rec denied "$(curl -sS -i -m 10 http://denied.example.test/ 2>&1 | tr -d '\r')"
 rec wrong_token "$(curl -sS -i -m 10 -x "http://t:wrong@$HP" http://{host}:{p}/ 2>&1 | tr -d '\r')"
 rec no_token "$(curl -sS -i -m 10 -x "http://$HP" http://{host}:{p}/ 2>&1 | tr -d '\r')"
@@ -307,6 +346,17 @@ emit
             "{engine:?} {key}: {v}"
         );
     }
+
+    // HTTPS: a CONNECT tunnel to a TLS upstream, its certificate verified
+    // end to end (no interception on the way).
+    let v = field(&out, "allowed_tls");
+    assert_eq!(v, format!("{} rc=0", tls_upstream.body), "{engine:?}");
+    let tls_peers = tls_upstream.peers();
+    assert!(
+        tls_peers.len() == 1 && tls_peers[0] == host,
+        "{engine:?}: {tls_peers:?}"
+    );
+    assert!(tls_upstream.heads()[0].starts_with("GET /tls HTTP/1.1"));
 
     // Denied: 403 with the reason header, and exactly one event naming the node.
     let denied = field(&out, "denied");
