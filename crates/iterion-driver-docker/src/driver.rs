@@ -231,12 +231,10 @@ impl DockerDriver {
         } else {
             DriverName::Docker
         };
-        let egress_supported = settings.egress_enforce
-            && match name {
-                // dockerd needs the host INPUT rule (see firewall.rs).
-                DriverName::Docker => endpoint.is_local() && firewall::iptables().is_some(),
-                _ => true,
-            };
+        // Both engines need the host INPUT rules (see firewall.rs), so a
+        // local engine and iptables.
+        let egress_supported =
+            settings.egress_enforce && endpoint.is_local() && firewall::iptables().is_some();
         Ok(Self {
             docker,
             name,
@@ -457,11 +455,14 @@ impl DockerDriver {
                     .map_err(engine_err("create network"))?;
                 res.network = Some(net.clone());
                 let gateway = self.network_gateway(&net).await?;
-                if self.name == DriverName::Docker {
-                    let bridge = firewall::docker_bridge(&created.id);
-                    res.bridge = Some(bridge.clone());
-                    firewall::confine(&bridge, &gateway, run).await?;
-                }
+                let bridge = match self.name {
+                    DriverName::Podman => {
+                        crate::rawlist::podman_interface(&self.endpoint, &net).await?
+                    }
+                    _ => firewall::docker_bridge(&created.id),
+                };
+                res.bridge = Some(bridge.clone());
+                firewall::confine(&bridge, &gateway, *proxy_port, run).await?;
                 network_mode = Some(net.clone());
                 networking = Some(NetworkingConfig {
                     endpoints_config: Some(HashMap::from([(net, EndpointSettings::default())])),
@@ -1024,11 +1025,11 @@ impl Driver for DockerDriver {
                 .await
                 .map_err(|e| (e, "remove container")),
             ResourceKind::Network => {
-                if self.name == DriverName::Docker
-                    && self.endpoint.is_local()
-                    && !resource.id.is_empty()
-                {
-                    firewall::release(&firewall::docker_bridge(&resource.id)).await?;
+                if self.endpoint.is_local() && firewall::iptables().is_some() {
+                    let bridge = (self.name == DriverName::Docker && !resource.id.is_empty())
+                        .then(|| firewall::docker_bridge(&resource.id));
+                    let run = (!resource.run_id.is_empty()).then_some(resource.run_id.as_str());
+                    firewall::release(bridge.as_deref(), run).await?;
                 }
                 self.docker
                     .remove_network(target)
