@@ -260,15 +260,14 @@ fn assert_cleaned(engine: Engine, run_id: &str) {
         String::from_utf8_lossy(&out.stdout).trim().is_empty(),
         "{engine:?}: network of {run_id} left behind"
     );
-    if engine == Engine::Docker
-        && let Ok(out) = Command::new("iptables")
-            .args(["-w", "5", "-S", "INPUT"])
-            .output()
+    if let Ok(out) = Command::new("iptables")
+        .args(["-w", "5", "-S", "INPUT"])
+        .output()
     {
         let rules = String::from_utf8_lossy(&out.stdout);
         assert!(
             !rules.contains(&format!("iterion:{run_id}")),
-            "dockerd: INPUT rule of {run_id} left behind:\n{rules}"
+            "{engine:?}: INPUT rule of {run_id} left behind:\n{rules}"
         );
     }
 }
@@ -298,6 +297,11 @@ rec bypass_http "$(curl -sS -m 5 --noproxy '*' http://{host}:{p}/bypass 2>&1; ec
 rec bypass_tcp "$(timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{t} && echo connected' 2>&1; echo " rc=$?")" &
 rec bypass_docker0 "$(timeout 5 bash -c 'exec 3<>/dev/tcp/{docker0}/{t} && echo connected' 2>&1; echo " rc=$?")" &
 rec bypass_external "$(timeout 5 bash -c 'exec 3<>/dev/tcp/1.1.1.1/443 && echo connected' 2>&1; echo " rc=$?")" &
+# The gateway answers on the proxy port only: not on another host port,
+# not as a DNS resolver (Podman's aardvark-dns would resolve for us).
+GW="${{HP%%:*}}"
+rec bypass_gateway "$(timeout 5 bash -c "exec 3<>/dev/tcp/$GW/{t} && echo connected" 2>&1; echo " rc=$?")" &
+rec dns "$(timeout 8 getent hosts deb.debian.org; echo " rc=$?")" &
 wait
 emit
 "#
@@ -410,6 +414,8 @@ emit
         "bypass_tcp",
         "bypass_docker0",
         "bypass_external",
+        "bypass_gateway",
+        "dns",
     ] {
         let v = field(&out, key);
         assert!(
