@@ -708,7 +708,8 @@ fn attribution(engine: Engine) {
         "{}{}workflow two:\n  entry: first\n  sandbox:\n{}    network:\n      mode: denylist\n      rules: [\"!**.denied.test\"]\n  first -> second\n  second -> done\n",
         node("first", "a.denied.test"),
         node("second", "b.c.denied.test"),
-        inline("")
+        // A denial outside any node (post_create) names no node.
+        inline("    post_create: \"curl -sS -m 10 -o /dev/null http://pc.denied.test/ || true\"\n")
     );
     let sb = Sandbox::new(engine);
     let file = sb.write("two.iter", &text);
@@ -736,9 +737,12 @@ fn attribution(engine: Engine) {
             "\"blocked-by-denylist\" \"!**.denied.test\"".to_owned(),
         )
     };
+    let mut outside = want("-", "pc.denied.test");
+    outside.1 = "-".to_owned();
     assert_eq!(
         seen,
         vec![
+            outside,
             want("first", "a.denied.test"),
             want("second", "b.c.denied.test")
         ],
