@@ -559,7 +559,24 @@ pub async fn strict_report(
             if !s.read_back.is_empty() && !c.can_serve_read_back() {
                 missing.push("read_back");
             }
-            if missing.is_empty() {
+            // Same verdict as the booter: a non-open network on a driver
+            // that cannot confine egress refuses inline, degrades auto.
+            let unenforced = !c.egress_enforcement
+                && iterion_netproxy::Policy::from_spec(s.network.as_ref())
+                    .is_ok_and(|p| p.needs_proxy());
+            if unenforced && s.mode == Mode::Inline {
+                missing.push("egress enforcement");
+            }
+            if missing.is_empty() && unenforced {
+                check(
+                    "driver capabilities",
+                    CheckStatus::Warn,
+                    format!(
+                        "{} cannot confine egress: the run gets an advisory proxy and a sandbox_egress_unenforced event",
+                        d.name()
+                    ),
+                )
+            } else if missing.is_empty() {
                 check(
                     "driver capabilities",
                     CheckStatus::Pass,
