@@ -571,6 +571,43 @@ emit
         &probe_workflow("advisory", &auto_body, &script),
     );
 
+    // The strict doctor reads the same verdict: fail for inline, warn for auto.
+    let strict = |file: &std::path::Path| -> (Option<i32>, Value) {
+        let out = sb.iterion(&[
+            "sandbox",
+            "doctor",
+            "--strict",
+            file.to_str().expect("utf8"),
+            "--sandbox-default-image",
+            &support::slim(),
+            "--json",
+        ]);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let caps = doc["checks"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["name"] == "driver capabilities")
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("{engine:?}: {doc:#}"));
+        (out.status.code(), caps)
+    };
+    let (code, caps) = strict(&file);
+    assert_eq!(
+        (code, &caps["status"]),
+        (Some(1), &Value::from("fail")),
+        "{caps}"
+    );
+    assert!(
+        caps["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("egress enforcement")
+    );
+    let (_, caps) = strict(&auto_file);
+    assert_eq!(caps["status"], "warn", "{engine:?}: {caps}");
+
     // Inline: refused, nothing started.
     let res = sb.run(&file, &[]);
     let run_id = res.run_id();
