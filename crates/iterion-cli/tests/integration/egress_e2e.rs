@@ -896,3 +896,106 @@ fn docker_other_store_keeps_live_sandbox() {
 fn podman_other_store_keeps_live_sandbox() {
     other_store_keeps_live_sandbox(Engine::Podman);
 }
+
+/// Start a confined run whose node sleeps; return it once its container
+/// and network exist.
+fn spawn_confined_sleeper(sb: &Sandbox, name: &str) -> std::process::Child {
+    let network = "    network:\n      mode: allowlist\n      rules: [\"allowed.example.test\"]\n";
+    let text = format!(
+        "tool nap:\n  command: `sleep 60`\n\nworkflow {name}:\n  entry: nap\n  sandbox:\n{}  nap -> done\n",
+        inline(network)
+    );
+    let file = sb.write("nap.iter", &text);
+    let file = file.to_string_lossy().into_owned();
+    let child = sb
+        .command(&["run", &file, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn run");
+    let listed = |what: &str| -> bool {
+        let out = Command::new("docker")
+            .args(["-H", &sb.engine.host(), what, "ls", "-q", "--filter"])
+            .arg(format!("label=iterion.io/run-name={name}"))
+            .output()
+            .expect("docker ls");
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    };
+    for _ in 0..150 {
+        if listed("container") && listed("network") {
+            // The node is running once the container exists and the
+            // store has the run; give the exec a moment to begin.
+            std::thread::sleep(Duration::from_millis(300));
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{name}: the confined run never started");
+}
+
+fn run_id_of(sb: &Sandbox) -> String {
+    let out = sb.iterion(&["runs", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let start = text.find("r20").unwrap_or_else(|| panic!("no run: {text}"));
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect()
+}
+
+/// Cancelling a confined run (SIGINT) removes its container, network and
+/// INPUT rules; a SIGKILLed one leaves them to `iterion sandbox reap`,
+/// which removes them all (rules by the run's comment on Podman).
+fn interrupted_runs_release_confinement(engine: Engine) {
+    let pid = std::process::id();
+    let sb = Sandbox::new(engine);
+    let child = spawn_confined_sleeper(&sb, &format!("nap_int_{}_{pid}", engine.driver()));
+    let run_id = run_id_of(&sb);
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{engine:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_cleaned(engine, &run_id);
+
+    let sb = Sandbox::new(engine);
+    let mut child = spawn_confined_sleeper(&sb, &format!("nap_kill_{}_{pid}", engine.driver()));
+    let run_id = run_id_of(&sb);
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    // SIGKILL left everything behind, rules included.
+    let rules = Command::new("iptables")
+        .args(["-w", "5", "-S", "INPUT"])
+        .output()
+        .expect("iptables");
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    assert_eq!(
+        rules.matches(&format!("iterion:{run_id}")).count(),
+        2,
+        "{engine:?}: {rules}"
+    );
+    let reap = sb.iterion(&["sandbox", "reap", "--json"]);
+    assert!(
+        reap.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reap.stderr)
+    );
+    assert_cleaned(engine, &run_id);
+}
+
+#[test]
+fn docker_interrupted_runs_release_confinement() {
+    interrupted_runs_release_confinement(Engine::Docker);
+}
+
+#[test]
+fn podman_interrupted_runs_release_confinement() {
+    interrupted_runs_release_confinement(Engine::Podman);
+}
