@@ -907,7 +907,7 @@ fn spawn_confined_sleeper(sb: &Sandbox, name: &str) -> std::process::Child {
     );
     let file = sb.write("nap.iter", &text);
     let file = file.to_string_lossy().into_owned();
-    let child = sb
+    let mut child = sb
         .command(&["run", &file, "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -930,6 +930,8 @@ fn spawn_confined_sleeper(sb: &Sandbox, name: &str) -> std::process::Child {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("{name}: the confined run never started");
 }
 
