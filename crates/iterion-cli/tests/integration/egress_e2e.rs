@@ -741,10 +741,16 @@ fn attribution(engine: Engine) {
     let node = |name: &str, host: &str| {
         format!("tool {name}:\n  command: `curl -sS -m 10 -o /dev/null http://{host}/ || true`\n\n")
     };
+    // Denylist allows the rest of the world, but not this host's own
+    // services: its address is as sensitive as loopback.
+    let host = host_ip();
+    let upstream = Upstream::start("host-service");
+    let host_port = format!("{host}:{}", upstream.port);
     let text = format!(
-        "{}{}workflow two:\n  entry: first\n  sandbox:\n{}    network:\n      mode: denylist\n      rules: [\"!**.denied.test\"]\n  first -> second\n  second -> done\n",
+        "{}{}{}workflow two:\n  entry: first\n  sandbox:\n{}    network:\n      mode: denylist\n      rules: [\"!**.denied.test\"]\n  first -> second\n  second -> third\n  third -> done\n",
         node("first", "a.denied.test"),
         node("second", "b.c.denied.test"),
+        node("third", &host_port),
         // A denial outside any node (post_create) names no node.
         inline("    post_create: \"curl -sS -m 10 -o /dev/null http://pc.denied.test/ || true\"\n")
     );
@@ -781,9 +787,19 @@ fn attribution(engine: Engine) {
         vec![
             outside,
             want("first", "a.denied.test"),
-            want("second", "b.c.denied.test")
+            want("second", "b.c.denied.test"),
+            (
+                "third".to_owned(),
+                "third".to_owned(),
+                host.to_string(),
+                "\"blocked-resolved-address\" null".to_owned()
+            ),
         ],
         "{engine:?}"
+    );
+    assert!(
+        upstream.peers().is_empty(),
+        "{engine:?}: host service reached"
     );
     assert_cleaned(engine, &run_id);
 }
