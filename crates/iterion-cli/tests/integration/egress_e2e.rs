@@ -8,7 +8,9 @@
 //! targets the host's primary non-loopback IPv4 address (the source address
 //! of the default route). The container cannot dial that address itself
 //! (confinement), but the proxy runs on the host and can; the policy allows
-//! it with a literal IP rule. Loopback would not do: inside the container
+//! it with a literal IP rule — and only an IP rule does: the proxy vets the
+//! host's own addresses like loopback (the denylist case checks a host
+//! service is refused without one). Loopback would not do: inside the container
 //! 127.0.0.1 is the container itself and `NO_PROXY` exempts it, and the
 //! proxy refuses loopback for names anyway. That refusal is what the
 //! metadata case exercises: `localhost` is allowed by a DNS rule, resolves
