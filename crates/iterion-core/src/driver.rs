@@ -298,6 +298,11 @@ pub struct ManagedResource {
     pub name: String,
     /// The `iterion.io/run-id` label (empty when missing).
     pub run_id: String,
+    /// The process that created it, when the driver labelled one: lets the
+    /// reaper keep a live run's resources that its own store does not know
+    /// (another store on the same engine is not "confirmed absent").
+    #[serde(default)]
+    pub owner: Option<crate::store::RunOwner>,
 }
 
 /// Kinds of managed resources.

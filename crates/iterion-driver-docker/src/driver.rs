@@ -36,6 +36,42 @@ pub const MANAGED_LABEL: &str = "iterion.io/managed";
 pub const RUN_ID_LABEL: &str = "iterion.io/run-id";
 /// Label carrying the friendly run name.
 pub const RUN_NAME_LABEL: &str = "iterion.io/run-name";
+/// Label naming the process that created the resource
+/// (`<pid>:<start time>@<host>`, the same lease a local run records), so
+/// the reaper of a run using ANOTHER store keeps it while that process
+/// lives instead of judging it "run absent" (two projects' `.iterion`
+/// stores on one engine, or concurrent tests with private stores).
+pub const OWNER_LABEL: &str = "iterion.io/owner";
+
+/// This process as an owner label value; `None` when `/proc` cannot say
+/// (then no label: the reaper falls back to the store alone).
+fn own_owner_label() -> Option<String> {
+    static OWNER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    OWNER
+        .get_or_init(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+            let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+            let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+            start.parse::<u64>().ok()?;
+            Some(format!("{}:{start}@{}", std::process::id(), host.trim()))
+        })
+        .clone()
+}
+
+/// Parse an [`OWNER_LABEL`] value.
+pub(crate) fn parse_owner(value: &str) -> Option<iterion_core::store::RunOwner> {
+    let (lease, host) = value.split_once('@')?;
+    let (pid, start) = lease.split_once(':')?;
+    Some(iterion_core::store::RunOwner {
+        host: host.to_owned(),
+        pid: pid.parse().ok()?,
+        start_time: start.parse().ok()?,
+    })
+}
+
+fn owner_of(labels: Option<&HashMap<String, String>>) -> Option<iterion_core::store::RunOwner> {
+    labels?.get(OWNER_LABEL).and_then(|v| parse_owner(v))
+}
 
 /// Both engines here answer 1.41 and refuse newer clients
 /// (reference/test-environment.md, "Engine API version").
@@ -195,11 +231,10 @@ impl DockerDriver {
         } else {
             DriverName::Docker
         };
-        let egress_supported = match name {
-            // dockerd needs the host INPUT rule (see firewall.rs).
-            DriverName::Docker => endpoint.is_local() && firewall::iptables().is_some(),
-            _ => true,
-        };
+        // Both engines need the host INPUT rules (see firewall.rs), so a
+        // local engine and iptables.
+        let egress_supported =
+            settings.egress_enforce && endpoint.is_local() && firewall::iptables().is_some();
         Ok(Self {
             docker,
             name,
@@ -368,6 +403,9 @@ impl DockerDriver {
         if let Some(name) = &info.run_name {
             labels.insert(RUN_NAME_LABEL.to_owned(), name.clone());
         }
+        if let Some(owner) = own_owner_label() {
+            labels.insert(OWNER_LABEL.to_owned(), owner);
+        }
         labels
     }
 
@@ -417,11 +455,14 @@ impl DockerDriver {
                     .map_err(engine_err("create network"))?;
                 res.network = Some(net.clone());
                 let gateway = self.network_gateway(&net).await?;
-                if self.name == DriverName::Docker {
-                    let bridge = firewall::docker_bridge(&created.id);
-                    res.bridge = Some(bridge.clone());
-                    firewall::confine(&bridge, &gateway, run).await?;
-                }
+                let bridge = match self.name {
+                    DriverName::Podman => {
+                        crate::rawlist::podman_interface(&self.endpoint, &net).await?
+                    }
+                    _ => firewall::docker_bridge(&created.id),
+                };
+                res.bridge = Some(bridge.clone());
+                firewall::confine(&bridge, &gateway, *proxy_port, run).await?;
                 network_mode = Some(net.clone());
                 networking = Some(NetworkingConfig {
                     endpoints_config: Some(HashMap::from([(net, EndpointSettings::default())])),
@@ -917,6 +958,7 @@ impl Driver for DockerDriver {
         let mut out = Vec::new();
         for c in crate::rawlist::managed_containers(&self.endpoint).await? {
             let run_id = c.labels.as_ref().and_then(|l| l.get(RUN_ID_LABEL)).cloned();
+            let owner = owner_of(c.labels.as_ref());
             out.push(ManagedResource {
                 kind: ResourceKind::Container,
                 id: c.id,
@@ -927,6 +969,7 @@ impl Driver for DockerDriver {
                     .map(|n| n.trim_start_matches('/').to_owned())
                     .unwrap_or_default(),
                 run_id: run_id.unwrap_or_default(),
+                owner,
             });
         }
         let networks = self
@@ -946,6 +989,7 @@ impl Driver for DockerDriver {
                     .and_then(|l| l.get(RUN_ID_LABEL))
                     .cloned()
                     .unwrap_or_default(),
+                owner: owner_of(n.labels.as_ref()),
                 name: n.name.unwrap_or_default(),
             });
         }
@@ -961,6 +1005,7 @@ impl Driver for DockerDriver {
                 kind: ResourceKind::Volume,
                 id: v.name.clone(),
                 run_id: v.labels.get(RUN_ID_LABEL).cloned().unwrap_or_default(),
+                owner: owner_of(Some(&v.labels)),
                 name: v.name,
             });
         }
@@ -987,11 +1032,11 @@ impl Driver for DockerDriver {
                 .await
                 .map_err(|e| (e, "remove container")),
             ResourceKind::Network => {
-                if self.name == DriverName::Docker
-                    && self.endpoint.is_local()
-                    && !resource.id.is_empty()
-                {
-                    firewall::release(&firewall::docker_bridge(&resource.id)).await?;
+                if self.endpoint.is_local() && firewall::iptables().is_some() {
+                    let bridge = (self.name == DriverName::Docker && !resource.id.is_empty())
+                        .then(|| firewall::docker_bridge(&resource.id));
+                    let run = (!resource.run_id.is_empty()).then_some(resource.run_id.as_str());
+                    firewall::release(bridge.as_deref(), run).await?;
                 }
                 self.docker
                     .remove_network(target)
@@ -1067,6 +1112,25 @@ async fn post_create(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_label_round_trips() {
+        let own = own_owner_label().expect("linux /proc");
+        let owner = parse_owner(&own).expect("parse");
+        assert_eq!(owner.pid, std::process::id());
+        assert!(!owner.host.is_empty());
+        assert_eq!(
+            parse_owner("12:345@box-1"),
+            Some(iterion_core::store::RunOwner {
+                host: "box-1".into(),
+                pid: 12,
+                start_time: 345
+            })
+        );
+        for bad in ["", "12@h", "x:1@h", "1:y@h", "1:2"] {
+            assert_eq!(parse_owner(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn endpoints() {

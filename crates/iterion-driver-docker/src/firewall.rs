@@ -1,15 +1,15 @@
-//! Host firewall rule that completes egress confinement on dockerd.
+//! Host firewall rules that complete egress confinement on dockerd and Podman.
 //!
-//! Why: Docker 20.10's `--internal` networks drop *forwarded* traffic, but
-//! packets from the container to any address of the host itself (its
-//! primary IP, docker0's IP, …) go through the host's INPUT chain, which
-//! Docker leaves open — so a confined container could still reach every
-//! host service listening on 0.0.0.0 (verified by
-//! `tests/integration/engine.rs::dockerd_egress_is_confined`). One rule per
-//! run closes it: on the run's bridge, drop every packet not addressed to
-//! the network's gateway (where the egress proxy listens). Podman's
-//! netavark already confines internal networks (same test, podman), so this
-//! runs for dockerd only, and only on a local engine.
+//! Why: an `--internal` network drops *forwarded* traffic, but packets from
+//! the container to any address of the host itself go through the host's
+//! INPUT chain, which neither engine closes: on dockerd every host address
+//! (its primary IP, docker0's IP, …) answers; on both engines the network's
+//! gateway answers on EVERY port — any host service listening on 0.0.0.0,
+//! and on Podman aardvark-dns, which resolves external names for the
+//! container (a DNS exfiltration channel). Found by
+//! `iterion-cli/tests/integration/egress_e2e.rs`. Two rules per run close
+//! it: on the run's bridge, accept TCP to the gateway's proxy port, drop
+//! everything else. Local engines only (the rules are on this host).
 
 use std::path::Path;
 
@@ -47,10 +47,18 @@ async fn run(args: &[&str]) -> Result<std::process::Output, DriverError> {
         })
 }
 
-/// Drop everything arriving from `bridge` that is not addressed to `gateway`.
-pub(crate) async fn confine(bridge: &str, gateway: &str, run_id: &str) -> Result<(), DriverError> {
+/// On `bridge`, accept only TCP to `gateway:proxy_port`; drop the rest.
+/// The DROP goes in first and the ACCEPT above it, so there is never a
+/// moment where the bridge is open.
+pub(crate) async fn confine(
+    bridge: &str,
+    gateway: &str,
+    proxy_port: u16,
+    run_id: &str,
+) -> Result<(), DriverError> {
     let comment = format!("iterion:{run_id}");
-    let out = run(&[
+    let port = proxy_port.to_string();
+    let drop_rest = [
         "-w",
         "5",
         "-I",
@@ -58,42 +66,67 @@ pub(crate) async fn confine(bridge: &str, gateway: &str, run_id: &str) -> Result
         "1",
         "-i",
         bridge,
-        "!",
-        "-d",
-        gateway,
         "-m",
         "comment",
         "--comment",
         &comment,
         "-j",
         "DROP",
-    ])
-    .await?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(DriverError::Engine {
-            operation: "confine network",
-            source: String::from_utf8_lossy(&out.stderr)
-                .trim()
-                .to_owned()
-                .into(),
-        })
+    ];
+    let accept_proxy = [
+        "-w",
+        "5",
+        "-I",
+        "INPUT",
+        "1",
+        "-i",
+        bridge,
+        "-d",
+        gateway,
+        "-p",
+        "tcp",
+        "--dport",
+        &port,
+        "-m",
+        "comment",
+        "--comment",
+        &comment,
+        "-j",
+        "ACCEPT",
+    ];
+    for args in [&drop_rest[..], &accept_proxy[..]] {
+        let out = run(args).await?;
+        if !out.status.success() {
+            return Err(DriverError::Engine {
+                operation: "confine network",
+                source: String::from_utf8_lossy(&out.stderr)
+                    .trim()
+                    .to_owned()
+                    .into(),
+            });
+        }
     }
+    Ok(())
 }
 
-/// Remove every INPUT rule bound to `bridge` (idempotent).
-pub(crate) async fn release(bridge: &str) -> Result<(), DriverError> {
+/// Remove every INPUT rule bound to `bridge` or commented with `run_id`
+/// (idempotent). The comment form serves the reaper on Podman, whose
+/// interface name is gone with the network.
+pub(crate) async fn release(bridge: Option<&str>, run_id: Option<&str>) -> Result<(), DriverError> {
     let listing = run(&["-w", "5", "-S", "INPUT"]).await?;
     let text = String::from_utf8_lossy(&listing.stdout).into_owned();
-    let needle = format!("-i {bridge} ");
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("-A INPUT") && l.contains(&needle))
-    {
+    let comment = run_id.map(|r| format!("iterion:{r}"));
+    for line in text.lines().filter(|l| l.starts_with("-A INPUT")) {
         // `-S` prints the rule as it was added; replay it with -D. The
         // comment is quoted by iptables; split keeps it one argument.
         let args = split_rule(line.trim_start_matches("-A INPUT").trim());
+        let on_bridge = bridge.is_some_and(|b| args.windows(2).any(|w| w[0] == "-i" && w[1] == b));
+        let commented = comment
+            .as_deref()
+            .is_some_and(|c| args.windows(2).any(|w| w[0] == "--comment" && w[1] == c));
+        if !on_bridge && !commented {
+            continue;
+        }
         let mut full = vec![
             "-w".to_owned(),
             "5".to_owned(),

@@ -124,6 +124,26 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(raw)
 }
 
+/// The host interface of a Podman network (libpod API: the compat
+/// inspect does not carry it), for the firewall rules.
+pub(crate) async fn podman_interface(
+    endpoint: &Endpoint,
+    net: &str,
+) -> Result<String, DriverError> {
+    #[derive(Deserialize)]
+    struct LibpodNetwork {
+        #[serde(default)]
+        network_interface: String,
+    }
+    let path = format!("/v4.0.0/libpod/networks/{}/json", encode_query(net));
+    let body = get_json(endpoint, &path).await?;
+    let n: LibpodNetwork = serde_json::from_slice(&body).map_err(|e| failed(e.to_string()))?;
+    match n.network_interface.is_empty() {
+        true => Err(failed(format!("podman network {net} has no interface"))),
+        false => Ok(n.network_interface),
+    }
+}
+
 /// `GET /containers/json?all=1` filtered on the managed label.
 pub(crate) async fn managed_containers(
     endpoint: &Endpoint,
@@ -134,18 +154,24 @@ pub(crate) async fn managed_containers(
         MANAGED_LABEL.replace('/', "%2F")
     );
     let path = format!("/v1.41/containers/json?all=1&filters={filters}");
+    let body = get_json(endpoint, &path).await?;
+    serde_json::from_slice(&body).map_err(|e| failed(e.to_string()))
+}
+
+/// `GET path` over HTTP/1.0; the body of a 200.
+async fn get_json(endpoint: &Endpoint, path: &str) -> Result<Vec<u8>, DriverError> {
     let raw = match endpoint {
         Endpoint::Unix(sock) => {
             let s = tokio::net::UnixStream::connect(sock)
                 .await
                 .map_err(|e| failed(format!("{sock}: {e}")))?;
-            exchange(s, &path).await?
+            exchange(s, path).await?
         }
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
                 .await
                 .map_err(|e| failed(format!("{addr}: {e}")))?;
-            exchange(s, &path).await?
+            exchange(s, path).await?
         }
     };
     let split = raw
@@ -165,5 +191,5 @@ pub(crate) async fn managed_containers(
             String::from_utf8_lossy(body)
         )));
     }
-    serde_json::from_slice(body).map_err(|e| failed(e.to_string()))
+    Ok(body.to_vec())
 }

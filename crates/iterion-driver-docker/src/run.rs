@@ -257,7 +257,7 @@ impl SandboxRun for DockerRun {
             }
         }
         if let Some(bridge) = &self.res.bridge
-            && let Err(e) = crate::firewall::release(bridge).await
+            && let Err(e) = crate::firewall::release(Some(bridge), None).await
         {
             self.report(&format!("release firewall rule of {bridge}: {e}"));
         }

@@ -16,6 +16,13 @@ pub const MEMORY_ENV: &str = "ITERION_SANDBOX_MEMORY";
 pub const CPUS_ENV: &str = "ITERION_SANDBOX_CPUS";
 /// `none` forces bindless mode on a local engine (tests, rootless setups).
 pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
+/// `off` makes the driver report that it cannot confine a sandbox to the
+/// egress proxy (`capabilities.egress_enforcement = false`), as on a host
+/// without iptables or a remote engine. For tests and operators who want
+/// the degraded path visible: inline runs with a non-open `network:` block
+/// are then refused (`SANDBOX_SPEC_REFUSED`) and auto runs get an advisory
+/// proxy plus a `sandbox_egress_unenforced` event — never a silent open.
+pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Bound of one discovery probe.
@@ -44,6 +51,9 @@ pub struct DockerSettings {
     pub binds: BindsMode,
     /// Bound of one engine probe (discovery, ping).
     pub probe_timeout: Duration,
+    /// Whether to confine egress when the engine allows it (`false` only
+    /// through [`EGRESS_ENFORCE_ENV`]`=off`).
+    pub egress_enforce: bool,
 }
 
 impl Default for DockerSettings {
@@ -54,6 +64,7 @@ impl Default for DockerSettings {
             nano_cpus: None,
             binds: BindsMode::Auto,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            egress_enforce: true,
         }
     }
 }
@@ -113,6 +124,19 @@ impl DockerSettings {
                         variable: BINDS_ENV,
                         value: raw.clone(),
                         reason: "expected auto or none",
+                    });
+                }
+            };
+        }
+        if let Some(raw) = env.get(EGRESS_ENFORCE_ENV) {
+            settings.egress_enforce = match raw.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" | "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(SettingsError {
+                        variable: EGRESS_ENFORCE_ENV,
+                        value: raw.clone(),
+                        reason: "expected auto or off",
                     });
                 }
             };
@@ -241,5 +265,9 @@ mod tests {
         assert!(DockerSettings::from_env(&env(&[(CPUS_ENV, "0")])).is_err());
         assert!(DockerSettings::from_env(&env(&[(MEMORY_ENV, "1T")])).is_err());
         assert!(DockerSettings::from_env(&env(&[(BINDS_ENV, "some")])).is_err());
+        assert!(DockerSettings::default().egress_enforce);
+        let s = DockerSettings::from_env(&env(&[(EGRESS_ENFORCE_ENV, "off")])).expect("ok");
+        assert!(!s.egress_enforce);
+        assert!(DockerSettings::from_env(&env(&[(EGRESS_ENFORCE_ENV, "no")])).is_err());
     }
 }

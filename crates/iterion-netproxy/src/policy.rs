@@ -455,7 +455,8 @@ impl Policy {
     /// The rule: take the last IP or CIDR rule (`**` and DNS rules do not
     /// count) matching the address. A negated one refuses it. Otherwise a
     /// loopback (127.0.0.0/8, ::1), link-local / metadata (169.254.0.0/16,
-    /// fe80::/10) or unspecified (0.0.0.0, ::) address is refused unless
+    /// fe80::/10), unspecified (0.0.0.0, ::) or own-host (any address of
+    /// the machine the proxy runs on) address is refused unless
     /// that last matching IP rule is a plain (allowing) one. Any other
     /// address passes. Open policies vet nothing.
     pub fn vet_address(&self, addr: IpAddr) -> Result<(), AddressRefusal> {
@@ -475,10 +476,21 @@ impl Policy {
                 rule: Some(r.text.clone()),
             }),
             Some(_) => Ok(()),
-            None if is_sensitive(addr) => Err(AddressRefusal { addr, rule: None }),
+            None if is_sensitive(addr) || is_host_address(addr) => {
+                Err(AddressRefusal { addr, rule: None })
+            }
             None => Ok(()),
         }
     }
+}
+
+/// An address of THIS host (the proxy runs on it): its primary IP, a
+/// bridge gateway… Reaching one through the proxy reaches every host
+/// service listening on 0.0.0.0, exactly like loopback, so it gets the
+/// same treatment. Binding a port-0 UDP socket succeeds only on a local
+/// address (no packet is sent).
+fn is_host_address(addr: IpAddr) -> bool {
+    !addr.is_multicast() && std::net::UdpSocket::bind(std::net::SocketAddr::new(addr, 0)).is_ok()
 }
 
 /// Loopback, link-local (cloud metadata lives at 169.254.169.254) or unspecified.
@@ -720,6 +732,14 @@ mod tests {
                 .as_deref(),
             Some("!10.0.0.0/8")
         );
+        // The host's own non-loopback address is as sensitive as loopback.
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if sock.connect("192.0.2.1:9").is_ok() {
+            let own = sock.local_addr().unwrap().ip();
+            assert!(allow(&["**"]).vet_address(own).is_err(), "{own}");
+            let rule = own.to_string();
+            assert!(allow(&[rule.as_str()]).vet_address(own).is_ok(), "{own}");
+        }
         // `**` is not an explicit IP allow.
         assert!(
             allow(&["**"])

@@ -24,6 +24,17 @@ pub fn proc_start_time(pid: u32) -> io::Result<Option<u64>> {
     parse_start_time(&stat).map(Some)
 }
 
+/// Whether `pid` is a zombie (dead, not yet reaped by its parent).
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "Z"))
+        })
+        .unwrap_or(false)
+}
+
 /// Parse the start time out of a `stat` line. The command name (field 2)
 /// may contain spaces and parentheses, so fields are counted after the
 /// last `)`.

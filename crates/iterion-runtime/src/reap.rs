@@ -78,6 +78,18 @@ impl ReapDecision {
     }
 }
 
+/// Lease of the process that labelled a resource: held while it lives
+/// (a zombie, already SIGKILLed but not yet waited for, does not count).
+fn resource_lease(resource: &ManagedResource) -> LeaseState {
+    match &resource.owner {
+        None => LeaseState::NotHeld,
+        Some(o) => match owner_lease(o) {
+            LeaseState::Held if owner::is_zombie(o.pid) => LeaseState::NotHeld,
+            lease => lease,
+        },
+    }
+}
+
 /// Lease of a recorded owner on this host.
 pub fn owner_lease(owner: &RunOwner) -> LeaseState {
     match owner::hostname() {
@@ -146,8 +158,9 @@ async fn decide(
                     let lease = r.owner.as_ref().map_or(LeaseState::NotHeld, owner_lease);
                     (lease, RunLookup::Found(r.status), Some(r))
                 }
-                // No run, no owner to hold a lease.
-                Ok(None) => (LeaseState::NotHeld, RunLookup::Absent, None),
+                // Not in this store: absent only if no live process of
+                // another store still owns it (the resource's owner label).
+                Ok(None) => (resource_lease(&decision.resource), RunLookup::Absent, None),
                 Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
             },
         };

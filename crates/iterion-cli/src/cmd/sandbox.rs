@@ -144,12 +144,39 @@ struct PlainReport {
     sandbox_default: String,
     selected_driver: String,
     available_drivers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    egress: Option<EgressReport>,
     capabilities: Option<Capabilities>,
     #[serde(skip_serializing_if = "Option::is_none")]
     driver_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
     containment: serde_json::Value,
+}
+
+/// Whether the selected driver can confine a sandbox to the egress proxy,
+/// and what a non-open `network:` block does when it cannot (SPEC §4: a
+/// driver that cannot enforce says so, never fails open silently).
+#[derive(Debug, Serialize)]
+struct EgressReport {
+    enforced: bool,
+    detail: &'static str,
+}
+
+impl EgressReport {
+    fn of(caps: &Capabilities) -> Self {
+        Self {
+            enforced: caps.egress_enforcement,
+            detail: match caps.egress_enforcement {
+                true => {
+                    "a non-open network: block confines the sandbox to a network whose only reachable address is the egress proxy"
+                }
+                false => {
+                    "cannot confine egress: inline runs with a non-open network: block are refused (SANDBOX_SPEC_REFUSED); auto runs get an advisory proxy and a sandbox_egress_unenforced event"
+                }
+            },
+        }
+    }
 }
 
 async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Exit> {
@@ -189,6 +216,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             .unwrap_or_else(|| "<unset>".to_owned()),
         selected_driver: selected,
         available_drivers: available,
+        egress: caps.as_ref().map(EgressReport::of),
         capabilities: caps,
         driver_error,
         note,
@@ -210,6 +238,14 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         println!("sandbox_default:   {}", report.sandbox_default);
         println!("selected_driver:   {}", report.selected_driver);
         println!("available_drivers: {}", report.available_drivers.join(", "));
+        if let Some(e) = &report.egress {
+            let state = if e.enforced {
+                "enforced"
+            } else {
+                "NOT enforced"
+            };
+            println!("egress:            {state} ({})", e.detail);
+        }
         if let Some(c) = &report.capabilities {
             println!("capabilities:      {}", serde_json::to_string(c)?);
         }
@@ -526,7 +562,24 @@ pub async fn strict_report(
             if !s.read_back.is_empty() && !c.can_serve_read_back() {
                 missing.push("read_back");
             }
-            if missing.is_empty() {
+            // Same verdict as the booter: a non-open network on a driver
+            // that cannot confine egress refuses inline, degrades auto.
+            let unenforced = !c.egress_enforcement
+                && iterion_netproxy::Policy::from_spec(s.network.as_ref())
+                    .is_ok_and(|p| p.needs_proxy());
+            if unenforced && s.mode == Mode::Inline {
+                missing.push("egress enforcement");
+            }
+            if missing.is_empty() && unenforced {
+                check(
+                    "driver capabilities",
+                    CheckStatus::Warn,
+                    format!(
+                        "{} cannot confine egress: the run gets an advisory proxy and a sandbox_egress_unenforced event",
+                        d.name()
+                    ),
+                )
+            } else if missing.is_empty() {
                 check(
                     "driver capabilities",
                     CheckStatus::Pass,

@@ -62,6 +62,7 @@ fn container(name: &str, run_id: &str) -> ManagedResource {
         id: format!("id-{name}"),
         name: name.into(),
         run_id: run_id.into(),
+        owner: None,
     }
 }
 
