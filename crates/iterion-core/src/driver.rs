@@ -17,6 +17,7 @@ use crate::ByteStream;
 use crate::capabilities::Capabilities;
 use crate::id::RunId;
 use crate::plan::LaunchPlan;
+use crate::store::RunOwner;
 
 /// Which driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -298,6 +299,35 @@ pub struct ManagedResource {
     pub name: String,
     /// The `iterion.io/run-id` label (empty when missing).
     pub run_id: String,
+    /// The process that created it ([`OWNER_LABEL`]), when labelled. A
+    /// resource whose run is absent from the reaper's store may belong to a
+    /// run of another store on the same engine; a live creator says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<RunOwner>,
+}
+
+/// Label naming the process that created a resource, as
+/// [`owner_label`] writes it (`PID.START_TIME@HOST`).
+pub const OWNER_LABEL: &str = "iterion.io/owner";
+
+/// The [`OWNER_LABEL`] value of `owner`.
+pub fn owner_label(owner: &RunOwner) -> String {
+    format!("{}.{}@{}", owner.pid, owner.start_time, owner.host)
+}
+
+/// Parse an [`OWNER_LABEL`] value; anything malformed is `None` (no owner
+/// known, so the reaper's other evidence decides).
+pub fn parse_owner_label(value: &str) -> Option<RunOwner> {
+    let (proc_id, host) = value.split_once('@')?;
+    let (pid, start) = proc_id.split_once('.')?;
+    if host.is_empty() {
+        return None;
+    }
+    Some(RunOwner {
+        host: host.to_owned(),
+        pid: pid.parse().ok()?,
+        start_time: start.parse().ok()?,
+    })
 }
 
 /// Kinds of managed resources.
@@ -498,6 +528,20 @@ impl DriverError {
 mod tests {
     use super::*;
     use std::collections::VecDeque;
+
+    #[test]
+    fn owner_label_round_trips_and_refuses_garbage() {
+        let owner = RunOwner {
+            host: "box.example".into(),
+            pid: 4242,
+            start_time: 987_654,
+        };
+        assert_eq!(owner_label(&owner), "4242.987654@box.example");
+        assert_eq!(parse_owner_label(&owner_label(&owner)), Some(owner));
+        for bad in ["", "4242@h", "x.1@h", "1.x@h", "1.2@", "1.2", "-1.2@h"] {
+            assert_eq!(parse_owner_label(bad), None, "{bad}");
+        }
+    }
 
     struct Scripted(VecDeque<OutputChunk>, i64);
 
