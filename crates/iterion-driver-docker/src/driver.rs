@@ -368,6 +368,14 @@ impl DockerDriver {
         if let Some(name) = &info.run_name {
             labels.insert(RUN_NAME_LABEL.to_owned(), name.clone());
         }
+        // The creating process is the run's owner (the engine runs in it):
+        // a reaper working from another store keeps what a live owner holds.
+        if let Some(owner) = current_owner() {
+            labels.insert(
+                iterion_core::driver::OWNER_LABEL.to_owned(),
+                iterion_core::driver::owner_label(&owner),
+            );
+        }
         labels
     }
 
@@ -644,6 +652,33 @@ impl DockerDriver {
 }
 
 /// `iterion-<run id>` truncated to 64 characters (facts §5.3).
+/// This process as a run owner (host, pid, `/proc` start time), the same
+/// identity the runtime records in the store; `None` when `/proc` cannot say.
+fn current_owner() -> Option<iterion_core::store::RunOwner> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces and parens);
+    // the start time is field 22, index 19 after the last ')'.
+    let start_time = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    Some(iterion_core::store::RunOwner {
+        host: host.trim().to_owned(),
+        pid: std::process::id(),
+        start_time,
+    })
+}
+
+fn owner_of(labels: Option<&HashMap<String, String>>) -> Option<iterion_core::store::RunOwner> {
+    labels
+        .and_then(|l| l.get(iterion_core::driver::OWNER_LABEL))
+        .and_then(|v| iterion_core::driver::parse_owner_label(v))
+}
+
 pub(crate) fn container_name(run: &str) -> String {
     let mut name = format!("iterion-{run}");
     name.truncate(64);
@@ -920,6 +955,7 @@ impl Driver for DockerDriver {
                     .map(|n| n.trim_start_matches('/').to_owned())
                     .unwrap_or_default(),
                 run_id: run_id.unwrap_or_default(),
+                owner: owner_of(c.labels.as_ref()),
             });
         }
         let networks = self
@@ -939,6 +975,7 @@ impl Driver for DockerDriver {
                     .and_then(|l| l.get(RUN_ID_LABEL))
                     .cloned()
                     .unwrap_or_default(),
+                owner: owner_of(n.labels.as_ref()),
                 name: n.name.unwrap_or_default(),
             });
         }
@@ -954,6 +991,7 @@ impl Driver for DockerDriver {
                 kind: ResourceKind::Volume,
                 id: v.name.clone(),
                 run_id: v.labels.get(RUN_ID_LABEL).cloned().unwrap_or_default(),
+                owner: owner_of(Some(&v.labels)),
                 name: v.name,
             });
         }

@@ -146,8 +146,20 @@ async fn decide(
                     let lease = r.owner.as_ref().map_or(LeaseState::NotHeld, owner_lease);
                     (lease, RunLookup::Found(r.status), Some(r))
                 }
-                // No run, no owner to hold a lease.
-                Ok(None) => (LeaseState::NotHeld, RunLookup::Absent, None),
+                // Absent from this store: the lease is the creator's, when
+                // the resource names it. Runs of another store on the same
+                // engine (another project's `.iterion`, a test's private
+                // store) are alive and not ours to reap; an unlabelled one
+                // has no owner to hold a lease.
+                Ok(None) => (
+                    decision
+                        .resource
+                        .owner
+                        .as_ref()
+                        .map_or(LeaseState::NotHeld, owner_lease),
+                    RunLookup::Absent,
+                    None,
+                ),
                 Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
             },
         };
