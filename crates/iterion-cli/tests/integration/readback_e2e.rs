@@ -17,6 +17,8 @@
 //! check of `ITERION_ARTIFACT_FILES_DIR` on the real wiring, the PostgreSQL
 //! twin (R10) and the human `iterion files` view.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers: a failed step fails the test
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -356,9 +358,12 @@ fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
     let status = wait_for("the run to end", Duration::from_secs(90), || {
         child.0.try_wait().expect("wait iterion")
     });
-    let mut stdout = String::new();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
     if let Some(mut s) = child.0.stdout.take() {
         std::io::Read::read_to_string(&mut s, &mut stdout).expect("stdout");
+    }
+    if let Some(mut s) = child.0.stderr.take() {
+        std::io::Read::read_to_string(&mut s, &mut stderr).expect("stderr");
     }
     let doc: Value = stdout
         .lines()
@@ -371,7 +376,7 @@ fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
         doc["status"] == "failed" || doc["status"] == "failed_resumable",
         "{doc}"
     );
-    assert_eq!(doc["failure_code"], "SANDBOX_LOST", "{doc}");
+    assert_eq!(doc["failure_code"], "SANDBOX_LOST", "{doc}\n{stderr}");
 
     let files = sb.files(&id);
     assert_eq!(
