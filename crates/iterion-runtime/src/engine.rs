@@ -818,18 +818,18 @@ impl NodeError {
 
 /// Whether the sandbox stopped under a command that exited `exit_code`.
 /// A signal death (> 128) may be seen before the engine has recorded the
-/// container's exit (the exec's stream closes first), so it is re-checked a
-/// few times, bounded; any other status is checked once.
+/// container's exit (the exec's stream closes first; Podman answers errors
+/// while it removes one), so it is re-checked a few times, bounded; any other
+/// status is checked once. Still alive or still unknown at the end: the
+/// node's own failure (no guess).
 async fn sandbox_stopped(run: &dyn iterion_core::SandboxRun, exit_code: i64) -> bool {
     let checks = if exit_code > 128 { 10 } else { 1 };
     for i in 0..checks {
-        match run.is_alive().await {
-            Ok(false) => return true,
-            Ok(true) if i + 1 < checks => {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-            // Alive, or unknown: the node's own failure (no guess).
-            _ => return false,
+        if matches!(run.is_alive().await, Ok(false)) {
+            return true;
+        }
+        if i + 1 < checks {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     }
     false
