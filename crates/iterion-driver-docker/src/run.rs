@@ -84,6 +84,26 @@ impl DockerRun {
         }
     }
 
+    /// Whether the container no longer exists or is being removed.
+    async fn removed_or_removing(&self) -> bool {
+        match self
+            .driver
+            .docker
+            .inspect_container(&self.container, None)
+            .await
+        {
+            Ok(c) => {
+                let status = c
+                    .state
+                    .and_then(|s| s.status)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                matches!(status.as_str(), "removing" | "dead")
+            }
+            Err(e) => status_of(&e) == Some(404),
+        }
+    }
+
     pub(crate) fn driver_client(&self) -> &bollard::Docker {
         &self.driver.docker
     }
@@ -167,7 +187,16 @@ impl SandboxRun for DockerRun {
             self.container,
             crate::rawlist::encode_query(container_path)
         );
-        let stream = match crate::rawlist::get_stream(self.driver.endpoint(), &path).await {
+        let fetched = crate::rawlist::get_stream(self.driver.endpoint(), &path).await;
+        // The container may go between the inspect and the archive request
+        // (removed under the run, or reaped): that is `container_gone`, not a
+        // broken archive, whatever status the engine chose to say it with.
+        if !matches!(fetched, Ok(crate::rawlist::Streamed::Ok(_)))
+            && self.removed_or_removing().await
+        {
+            return Err(self.gone());
+        }
+        let stream = match fetched {
             Ok(crate::rawlist::Streamed::Ok(stream)) => stream,
             Ok(crate::rawlist::Streamed::Status(404, body)) => {
                 return Err(DriverError::Io {
