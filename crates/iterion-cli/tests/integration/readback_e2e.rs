@@ -248,6 +248,9 @@ fn every_file_comes_back(engine: Engine, binds: Binds) {
         get(&sb, &id, ".iterion-readback/out/deep/er/result.json"),
         b"declared"
     );
+    let out = sb.iterion(&["files", &id]);
+    assert!(out.status.success());
+    insta::assert_snapshot!("files_complete", String::from_utf8_lossy(&out.stdout));
     let fetched = get(&sb, &id, "big.bin");
     assert!(fetched == big, "big.bin differs after --get");
     assert!(!crate::support::container_exists(engine, &id));
@@ -309,6 +312,28 @@ fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) ->
 /// Kills the child on drop so a failing assertion never leaves a run behind.
 struct Running(Child);
 
+impl Running {
+    /// Poll like [`wait_for`]; on timeout, kill the run and fail with its
+    /// stderr (what it was stuck on).
+    fn wait_for<T>(&mut self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if start.elapsed() >= limit {
+                let _ = self.0.kill();
+                let mut stderr = String::new();
+                if let Some(mut s) = self.0.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut s, &mut stderr);
+                }
+                panic!("timed out waiting for {what}; iterion run said:\n{stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -316,23 +341,23 @@ impl Drop for Running {
     }
 }
 
-/// The container is killed by the engine while a later node sleeps: the run
-/// fails with a typed code, and what the first node wrote is still drained
-/// from the stopped container (its bind or its volumes) at teardown.
-fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
-    let sb = sandbox(engine, binds);
+/// Start the killed workflow, wait until its `sleeper` node runs, hand the
+/// container to `act` (the engine CLI's arguments before the container
+/// name), and return the run id, the final JSON document and iterion's
+/// stderr once the run has ended.
+fn run_then(sb: &Sandbox, act: &[&str]) -> (String, Value, String) {
     let wf = sb.write("killed.iter", KILLED_WORKFLOW);
     let file = wf.to_string_lossy().into_owned();
-    let mut cmd = clean(&sb, sb.command(&["run", &file, "--json"]));
+    let mut cmd = clean(sb, sb.command(&["run", &file, "--json"]));
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = Running(cmd.spawn().expect("spawn iterion run"));
 
-    let id = wait_for("the run id", Duration::from_secs(60), || {
+    let id = child.wait_for("the run id", Duration::from_secs(60), || {
         let out = sb.iterion(&["runs", "--json"]);
         let doc: Value = serde_json::from_slice(&out.stdout).ok()?;
         doc["runs"][0]["id"].as_str().map(str::to_owned)
     });
-    let container = wait_for("the sleeper node", Duration::from_secs(60), || {
+    let container = child.wait_for("the sleeper node", Duration::from_secs(60), || {
         let out = sb.iterion(&["events", &id, "--json"]);
         let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -346,14 +371,16 @@ fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
             .and_then(|e| e["data"]["container"].as_str().map(str::to_owned));
         container.filter(|_| sleeping)
     });
-    let killed = Command::new("docker")
-        .args(["-H", &engine.host(), "kill", &container])
+    let acted = Command::new("docker")
+        .args(["-H", &sb.engine.host()])
+        .args(act)
+        .arg(&container)
         .output()
-        .expect("docker kill");
+        .expect("docker");
     assert!(
-        killed.status.success(),
-        "docker kill {container}: {}",
-        String::from_utf8_lossy(&killed.stderr)
+        acted.status.success(),
+        "docker {act:?} {container}: {}",
+        String::from_utf8_lossy(&acted.stderr)
     );
     let status = wait_for("the run to end", Duration::from_secs(90), || {
         child.0.try_wait().expect("wait iterion")
@@ -370,12 +397,19 @@ fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or(Value::Null);
-    assert_eq!(status.code(), Some(1), "{doc}");
+    assert_eq!(status.code(), Some(1), "{doc}\n{stderr}");
     assert_eq!(doc["run_id"], id.as_str());
-    assert!(
-        doc["status"] == "failed" || doc["status"] == "failed_resumable",
-        "{doc}"
-    );
+    (id, doc, stderr)
+}
+
+/// The container is killed by the engine while a later node sleeps: the run
+/// fails with a typed code (SANDBOX_LOST, resumable), and what the first
+/// node wrote is still drained from the stopped container (its bind or its
+/// volumes) at teardown.
+fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
+    let sb = sandbox(engine, binds);
+    let (id, doc, stderr) = run_then(&sb, &["kill"]);
+    assert_eq!(doc["status"], "failed_resumable", "{doc}\n{stderr}");
     assert_eq!(doc["failure_code"], "SANDBOX_LOST", "{doc}\n{stderr}");
 
     let files = sb.files(&id);
@@ -398,6 +432,56 @@ fn killed_container_is_still_drained(engine: Engine, binds: Binds) {
         "{events:#?}"
     );
     assert!(!crate::support::container_exists(engine, &id));
+}
+
+/// R7: the container is removed (not only stopped) mid-run, so nothing can
+/// be drained. The run says so — `sandbox_runfiles_drain_failed` with
+/// `container_gone`, and the stored set is marked failed — rather than
+/// showing an empty set that would read as "the tool wrote nothing".
+fn removed_container_is_a_failed_drain_not_an_empty_set(engine: Engine, binds: Binds) {
+    let sb = sandbox(engine, binds);
+    let (id, doc, stderr) = run_then(&sb, &["rm", "-f"]);
+    assert_eq!(doc["failure_code"], "SANDBOX_LOST", "{doc}\n{stderr}");
+    let events = sb.events(&id);
+    let failed = of_type(&events, "sandbox_runfiles_drain_failed");
+    assert_eq!(failed.len(), 1, "{events:#?}");
+    assert_eq!(
+        failed[0]["data"],
+        serde_json::json!({
+            "driver": engine.driver(),
+            "reason": "container_gone",
+            "declined": [],
+            "stale": false,
+        })
+    );
+    assert!(of_type(&events, "sandbox_runfiles_drained").is_empty());
+    let files = sb.files(&id);
+    assert_eq!(files["files"], serde_json::json!([]));
+    assert_eq!(files["drain"]["status"], "failed", "{files:#}");
+    assert_eq!(files["drain"]["reason"], "container_gone");
+    let out = sb.iterion(&["files", &id]);
+    assert!(out.status.success());
+    insta::assert_snapshot!(
+        "files_failed_container_gone",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The run's volumes went with its cleanup, the container with `rm -f`.
+    let volumes = Command::new("docker")
+        .args(["-H", &engine.host(), "volume", "ls", "-q", "--filter"])
+        .arg(format!("label=iterion.io/run-id={id}"))
+        .output()
+        .expect("docker volume ls");
+    assert_eq!(String::from_utf8_lossy(&volumes.stdout).trim(), "");
+}
+
+#[test]
+fn docker_bindless_removed_container_is_a_failed_drain() {
+    removed_container_is_a_failed_drain_not_an_empty_set(Engine::Docker, Binds::Bindless);
+}
+
+#[test]
+fn podman_bind_removed_container_is_a_failed_drain() {
+    removed_container_is_a_failed_drain_not_an_empty_set(Engine::Podman, Binds::Bind);
 }
 
 #[test]
