@@ -851,3 +851,83 @@ workflow pg_twin:
     // Nothing of this run went to the embedded store.
     assert!(!sb.store().exists());
 }
+
+/// A declared path inside another declared path (or inside run-files) is
+/// drained once, with its parent: each file is stored at one address and
+/// charged to one cap.
+#[test]
+fn nested_declared_paths_are_drained_once() {
+    let sb = sandbox(Engine::Docker, Binds::Bindless);
+    let wf = sb.write(
+        "nested.iter",
+        r#"
+tool write:
+  command: `set -e
+mkdir -p /out/sub "$ITERION_ARTIFACT_FILES_DIR/sub"
+printf 'in out/sub' > /out/sub/f.txt
+printf 'in run-files/sub' > "$ITERION_ARTIFACT_FILES_DIR/sub/g.txt"
+echo '{}'`
+
+workflow nested:
+  entry: write
+  sandbox:
+    image: "iterion-test/busybox:local"
+    host_state: none
+    read_back: ["/out/sub", "/out", "/iterion/artifact-files/sub"]
+  write -> done
+"#,
+    );
+    let res = run(&sb, &wf, &[]);
+    assert_finished(&res);
+    let id = res.run_id();
+    let files = sb.files(&id);
+    assert_eq!(
+        listing(&files),
+        expected(&[
+            ("sub/g.txt", b"in run-files/sub"),
+            (".iterion-readback/out/sub/f.txt", b"in out/sub"),
+        ]),
+        "{files:#}"
+    );
+    let metered: Vec<&str> = files["drain"]["metered"]
+        .as_array()
+        .expect("metered")
+        .iter()
+        .map(|m| m["path"].as_str().expect("path"))
+        .collect();
+    assert_eq!(metered, [RUN_FILES, "/out"], "{files:#}");
+}
+
+/// A run refused after its per-run host directory (the run-files bind
+/// source) was laid — here a build whose Dockerfile resolves outside the
+/// workspace, refused while the launch is planned — leaves no directory
+/// behind.
+#[test]
+fn a_refused_boot_leaves_no_run_files_dir_on_the_host() {
+    let sb = Sandbox::new(Engine::Docker);
+    let tmp = sb.dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let sb = sb.with_env("TMPDIR", tmp.to_str().expect("utf-8 temp path"));
+    let wf = sb.write(
+        "refused.iter",
+        r#"
+tool noop:
+  command: `echo '{}'`
+
+workflow refused_build:
+  entry: noop
+  sandbox:
+    build:
+      dockerfile: "../../../../etc/passwd"
+    host_state: none
+  noop -> done
+"#,
+    );
+    let res = run(&sb, &wf, &[]);
+    assert_eq!(res.code, Some(1), "{:?}\n{}", res.doc, res.stderr);
+    assert_eq!(res.status(), "failed", "{:?}\n{}", res.doc, res.stderr);
+    assert_eq!(res.failure_code(), Some("SANDBOX_SPEC_REFUSED"));
+    let id = res.run_id();
+    let dir = tmp.join("iterion").join("sandboxes").join(&id);
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
