@@ -346,6 +346,11 @@ impl Drop for Running {
 /// name), and return the run id, the final JSON document and iterion's
 /// stderr once the run has ended.
 fn run_then(sb: &Sandbox, act: &[&str]) -> (String, Value, String) {
+    run_then_with(sb, &|_| {}, act)
+}
+
+/// [`run_then`], calling `observe(container)` while the sleeper runs.
+fn run_then_with(sb: &Sandbox, observe: &dyn Fn(&str), act: &[&str]) -> (String, Value, String) {
     let wf = sb.write("killed.iter", KILLED_WORKFLOW);
     let file = wf.to_string_lossy().into_owned();
     let mut cmd = clean(sb, sb.command(&["run", &file, "--json"]));
@@ -371,6 +376,7 @@ fn run_then(sb: &Sandbox, act: &[&str]) -> (String, Value, String) {
             .and_then(|e| e["data"]["container"].as_str().map(str::to_owned));
         container.filter(|_| sleeping)
     });
+    observe(&container);
     let acted = Command::new("docker")
         .args(["-H", &sb.engine.host()])
         .args(act)
@@ -930,4 +936,37 @@ workflow refused_build:
     let id = res.run_id();
     let dir = tmp.join("iterion").join("sandboxes").join(&id);
     assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+/// The reaper of another store (another project's `.iterion`, another
+/// test's private store) keeps a live run's sandbox: the run is absent from
+/// that store, but its creator, named by the container's owner label, is
+/// alive. Dry run, so a reaper of this test can never remove anyone else's
+/// sandbox.
+#[test]
+fn another_stores_reaper_keeps_a_live_sandbox() {
+    let sb = sandbox(Engine::Docker, Binds::Bind);
+    let other = Sandbox::new(Engine::Docker);
+    let observe = |container: &str| {
+        let out = other.iterion(&["sandbox", "reap", "--dry-run", "--json"]);
+        assert!(
+            out.status.success(),
+            "reap: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("reap json");
+        let mine: Vec<&Value> = doc["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .filter(|d| d["name"] == container)
+            .collect();
+        assert_eq!(mine.len(), 1, "{doc:#}");
+        assert_eq!(mine[0]["run"], "absent", "{doc:#}");
+        assert_eq!(mine[0]["lease"], "held", "{doc:#}");
+        assert_eq!(mine[0]["action"], "keep", "{doc:#}");
+    };
+    let (id, doc, stderr) = run_then_with(&sb, &observe, &["kill"]);
+    assert_eq!(doc["failure_code"], "SANDBOX_LOST", "{doc}\n{stderr}");
+    assert!(!crate::support::container_exists(Engine::Docker, &id));
 }
