@@ -76,8 +76,14 @@ impl DockerRun {
         match status_of(&e) {
             Some(404) => self.gone(),
             Some(409) if msg.contains("not running") || msg.contains("paused") => self.gone(),
-            // Podman answers 500 for exec into a stopped container.
-            Some(500) if msg.contains("not running") || msg.contains("state improper") => {
+            // Podman answers 500 for exec into a stopped container, and for
+            // an exec whose container was removed under it ("… does not
+            // exist in database: no such container").
+            Some(500)
+                if msg.contains("not running")
+                    || msg.contains("state improper")
+                    || msg.contains("no such container") =>
+            {
                 self.gone()
             }
             _ => engine_err(operation)(e),
