@@ -304,13 +304,27 @@ impl SandboxRun for DockerRun {
             }
         }
         for vol in &self.res.volumes {
-            match docker
-                .remove_volume(vol, Some(RemoveVolumeOptions { force: true }))
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if status_of(&e) == Some(404) => {}
-                Err(e) => self.report(&format!("remove volume {vol}: {}", message_of(&e))),
+            // A container removed by someone else may still be on its way
+            // out when this cleanup runs (the exec ends at the kill, the
+            // removal completes later): its volumes answer 409 "in use" for
+            // that moment. Retried briefly, bounded, so they are not leaked.
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                match docker
+                    .remove_volume(vol, Some(RemoveVolumeOptions { force: true }))
+                    .await
+                {
+                    Ok(()) => break,
+                    Err(e) if status_of(&e) == Some(404) => break,
+                    Err(e) if status_of(&e) == Some(409) && attempts < 20 => {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => {
+                        self.report(&format!("remove volume {vol}: {}", message_of(&e)));
+                        break;
+                    }
+                }
             }
         }
         Ok(())
