@@ -477,7 +477,13 @@ fn removed_container_is_a_failed_drain_not_an_empty_set(engine: Engine, binds: B
         .arg(format!("label=iterion.io/run-id={id}"))
         .output()
         .expect("docker volume ls");
-    assert_eq!(String::from_utf8_lossy(&volumes.stdout).trim(), "");
+    let logs = sb.iterion(&["logs", &id]);
+    assert_eq!(
+        String::from_utf8_lossy(&volumes.stdout).trim(),
+        "",
+        "volumes left behind; run log:\n{}",
+        String::from_utf8_lossy(&logs.stdout)
+    );
 }
 
 #[test]
