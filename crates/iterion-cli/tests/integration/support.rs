@@ -2,6 +2,7 @@
 //! against one engine, and read back what the run left in the store.
 
 #![allow(dead_code)]
+#![allow(clippy::expect_used)] // test scaffolding: a failed step fails the test
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
