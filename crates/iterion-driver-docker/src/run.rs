@@ -76,11 +76,37 @@ impl DockerRun {
         match status_of(&e) {
             Some(404) => self.gone(),
             Some(409) if msg.contains("not running") || msg.contains("paused") => self.gone(),
-            // Podman answers 500 for exec into a stopped container.
-            Some(500) if msg.contains("not running") || msg.contains("state improper") => {
+            // Podman answers 500 for exec into a stopped container, and for
+            // an exec whose container was removed under it ("… does not
+            // exist in database: no such container").
+            Some(500)
+                if msg.contains("not running")
+                    || msg.contains("state improper")
+                    || msg.contains("no such container") =>
+            {
                 self.gone()
             }
             _ => engine_err(operation)(e),
+        }
+    }
+
+    /// Whether the container no longer exists or is being removed.
+    async fn removed_or_removing(&self) -> bool {
+        match self
+            .driver
+            .docker
+            .inspect_container(&self.container, None)
+            .await
+        {
+            Ok(c) => {
+                let status = c
+                    .state
+                    .and_then(|s| s.status)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                matches!(status.as_str(), "removing" | "dead")
+            }
+            Err(e) => status_of(&e) == Some(404),
         }
     }
 
@@ -167,7 +193,16 @@ impl SandboxRun for DockerRun {
             self.container,
             crate::rawlist::encode_query(container_path)
         );
-        let stream = match crate::rawlist::get_stream(self.driver.endpoint(), &path).await {
+        let fetched = crate::rawlist::get_stream(self.driver.endpoint(), &path).await;
+        // The container may go between the inspect and the archive request
+        // (removed under the run, or reaped): that is `container_gone`, not a
+        // broken archive, whatever status the engine chose to say it with.
+        if !matches!(fetched, Ok(crate::rawlist::Streamed::Ok(_)))
+            && self.removed_or_removing().await
+        {
+            return Err(self.gone());
+        }
+        let stream = match fetched {
             Ok(crate::rawlist::Streamed::Ok(stream)) => stream,
             Ok(crate::rawlist::Streamed::Status(404, body)) => {
                 return Err(DriverError::Io {
@@ -269,13 +304,27 @@ impl SandboxRun for DockerRun {
             }
         }
         for vol in &self.res.volumes {
-            match docker
-                .remove_volume(vol, Some(RemoveVolumeOptions { force: true }))
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if status_of(&e) == Some(404) => {}
-                Err(e) => self.report(&format!("remove volume {vol}: {}", message_of(&e))),
+            // A container removed by someone else may still be on its way
+            // out when this cleanup runs (the exec ends at the kill, the
+            // removal completes later): its volumes answer 409 "in use" for
+            // that moment. Retried briefly, bounded, so they are not leaked.
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                match docker
+                    .remove_volume(vol, Some(RemoveVolumeOptions { force: true }))
+                    .await
+                {
+                    Ok(()) => break,
+                    Err(e) if status_of(&e) == Some(404) => break,
+                    Err(e) if status_of(&e) == Some(409) && attempts < 20 => {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => {
+                        self.report(&format!("remove volume {vol}: {}", message_of(&e)));
+                        break;
+                    }
+                }
             }
         }
         Ok(())

@@ -745,6 +745,22 @@ impl Engine {
         let out = collected.map_err(NodeError::driver)?;
         let stderr_tail = String::from_utf8_lossy(&out.stderr_tail).into_owned();
         if out.exit_code != 0 {
+            // A container killed under a running command ends the exec with
+            // the kill's status (137), which reads like the command's own
+            // failure. The sandbox is gone, not the node wrong: SANDBOX_LOST
+            // (infrastructure, resumable), never NODE_FAILED.
+            if sandbox_stopped(booted.run().as_ref(), out.exit_code).await {
+                return Err(NodeError::Failed {
+                    code: FailureCode::SandboxLost,
+                    exit_code: Some(out.exit_code),
+                    error: format!(
+                        "the sandbox {} stopped under the command (exit {})",
+                        booted.run().container(),
+                        out.exit_code
+                    ),
+                    stderr_tail,
+                });
+            }
             return Err(NodeError::Failed {
                 code: FailureCode::NodeFailed,
                 exit_code: Some(out.exit_code),
@@ -798,6 +814,25 @@ impl NodeError {
         };
         Self::failed(code, format!("{} ({})", e, e.code()))
     }
+}
+
+/// Whether the sandbox stopped under a command that exited `exit_code`.
+/// A signal death (> 128) may be seen before the engine has recorded the
+/// container's exit (the exec's stream closes first; Podman answers errors
+/// while it removes one), so it is re-checked a few times, bounded; any other
+/// status is checked once. Still alive or still unknown at the end: the
+/// node's own failure (no guess).
+async fn sandbox_stopped(run: &dyn iterion_core::SandboxRun, exit_code: i64) -> bool {
+    let checks = if exit_code > 128 { 10 } else { 1 };
+    for i in 0..checks {
+        if matches!(run.is_alive().await, Ok(false)) {
+            return true;
+        }
+        if i + 1 < checks {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    false
 }
 
 fn cancelled() -> Failure {

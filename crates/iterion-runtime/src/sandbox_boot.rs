@@ -182,6 +182,17 @@ impl PolicyBooter {
     }
 }
 
+/// A per-run host directory removed when dropped, unless disarmed.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 fn refused(code: FailureCode, reason: impl Into<String>) -> BootError {
     BootError::Refused {
         code,
@@ -315,6 +326,9 @@ impl SandboxBooter for PolicyBooter {
         });
         // Step 11: every mount before Prepare.
         let host_dir = self.run_host_dir(ctx)?;
+        // Removed on every early return below (a refused spec, a proxy that
+        // would not start); disarmed once the run holds it until teardown.
+        let mut host_dir_guard = RemoveOnDrop(Some(host_dir.clone()));
         let run_files = host_dir
             .join("artifact-files")
             .to_string_lossy()
@@ -385,21 +399,23 @@ impl SandboxBooter for PolicyBooter {
             .prepare_and_start(ctx, &driver, plan.clone(), &source, resolved.mode)
             .await;
         match started {
-            Ok(run) => Ok(Booted::Sandbox {
-                run,
-                scratch_dir: "/tmp".to_owned(),
-                keep: Some(Box::new(Kept {
-                    driver: driver_name,
-                    plan,
-                    proxy,
-                    host_dir: Some(host_dir),
-                })),
-            }),
+            Ok(run) => {
+                host_dir_guard.0 = None;
+                Ok(Booted::Sandbox {
+                    run,
+                    scratch_dir: "/tmp".to_owned(),
+                    keep: Some(Box::new(Kept {
+                        driver: driver_name,
+                        plan,
+                        proxy,
+                        host_dir: Some(host_dir),
+                    })),
+                })
+            }
             Err(e) => {
                 if let Some(p) = proxy {
                     p.shutdown().await;
                 }
-                let _ = std::fs::remove_dir_all(&host_dir);
                 Err(e)
             }
         }

@@ -355,6 +355,17 @@ pub fn plan_launch(
             origin: MountOrigin::ReadBack,
         });
     }
+    // A declared path inside another one is drained with it (a declared
+    // path's members are addressed by container path, so at the very same
+    // keys; under run-files, at their path relative to it). Draining it again
+    // would store its files twice and charge them to two caps.
+    let declared: Vec<String> = read_back.iter().map(|d| d.container_path.clone()).collect();
+    read_back.retain(|d| {
+        d.origin == MountOrigin::RunFiles
+            || !declared
+                .iter()
+                .any(|o| *o != d.container_path && path_is_under(&d.container_path, o))
+    });
     if let Some(src) = present(inputs.bundle_dir) {
         mounts.push(bind(&src, BUNDLE_CONTAINER_DIR, true, MountOrigin::Bundle));
     }

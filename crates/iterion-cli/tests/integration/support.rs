@@ -2,6 +2,7 @@
 //! against one engine, and read back what the run left in the store.
 
 #![allow(dead_code)]
+#![allow(clippy::expect_used)] // test scaffolding: a failed step fails the test
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -228,4 +229,22 @@ pub fn container_exists(engine: Engine, run_id: &str) -> bool {
         .output()
         .expect("docker ps");
     !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+/// What `iterion run --json` printed, from a finished process's output (for
+/// tests that build the command themselves, e.g. to drop an inherited var).
+pub fn parse_run_output(out: &Output) -> RunResult {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    RunResult {
+        code: out.status.code(),
+        doc,
+        stdout,
+        stderr,
+    }
 }

@@ -1,5 +1,6 @@
 //! Integration tests of the ADR-143 drain: contract, hostile archives, fuzz.
 
+mod attempts;
 mod contract;
 mod engine;
 mod faults;

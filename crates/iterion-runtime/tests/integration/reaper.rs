@@ -188,3 +188,58 @@ async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
         ["c-absent", "c-dead", "c-recycled", "c-unlabelled"]
     );
 }
+
+/// A resource of a run this store has never heard of belongs to another
+/// store on the same engine (another project's `.iterion`, a test's private
+/// store) when its creator labelled it: kept while that creator lives,
+/// reaped once it is provably gone.
+#[tokio::test]
+async fn another_stores_live_run_is_kept_and_its_dead_one_reaped() {
+    let (store, _dir) = crate::support::store();
+    let me = iterion_runtime::owner::current_owner().unwrap();
+    let owned = |name: &str, run: &str, owner: RunOwner| ManagedResource {
+        owner: Some(owner),
+        ..container(name, run)
+    };
+    let driver = Arc::new(FakeDriver {
+        resources: vec![
+            owned("c-other-live", "other-store-run", me.clone()),
+            owned(
+                "c-other-dead",
+                "other-store-dead",
+                RunOwner {
+                    pid: 999_999_999,
+                    ..me.clone()
+                },
+            ),
+            owned(
+                "c-other-host",
+                "other-host-run",
+                RunOwner {
+                    host: format!("{}-elsewhere", me.host),
+                    ..me.clone()
+                },
+            ),
+        ],
+        ..FakeDriver::default()
+    });
+    let drivers: Vec<Arc<dyn Driver>> = vec![driver.clone()];
+    let decisions = reap_once(&drivers, store.as_ref(), false).await;
+    let by_name = |n: &str| decisions.iter().find(|d| d.resource.name == n).unwrap();
+
+    let live = by_name("c-other-live");
+    assert_eq!(
+        (live.lease, live.lookup),
+        (LeaseState::Held, RunLookup::Absent)
+    );
+    assert!(matches!(live.verdict, ReapVerdict::Keep(_)));
+    assert!(matches!(
+        by_name("c-other-host").verdict,
+        ReapVerdict::Keep(_)
+    ));
+    assert_eq!(
+        by_name("c-other-dead").verdict,
+        ReapVerdict::Reap("run absent")
+    );
+    assert_eq!(*driver.removed.lock().unwrap(), ["c-other-dead"]);
+}

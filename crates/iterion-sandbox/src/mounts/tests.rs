@@ -267,6 +267,25 @@ fn read_back_caps() {
 }
 
 #[test]
+fn a_read_back_path_inside_another_is_drained_once() {
+    let mut s = spec();
+    s.read_back = vec![
+        "/out/sub".into(),
+        "/out".into(),
+        format!("{RUN_FILES_CONTAINER_DIR}/reports"),
+        "/outer".into(),
+    ];
+    let planned = plan_launch(&inputs(&s, HostState::Auto), &host()).expect("plan");
+    let paths: Vec<&str> = planned
+        .plan
+        .read_back
+        .iter()
+        .map(|d| d.container_path.as_str())
+        .collect();
+    assert_eq!(paths, [RUN_FILES_CONTAINER_DIR, "/out", "/outer"]);
+}
+
+#[test]
 fn hostile_workflow_mounts_and_build_refused() {
     let mut s = spec();
     s.mounts = vec!["type=bind,source=/home/dev/.ssh,target=/k".into()];
