@@ -62,6 +62,33 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
     }
 }
 
+/// A stable digest naming the store `ITERION_STORE` points at (drivers
+/// label their resources with it so the reaper only judges runs its own
+/// store can answer for). Never the address itself: a PostgreSQL URL may
+/// carry a password, so its userinfo is dropped before hashing.
+pub fn scope_from_env() -> String {
+    let value = std::env::var(STORE_ENV).ok();
+    let key = match StoreLocation::parse(value.as_deref()) {
+        StoreLocation::Directory(dir) => {
+            let abs = std::path::absolute(&dir).unwrap_or(dir);
+            let abs = abs.canonicalize().unwrap_or(abs);
+            format!("dir:{}", abs.display())
+        }
+        StoreLocation::Postgres(url) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url.as_str()));
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("pg:{scheme}://{rest}")
+        }
+    };
+    // FNV-1a: stable across releases, unlike std's DefaultHasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// What the user should do about a store error.
 pub fn hint(e: &StoreError) -> &'static str {
     match e {

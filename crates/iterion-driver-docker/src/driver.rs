@@ -36,6 +36,9 @@ pub const MANAGED_LABEL: &str = "iterion.io/managed";
 pub const RUN_ID_LABEL: &str = "iterion.io/run-id";
 /// Label carrying the friendly run name.
 pub const RUN_NAME_LABEL: &str = "iterion.io/run-name";
+/// Label naming the run store that owns the run (a stable digest, never
+/// the store's address: a PostgreSQL URL carries a password).
+pub const STORE_LABEL: &str = "iterion.io/store";
 
 /// Both engines here answer 1.41 and refuse newer clients
 /// (reference/test-environment.md, "Engine API version").
@@ -110,6 +113,7 @@ pub struct DockerDriver {
     build_supported: bool,
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
+    store_scope: Option<String>,
 }
 
 impl std::fmt::Debug for DockerDriver {
@@ -212,6 +216,7 @@ impl DockerDriver {
             build_supported: true,
             egress_supported,
             reporter: Arc::new(NullObserver),
+            store_scope: None,
         })
     }
 
@@ -265,6 +270,24 @@ impl DockerDriver {
             }
         }
         Ok(found)
+    }
+
+    /// Scope the driver to one run store: every resource it creates carries
+    /// `iterion.io/store=<scope>`, and [`Driver::list_managed`] lists only
+    /// resources of that scope. Several stores share one engine (the default
+    /// store is `.iterion` under each project), and a store that never knew
+    /// a run cannot confirm it absent (facts §5.5: any doubt keeps) — without
+    /// the scope, a run in one project reaped another project's live sandbox.
+    pub fn with_store_scope(mut self, scope: impl Into<String>) -> Self {
+        self.store_scope = Some(scope.into());
+        self
+    }
+
+    fn in_scope(&self, labels: Option<&HashMap<String, String>>) -> bool {
+        match &self.store_scope {
+            None => true,
+            Some(scope) => labels.and_then(|l| l.get(STORE_LABEL)) == Some(scope),
+        }
     }
 
     /// Report cleanup problems (never surfaced as run failures) here.
@@ -360,11 +383,14 @@ impl DockerDriver {
             })?
     }
 
-    fn run_labels(info: &RunInfo) -> HashMap<String, String> {
+    fn run_labels(&self, info: &RunInfo) -> HashMap<String, String> {
         let mut labels = HashMap::from([
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
             (RUN_ID_LABEL.to_owned(), info.run_id.as_str().to_owned()),
         ]);
+        if let Some(scope) = &self.store_scope {
+            labels.insert(STORE_LABEL.to_owned(), scope.clone());
+        }
         if let Some(name) = &info.run_name {
             labels.insert(RUN_NAME_LABEL.to_owned(), name.clone());
         }
@@ -383,7 +409,7 @@ impl DockerDriver {
         let image = plan.image.clone().ok_or_else(|| DriverError::SpecRefused {
             reason: "the plan names no image".to_owned(),
         })?;
-        let labels = Self::run_labels(info);
+        let labels = self.run_labels(info);
         let run = info.run_id.as_str();
 
         let mut env = plan.env.clone();
@@ -909,6 +935,9 @@ impl Driver for DockerDriver {
     async fn list_managed(&self) -> Result<Vec<ManagedResource>, DriverError> {
         let mut out = Vec::new();
         for c in crate::rawlist::managed_containers(&self.endpoint).await? {
+            if !self.in_scope(c.labels.as_ref()) {
+                continue;
+            }
             let run_id = c.labels.as_ref().and_then(|l| l.get(RUN_ID_LABEL)).cloned();
             out.push(ManagedResource {
                 kind: ResourceKind::Container,
@@ -930,6 +959,9 @@ impl Driver for DockerDriver {
             .await
             .map_err(engine_err("list networks"))?;
         for n in networks {
+            if !self.in_scope(n.labels.as_ref()) {
+                continue;
+            }
             out.push(ManagedResource {
                 kind: ResourceKind::Network,
                 id: n.id.unwrap_or_default(),
@@ -950,6 +982,9 @@ impl Driver for DockerDriver {
             .await
             .map_err(engine_err("list volumes"))?;
         for v in volumes.volumes.into_iter().flatten() {
+            if !self.in_scope(Some(&v.labels)) {
+                continue;
+            }
             out.push(ManagedResource {
                 kind: ResourceKind::Volume,
                 id: v.name.clone(),
