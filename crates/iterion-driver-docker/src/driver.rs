@@ -144,6 +144,25 @@ pub(crate) fn status_of(e: &bollard::errors::Error) -> Option<u16> {
     }
 }
 
+/// The engine did not answer at all: its socket refused the connection or
+/// vanished (a killed or restarted daemon), as opposed to an API error. A
+/// hyper client error means no HTTP response came back (connect refused,
+/// or `SendRequest` on a pooled connection the dead daemon closed).
+pub(crate) fn engine_unreachable(e: &bollard::errors::Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        bollard::errors::Error::HyperLegacyError { .. } => true,
+        bollard::errors::Error::IOError { err } => matches!(
+            err.kind(),
+            ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::NotFound
+                | ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    }
+}
+
 pub(crate) fn message_of(e: &bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
