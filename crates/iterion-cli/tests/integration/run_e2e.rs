@@ -786,6 +786,9 @@ impl PrivateDockerd {
                 &format!("{sock}.pid"),
                 "--bridge=none",
                 "--iptables=false",
+                // Its own cgroup parent: the shared engines' containers live
+                // under /docker, and this daemon is killed and restarted.
+                "--cgroup-parent=/iterion-e2e-docker",
                 "--ip6tables=false",
             ])
             .stdin(Stdio::null())
@@ -831,11 +834,21 @@ impl PrivateDockerd {
             .expect("docker")
     }
 
-    /// Remove every managed container, then stop the daemon by its pid.
-    fn clean_and_stop(mut self) {
+    /// Remove every managed container, then stop the daemon (on drop).
+    fn clean_and_stop(self) {
         let out = self.docker(&["ps", "-aq", "--filter", "label=iterion.io/managed=true"]);
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             let _ = self.docker(&["rm", "-f", id]);
+        }
+    }
+}
+
+impl Drop for PrivateDockerd {
+    /// Stop the daemon by its pid even when an assertion panicked, so the
+    /// next run finds its data root free.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
         }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -887,5 +900,11 @@ fn dead_daemon_mid_run_is_a_typed_failure_with_a_consistent_store() {
         types(&events).last().map(String::as_str),
         Some("run_failed")
     );
-    let _ = left;
+    // The dead daemon kept the container: teardown must not claim otherwise.
+    let cleanup = one(&events, "sandbox_cleanup");
+    assert_eq!(
+        cleanup["data"]["ok"],
+        left.is_empty(),
+        "cleanup={cleanup} container left={left:?}"
+    );
 }
