@@ -135,14 +135,19 @@ struct Spawned {
 /// started in the store.
 fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
     let file = file.to_string_lossy().into_owned();
-    let child = sb
+    let mut child = sb
         .command(&["run", &file, "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn iterion run");
     let mut run_id = String::new();
+    let mut exited = false;
     let started = wait_until(Duration::from_secs(60), || {
+        if child.try_wait().ok().flatten().is_some() {
+            exited = true;
+            return true;
+        }
         if run_id.is_empty() {
             if let Some(r) = runs(sb).first() {
                 run_id = r["id"].as_str().unwrap_or("").to_owned();
@@ -154,6 +159,14 @@ fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
         let out = sb.iterion(&["events", &run_id, "--json"]);
         String::from_utf8_lossy(&out.stdout).contains("\"node_started\"")
     });
+    if exited {
+        let out = child.wait_with_output().expect("output");
+        panic!(
+            "iterion run exited before its node started (run {run_id:?}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     assert!(started, "node never started (run {run_id:?})");
     Spawned { child, run_id }
 }
@@ -414,7 +427,7 @@ fn bindless_driver_drops_host_binds_but_keeps_the_run_files_dir() {
   data: string
 
 tool show:
-  command: `printf '{{"dir": "%s", "data": "%s"}}' "${{ITERION_ARTIFACT_FILES_DIR:-unset}}" "$(test -d /data && echo present || echo absent)"`
+  command: `echo kept > "${{ITERION_ARTIFACT_FILES_DIR:-/nowhere}}/proof.txt"; printf '{{"dir": "%s", "data": "%s"}}' "${{ITERION_ARTIFACT_FILES_DIR:-unset}}" "$(test -d /data && echo present || echo absent)"`
   output: dir_out
 
 workflow bindless:
@@ -452,6 +465,14 @@ workflow bindless:
         assert_eq!(
             out["data"], "absent",
             "{engine:?}: the bind was not dropped"
+        );
+        // Served by a driver-owned volume: written in the sandbox, drained.
+        let files = sb.files(&run_id);
+        assert!(
+            files["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["path"] == "proof.txt")),
+            "{engine:?}: run file not drained: {files}"
         );
         assert!(!container_exists(engine, &run_id));
     }
@@ -588,6 +609,37 @@ fn sigkill_then_sandbox_reap_dry_run_then_reap() {
     }
 }
 
+#[test]
+fn a_reaper_never_touches_another_stores_live_sandbox() {
+    for engine in Engine::ALL {
+        let owner = Sandbox::new(engine);
+        let file = owner.write("nap.iter", SLEEP_WORKFLOW);
+        let spawned = spawn_until_node_started(&owner, &file);
+        let live = spawned.run_id.clone();
+        // Another project's store on the same engine: it never knew `live`.
+        let other = Sandbox::new(engine);
+        let out = other.iterion(&["sandbox", "reap", "--json"]);
+        let still_there = container_exists(engine, &live);
+        signal(&spawned.child, "-INT");
+        let r = wait_child(spawned.child, Duration::from_secs(60));
+        force_remove(engine, &live);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let judged: Vec<&Value> = doc["decisions"]
+            .as_array()
+            .map(|d| d.iter().filter(|d| d["run_id"] == live.as_str()).collect())
+            .unwrap_or_default();
+        assert!(
+            judged.is_empty(),
+            "{engine:?}: judged by a foreign store: {judged:?}"
+        );
+        assert!(
+            still_there,
+            "{engine:?}: a foreign store's reaper removed a live sandbox"
+        );
+        assert_eq!(r.status(), "cancelled", "{engine:?}: {}", r.stderr);
+    }
+}
+
 // ---- bad input ----------------------------------------------------------------
 
 #[test]
@@ -709,12 +761,13 @@ fn five_thousand_short_processes_finish_without_zombies() {
             &format!(
                 r#"schema zombies_out:
   zombies: int
+  pids_max: string
 
 tool fork:
   command: "for i in $(seq 5000); do /bin/true & done; wait; echo forked"
 
 tool count:
-  command: `sleep 1; printf '{{"zombies": %s}}' "$(cat /proc/[0-9]*/stat 2>/dev/null | awk '{{print $3}}' | grep -c Z)"`
+  command: `sleep 1; printf '{{"zombies": %s, "pids_max": "%s"}}' "$(cat /proc/[0-9]*/stat 2>/dev/null | awk '{{print $3}}' | grep -c Z)" "$(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max)"`
   output: zombies_out
 
 workflow forks:
@@ -738,7 +791,14 @@ workflow forks:
             "no pids limit: {}",
             started["data"]["limits"]
         );
-        assert_eq!(node_output(&events, "count")["zombies"], 0, "{engine:?}");
+        let out = node_output(&events, "count");
+        assert_eq!(out["zombies"], 0, "{engine:?}");
+        // The limit the event announces is the one the kernel enforces.
+        assert_eq!(
+            out["pids_max"].as_str().unwrap_or(""),
+            started["data"]["limits"]["pids"].to_string(),
+            "{engine:?}: {out}"
+        );
         assert!(!container_exists(engine, &run_id));
     }
 }
