@@ -104,12 +104,10 @@ pub fn prepare(conn: &mut Connection, location: &str) -> Result<(), StoreError> 
             "the SQLite file belongs to another application (application_id {app_id:#x})"
         )));
     }
-    if app_id == 0 {
-        if objects > 0 {
-            return Err(corrupt(
-                "the SQLite file holds tables but is not an iterion store".to_owned(),
-            ));
-        }
+    if app_id == 0 && objects > 0 {
+        return Err(corrupt(
+            "the SQLite file holds tables but is not an iterion store".to_owned(),
+        ));
     }
     if version > SUPPORTED_VERSION {
         return Err(StoreError::SchemaTooNew {
