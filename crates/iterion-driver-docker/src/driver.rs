@@ -1054,6 +1054,13 @@ impl Driver for DockerDriver {
         match result {
             Ok(()) => Ok(()),
             Err((e, _)) if status_of(&e) == Some(404) => Ok(()),
+            // Another reaper pass of the same store (a run's background pass
+            // and `iterion sandbox reap`) got there first: the goal is met.
+            Err((e, _))
+                if status_of(&e) == Some(409) && message_of(&e).contains("already in progress") =>
+            {
+                Ok(())
+            }
             Err((e, op)) => Err(engine_err(op)(e)),
         }
     }
