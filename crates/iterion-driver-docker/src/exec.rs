@@ -108,7 +108,7 @@ impl ExecSession for DockerExec {
                 }
                 Some(Err(e)) => {
                     self.done = true;
-                    return Some(Err(self.run.map_err("read exec output", e)));
+                    return Some(Err(crate::driver::engine_err("read exec output")(e)));
                 }
                 Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
                     return Some(Ok(OutputChunk {
