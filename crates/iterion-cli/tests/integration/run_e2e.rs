@@ -907,18 +907,24 @@ impl Drop for PrivateDockerd {
     /// Stop the daemon by its pid even when an assertion panicked, so the
     /// next run finds its data root free.
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
+        let running = self.child.try_wait().ok().flatten().is_none();
+        if running {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let stopped = wait_until(Duration::from_secs(30), || {
+                self.child.try_wait().ok().flatten().is_some()
+            });
+            if !stopped {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let stopped = wait_until(Duration::from_secs(30), || {
-            self.child.try_wait().ok().flatten().is_some()
-        });
-        if !stopped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.sock);
+        let _ = std::fs::remove_file(format!("{}.pid", self.sock));
+        // The daemon's log is kept only when a test failed.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(format!("{}.log", self.sock));
         }
     }
 }
