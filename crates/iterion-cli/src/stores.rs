@@ -68,7 +68,12 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
 /// carry a password, so its userinfo is dropped before hashing.
 pub fn scope_from_env() -> String {
     let value = std::env::var(STORE_ENV).ok();
-    let key = match StoreLocation::parse(value.as_deref()) {
+    scope_of(StoreLocation::parse(value.as_deref()))
+}
+
+/// The scope digest of one store location (see [`scope_from_env`]).
+pub fn scope_of(location: StoreLocation) -> String {
+    let key = match location {
         StoreLocation::Directory(dir) => {
             let abs = std::path::absolute(&dir).unwrap_or(dir);
             let abs = abs.canonicalize().unwrap_or(abs);
@@ -159,6 +164,18 @@ pub fn store_error(e: StoreError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scope_names_the_store_never_its_password() {
+        let pg = |url: &str| scope_of(StoreLocation::Postgres(url.to_owned()));
+        let a = pg("postgres://iterion:secret-one@db:5432/runs");
+        assert_eq!(a, pg("postgres://iterion:other-secret@db:5432/runs"));
+        assert_ne!(a, pg("postgres://iterion:secret-one@db:5432/other"));
+        assert!(!a.contains("secret") && a.len() == 16, "{a}");
+        let dir = |d: &str| scope_of(StoreLocation::Directory(PathBuf::from(d)));
+        assert_eq!(dir("/nonexistent/a"), dir("/nonexistent/a"));
+        assert_ne!(dir("/nonexistent/a"), dir("/nonexistent/b"));
+    }
 
     #[test]
     fn store_env_selects_the_backend() {
