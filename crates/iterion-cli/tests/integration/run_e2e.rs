@@ -243,6 +243,33 @@ fn hello_auto_default_image_runs_in_a_container_then_removes_it() {
     }
 }
 
+#[test]
+fn shipped_hello_example_runs_in_the_slim_image() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello.iter");
+    let text = std::fs::read_to_string(&example).expect("examples/hello.iter");
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        let file = sb.write("hello.iter", &text);
+        let slim = crate::support::slim();
+        let r = sb.run(&file, &["--sandbox-default-image", &slim]);
+        assert_eq!(r.code, Some(0), "{engine:?}: {}", r.stderr);
+        let run_id = r.run_id();
+        let events = sb.events(&run_id);
+        let started = one(&events, "sandbox_started");
+        assert_eq!(started["data"]["driver"], engine.driver());
+        assert_eq!(started["data"]["image"], slim.as_str());
+        let greeting = node_output(&events, "hello")["greeting"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(greeting.starts_with("hello from "), "{greeting}");
+        assert!(
+            !container_exists(engine, &run_id),
+            "{engine:?}: container left"
+        );
+    }
+}
+
 // ---- precedence --------------------------------------------------------------
 
 #[test]
