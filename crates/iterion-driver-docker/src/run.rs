@@ -80,6 +80,9 @@ impl DockerRun {
             Some(500) if msg.contains("not running") || msg.contains("state improper") => {
                 self.gone()
             }
+            // Podman answers 500 for an exec inspect of a removed container
+            // (seen in the e2e flood test when a reaper removed it).
+            Some(500) if msg.contains("no such container") => self.gone(),
             // A daemon that no longer answers mid-run has taken the sandbox
             // with it as far as the run can tell: SANDBOX_LOST, not a node
             // failure (found by the dead-daemon e2e test).
