@@ -25,11 +25,14 @@ pub struct Discovered {
 pub async fn discover(env: &EnvSnapshot) -> Discovered {
     let _ = env;
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    // Scoped to this store: a run never reaps what another store's runs
+    // created on the same engine (see `DockerDriver::with_store_scope`).
+    let scope = crate::stores::scope_from_env();
     match DockerDriver::discover_all(&process_env).await {
         Ok(found) if !found.is_empty() => Discovered {
             drivers: found
                 .into_iter()
-                .map(|d| Arc::new(d) as Arc<dyn Driver>)
+                .map(|d| Arc::new(d.with_store_scope(scope.clone())) as Arc<dyn Driver>)
                 .collect(),
             failure: None,
         },

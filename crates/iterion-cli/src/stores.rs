@@ -62,6 +62,38 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
     }
 }
 
+/// A stable digest naming the store `ITERION_STORE` points at (drivers
+/// label their resources with it so the reaper only judges runs its own
+/// store can answer for). Never the address itself: a PostgreSQL URL may
+/// carry a password, so its userinfo is dropped before hashing.
+pub fn scope_from_env() -> String {
+    let value = std::env::var(STORE_ENV).ok();
+    scope_of(StoreLocation::parse(value.as_deref()))
+}
+
+/// The scope digest of one store location (see [`scope_from_env`]).
+pub fn scope_of(location: StoreLocation) -> String {
+    let key = match location {
+        StoreLocation::Directory(dir) => {
+            let abs = std::path::absolute(&dir).unwrap_or(dir);
+            let abs = abs.canonicalize().unwrap_or(abs);
+            format!("dir:{}", abs.display())
+        }
+        StoreLocation::Postgres(url) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url.as_str()));
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("pg:{scheme}://{rest}")
+        }
+    };
+    // FNV-1a: stable across releases, unlike std's DefaultHasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// What the user should do about a store error.
 pub fn hint(e: &StoreError) -> &'static str {
     match e {
@@ -132,6 +164,18 @@ pub fn store_error(e: StoreError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scope_names_the_store_never_its_password() {
+        let pg = |url: &str| scope_of(StoreLocation::Postgres(url.to_owned()));
+        let a = pg("postgres://iterion:secret-one@db:5432/runs");
+        assert_eq!(a, pg("postgres://iterion:other-secret@db:5432/runs"));
+        assert_ne!(a, pg("postgres://iterion:secret-one@db:5432/other"));
+        assert!(!a.contains("secret") && a.len() == 16, "{a}");
+        let dir = |d: &str| scope_of(StoreLocation::Directory(PathBuf::from(d)));
+        assert_eq!(dir("/nonexistent/a"), dir("/nonexistent/a"));
+        assert_ne!(dir("/nonexistent/a"), dir("/nonexistent/b"));
+    }
 
     #[test]
     fn store_env_selects_the_backend() {

@@ -73,6 +73,10 @@ fn owner_of(labels: Option<&HashMap<String, String>>) -> Option<iterion_core::st
     labels?.get(OWNER_LABEL).and_then(|v| parse_owner(v))
 }
 
+/// Label naming the run store that owns the run (a stable digest, never
+/// the store's address: a PostgreSQL URL carries a password).
+pub const STORE_LABEL: &str = "iterion.io/store";
+
 /// Both engines here answer 1.41 and refuse newer clients
 /// (reference/test-environment.md, "Engine API version").
 const API_VERSION: ClientVersion = ClientVersion {
@@ -146,6 +150,7 @@ pub struct DockerDriver {
     build_supported: bool,
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
+    store_scope: Option<String>,
 }
 
 impl std::fmt::Debug for DockerDriver {
@@ -173,6 +178,25 @@ pub(crate) fn status_of(e: &bollard::errors::Error) -> Option<u16> {
     match e {
         bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
+    }
+}
+
+/// The engine did not answer at all: its socket refused the connection or
+/// vanished (a killed or restarted daemon), as opposed to an API error. A
+/// hyper client error means no HTTP response came back (connect refused,
+/// or `SendRequest` on a pooled connection the dead daemon closed).
+pub(crate) fn engine_unreachable(e: &bollard::errors::Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        bollard::errors::Error::HyperLegacyError { .. } => true,
+        bollard::errors::Error::IOError { err } => matches!(
+            err.kind(),
+            ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::NotFound
+                | ErrorKind::BrokenPipe
+        ),
+        _ => false,
     }
 }
 
@@ -247,6 +271,7 @@ impl DockerDriver {
             build_supported: true,
             egress_supported,
             reporter: Arc::new(NullObserver),
+            store_scope: None,
         })
     }
 
@@ -300,6 +325,24 @@ impl DockerDriver {
             }
         }
         Ok(found)
+    }
+
+    /// Scope the driver to one run store: every resource it creates carries
+    /// `iterion.io/store=<scope>`, and [`Driver::list_managed`] lists only
+    /// resources of that scope. Several stores share one engine (the default
+    /// store is `.iterion` under each project), and a store that never knew
+    /// a run cannot confirm it absent (facts §5.5: any doubt keeps) — without
+    /// the scope, a run in one project reaped another project's live sandbox.
+    pub fn with_store_scope(mut self, scope: impl Into<String>) -> Self {
+        self.store_scope = Some(scope.into());
+        self
+    }
+
+    fn in_scope(&self, labels: Option<&HashMap<String, String>>) -> bool {
+        match &self.store_scope {
+            None => true,
+            Some(scope) => labels.and_then(|l| l.get(STORE_LABEL)) == Some(scope),
+        }
     }
 
     /// Report cleanup problems (never surfaced as run failures) here.
@@ -395,11 +438,14 @@ impl DockerDriver {
             })?
     }
 
-    fn run_labels(info: &RunInfo) -> HashMap<String, String> {
+    fn run_labels(&self, info: &RunInfo) -> HashMap<String, String> {
         let mut labels = HashMap::from([
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
             (RUN_ID_LABEL.to_owned(), info.run_id.as_str().to_owned()),
         ]);
+        if let Some(scope) = &self.store_scope {
+            labels.insert(STORE_LABEL.to_owned(), scope.clone());
+        }
         if let Some(name) = &info.run_name {
             labels.insert(RUN_NAME_LABEL.to_owned(), name.clone());
         }
@@ -421,7 +467,7 @@ impl DockerDriver {
         let image = plan.image.clone().ok_or_else(|| DriverError::SpecRefused {
             reason: "the plan names no image".to_owned(),
         })?;
-        let labels = Self::run_labels(info);
+        let labels = self.run_labels(info);
         let run = info.run_id.as_str();
 
         let mut env = plan.env.clone();
@@ -957,6 +1003,9 @@ impl Driver for DockerDriver {
     async fn list_managed(&self) -> Result<Vec<ManagedResource>, DriverError> {
         let mut out = Vec::new();
         for c in crate::rawlist::managed_containers(&self.endpoint).await? {
+            if !self.in_scope(c.labels.as_ref()) {
+                continue;
+            }
             let run_id = c.labels.as_ref().and_then(|l| l.get(RUN_ID_LABEL)).cloned();
             let owner = owner_of(c.labels.as_ref());
             out.push(ManagedResource {
@@ -980,6 +1029,9 @@ impl Driver for DockerDriver {
             .await
             .map_err(engine_err("list networks"))?;
         for n in networks {
+            if !self.in_scope(n.labels.as_ref()) {
+                continue;
+            }
             out.push(ManagedResource {
                 kind: ResourceKind::Network,
                 id: n.id.unwrap_or_default(),
@@ -1001,6 +1053,9 @@ impl Driver for DockerDriver {
             .await
             .map_err(engine_err("list volumes"))?;
         for v in volumes.volumes.into_iter().flatten() {
+            if !self.in_scope(Some(&v.labels)) {
+                continue;
+            }
             out.push(ManagedResource {
                 kind: ResourceKind::Volume,
                 id: v.name.clone(),
@@ -1052,6 +1107,13 @@ impl Driver for DockerDriver {
         match result {
             Ok(()) => Ok(()),
             Err((e, _)) if status_of(&e) == Some(404) => Ok(()),
+            // Another reaper pass of the same store (a run's background pass
+            // and `iterion sandbox reap`) got there first: the goal is met.
+            Err((e, _))
+                if status_of(&e) == Some(409) && message_of(&e).contains("already in progress") =>
+            {
+                Ok(())
+            }
             Err((e, op)) => Err(engine_err(op)(e)),
         }
     }

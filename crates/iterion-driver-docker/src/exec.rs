@@ -14,7 +14,6 @@ use futures_util::{Stream, StreamExt};
 use iterion_core::{DriverError, ExecSession, OutputChunk, OutputStream};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::driver::engine_err;
 use crate::run::DockerRun;
 
 /// Variable marking every process of one exec (inherited by children).
@@ -109,7 +108,7 @@ impl ExecSession for DockerExec {
                 }
                 Some(Err(e)) => {
                     self.done = true;
-                    return Some(Err(engine_err("read exec output")(e)));
+                    return Some(Err(crate::driver::engine_err("read exec output")(e)));
                 }
                 Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
                     return Some(Ok(OutputChunk {

@@ -37,7 +37,9 @@ mod run;
 pub mod settings;
 mod tarfix;
 
-pub use driver::{DockerDriver, Endpoint, MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL};
+pub use driver::{
+    DockerDriver, Endpoint, MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL, STORE_LABEL,
+};
 pub use exec::DockerExec;
 pub use run::{DockerRun, drain_len};
 pub use settings::{BindsMode, DockerSettings, SettingsError};

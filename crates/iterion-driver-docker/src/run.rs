@@ -14,7 +14,7 @@ use iterion_core::{
     ByteStream, DriverError, DriverName, ExecRequest, ExecSession, OutputStream, SandboxRun,
 };
 
-use crate::driver::{DockerDriver, engine_err, message_of, status_of};
+use crate::driver::{DockerDriver, engine_err, engine_unreachable, message_of, status_of};
 use crate::exec::{DockerExec, EXEC_MARKER_ENV};
 
 /// Grace given to the container on cleanup (facts §5.3: `stop --time`).
@@ -86,6 +86,13 @@ impl DockerRun {
             {
                 self.gone()
             }
+            // Podman answers 500 for an exec inspect of a removed container
+            // (seen in the e2e flood test when a reaper removed it).
+            Some(500) if msg.contains("no such container") => self.gone(),
+            // A daemon that no longer answers mid-run has taken the sandbox
+            // with it as far as the run can tell: SANDBOX_LOST, not a node
+            // failure (found by the dead-daemon e2e test).
+            _ if engine_unreachable(&e) => self.gone(),
             _ => engine_err(operation)(e),
         }
     }
@@ -262,6 +269,10 @@ impl SandboxRun for DockerRun {
 
     async fn cleanup(&self) -> Result<(), DriverError> {
         let docker = &self.driver.docker;
+        // Best effort throughout, but a container still there is reported
+        // (after the rest is released), so `sandbox_cleanup` never says ok
+        // for a sandbox a dead daemon kept (found by the dead-daemon e2e).
+        let mut container_left: Option<String> = None;
         if let Some(name) = &self.res.container {
             let stop = docker.stop_container(
                 name,
@@ -284,11 +295,15 @@ impl SandboxRun for DockerRun {
                     link: false,
                 }),
             );
-            match tokio::time::timeout(Duration::from_secs(10), remove).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) if status_of(&e) == Some(404) => {}
-                Ok(Err(e)) => self.report(&format!("remove {name}: {}", message_of(&e))),
-                Err(_) => self.report(&format!("remove {name}: timed out")),
+            let failed = match tokio::time::timeout(Duration::from_secs(10), remove).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) if status_of(&e) == Some(404) => None,
+                Ok(Err(e)) => Some(message_of(&e)),
+                Err(_) => Some("timed out".to_owned()),
+            };
+            if let Some(why) = failed {
+                self.report(&format!("remove {name}: {why}"));
+                container_left = Some(why);
             }
         }
         if let Some(bridge) = &self.res.bridge
@@ -327,7 +342,13 @@ impl SandboxRun for DockerRun {
                 }
             }
         }
-        Ok(())
+        match container_left {
+            None => Ok(()),
+            Some(why) => Err(DriverError::Engine {
+                operation: "remove container",
+                source: why.into(),
+            }),
+        }
     }
 }
 

@@ -115,7 +115,19 @@ impl SqliteStore {
         .map_err(|e| schema::classify(e, &location))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| schema::classify(e, &location))?;
-        schema::prepare(&mut conn, &location)?;
+        // Two processes opening a brand-new store at once (a first run and
+        // an `iterion runs` polling it) race on the switch to WAL, which
+        // answers SQLITE_BUSY without waiting on the busy timeout: retry,
+        // bounded by the same timeout (found by the CLI e2e tests).
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match schema::prepare(&mut conn, &location) {
+                Err(StoreError::Unavailable { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other?,
+            }
+        }
         let (changed, _) = watch::channel(0);
         Ok(SqliteStore {
             inner: Arc::new(Inner {

@@ -82,26 +82,32 @@ pub fn prepare(conn: &mut Connection, location: &str) -> Result<(), StoreError> 
     };
     let map = |e: rusqlite::Error| classify(e, location);
 
-    let app_id: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(map)?;
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(map)?;
+    // One read snapshot: read one by one, a concurrent first open that
+    // commits between them shows tables without the application id yet
+    // (seen as STORE_CORRUPT by the CLI e2e tests).
+    let (app_id, version, objects) = {
+        let tx = conn.transaction().map_err(map)?;
+        let app_id: i64 = tx
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(map)?;
+        let version: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(map)?;
+        let objects: i64 = tx
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(map)?;
+        tx.commit().map_err(map)?;
+        (app_id, version, objects)
+    };
     if app_id != 0 && app_id != APPLICATION_ID {
         return Err(corrupt(format!(
             "the SQLite file belongs to another application (application_id {app_id:#x})"
         )));
     }
-    if app_id == 0 {
-        let objects: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(map)?;
-        if objects > 0 {
-            return Err(corrupt(
-                "the SQLite file holds tables but is not an iterion store".to_owned(),
-            ));
-        }
+    if app_id == 0 && objects > 0 {
+        return Err(corrupt(
+            "the SQLite file holds tables but is not an iterion store".to_owned(),
+        ));
     }
     if version > SUPPORTED_VERSION {
         return Err(StoreError::SchemaTooNew {
