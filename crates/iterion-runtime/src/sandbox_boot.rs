@@ -25,6 +25,7 @@ use iterion_netproxy::{
 };
 use iterion_readback::DrainOptions;
 use iterion_sandbox::admission::admit;
+use iterion_sandbox::devbox::{self, DevboxProject};
 use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::host::{DriverProbe, detect_host, select_driver};
@@ -353,8 +354,22 @@ impl SandboxBooter for PolicyBooter {
         for event in planned.events {
             events.emit(event);
         }
+        // Step 12: devbox tooling of the repo, appended to post_create with
+        // its profile bins on PATH.
+        let mut planned_plan = planned.plan;
+        let repo_devbox = ctx.workspace.join("devbox.json");
+        if repo_devbox.is_file() {
+            let project = DevboxProject {
+                source: "repo".to_owned(),
+                config: repo_devbox.to_string_lossy().into_owned(),
+                container_dir: planned_plan.workdir.clone(),
+            };
+            if let Some(event) = devbox::provision(&mut planned_plan, &[project]) {
+                events.emit(event);
+            }
+        }
         // Step 13: drop what the driver cannot honour, withdraw promises.
-        let finalized = finalize_mounts_for_driver(planned.plan, driver_name, &caps)
+        let finalized = finalize_mounts_for_driver(planned_plan, driver_name, &caps)
             .map_err(|e| refused(e.failure_code(), e.to_string()))?;
         if let Some(event) = finalized.dropped {
             events.emit(event);

@@ -1001,3 +1001,60 @@ fn dead_daemon_mid_run_is_a_typed_failure_with_a_consistent_store() {
         "cleanup={cleanup} container left={left:?}"
     );
 }
+
+/// Seed step 12: a repo `devbox.json` appends `devbox install` (in the
+/// workspace) to post_create and puts the project's profile bin dir first
+/// on PATH, reported as `sandbox_devbox_provisioned`. The workspace carries
+/// a stand-in `devbox` in that bin dir (no Nix here): its `install` drops a
+/// tool next to itself, and the node finds that tool on PATH.
+#[test]
+fn repo_devbox_is_provisioned_in_the_sandbox() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        sb.write("devbox.json", r#"{"packages": ["hello"]}"#);
+        let bin = sb.workspace().join(".devbox/nix/profile/default/bin");
+        std::fs::create_dir_all(&bin).expect("bin dir");
+        let fake = bin.join("devbox");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\n[ \"$1\" = install ] || exit 2\nd=$(dirname \"$0\")\nprintf '#!/bin/sh\\necho provisioned\\n' > \"$d/hello-tool\"\nchmod +x \"$d/hello-tool\"\n",
+        )
+        .expect("fake devbox");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let file = sb.write(
+            "devbox.iter",
+            &format!(
+                r#"tool tooled:
+  command: "hello-tool"
+
+workflow devboxed:
+{}  entry: tooled
+  tooled -> done
+"#,
+                inline_block(&busybox())
+            ),
+        );
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+        let events = sb.events(&r.run_id());
+        let provisioned = one(&events, "sandbox_devbox_provisioned");
+        assert_eq!(provisioned["data"]["target"], "sandbox", "{engine:?}");
+        assert_eq!(provisioned["data"]["sources"][0], "repo", "{engine:?}");
+        let path = provisioned["data"]["path"].as_str().expect("path");
+        assert!(
+            path.starts_with(&format!(
+                "{}/.devbox/nix/profile/default/bin:",
+                sb.workspace().canonicalize().expect("ws").display()
+            )),
+            "{engine:?}: {path}"
+        );
+        let started = one(&events, "sandbox_started");
+        assert_eq!(started["data"]["has_post_create"], true, "{engine:?}");
+        let out = sb.iterion(&["logs", &r.run_id()]);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("provisioned"),
+            "{engine:?}"
+        );
+    }
+}
