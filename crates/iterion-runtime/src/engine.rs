@@ -711,6 +711,12 @@ impl Engine {
         request
             .env
             .insert("ITERION_RUN_ID".into(), state.run_id.to_string());
+        // Settle (seed step 19): `${PROJECT_DIR}` names the workspace as the
+        // exec sees it — the container workspace in a sandbox, the host
+        // workspace otherwise.
+        request
+            .env
+            .insert("PROJECT_DIR".into(), booted.run().workdir().to_owned());
         let mut session = booted
             .run()
             .exec(request)

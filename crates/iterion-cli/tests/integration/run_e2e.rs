@@ -1058,3 +1058,44 @@ workflow devboxed:
         );
     }
 }
+
+/// Settle (seed step 19): `${PROJECT_DIR}` is the container workspace in a
+/// sandbox whose `workspace_folder` moves it, and the host workspace when
+/// the run is not sandboxed.
+#[test]
+fn project_dir_names_the_workspace_the_exec_sees() {
+    let workflow = |sandbox: &str| {
+        format!(
+            r#"schema pd_out:
+  dir: string
+
+tool pd:
+  command: `printf '{{"dir": "%s"}}' "$PROJECT_DIR"`
+  output: pd_out
+
+workflow project_dir:
+{sandbox}  entry: pd
+  pd -> done
+"#
+        )
+    };
+    let sb = Sandbox::new(Engine::Docker);
+    let moved = format!(
+        "  sandbox:\n    image: \"{}\"\n    host_state: none\n    workspace_folder: \"/workspace\"\n",
+        busybox()
+    );
+    let file = sb.write("pd.iter", &workflow(&moved));
+    let r = sb.run(&file, &[]);
+    assert_eq!(r.status(), "finished", "{}", r.stderr);
+    let events = sb.events(&r.run_id());
+    assert_eq!(node_output(&events, "pd")["dir"], "/workspace");
+    let file = sb.write("pd-host.iter", &workflow(""));
+    let r = sb.run(&file, &["--sandbox", "none"]);
+    assert_eq!(r.status(), "finished", "{}", r.stderr);
+    let events = sb.events(&r.run_id());
+    let ws = sb.workspace().canonicalize().expect("ws");
+    assert_eq!(
+        node_output(&events, "pd")["dir"],
+        ws.display().to_string().as_str()
+    );
+}
