@@ -170,8 +170,12 @@ pub fn url_error(e: UrlError) -> anyhow::Error {
         _ => "name one schema with ?schema=NAME, NAME matching [a-z_][a-z0-9_]{0,62}",
     };
     let mut message = format!("{e} [{}]", e.code());
-    if let Some(cause) = std::error::Error::source(&e) {
-        message.push_str(&format!("\n  caused by: {cause}"));
+    // tokio-postgres' own error only says "invalid connection string";
+    // its source names the option (never the value).
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        message.push_str(&format!("\n  caused by: {c}"));
+        cause = c.source();
     }
     message.push_str(&format!("\n  hint: {hint}"));
     anyhow::Error::new(UserInputError::new(message))
