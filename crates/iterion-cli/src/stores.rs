@@ -1,14 +1,18 @@
 //! Picks the run store `ITERION_STORE` names (`shared/SPEC.md` §2): a
 //! `postgres://`/`postgresql://` URL → the PostgreSQL twin, anything else a
 //! directory → the embedded SQLite store (default `.iterion` under the
-//! current directory). Also turns store errors into messages that say what
-//! to do.
+//! current directory). A PostgreSQL URL may name its schema with
+//! `?schema=NAME` (`iterion_store_postgres::url`); a bad one is bad input
+//! (exit 2). Also turns store errors into messages that say what to do.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use iterion_core::{RunStore, StoreError};
+use iterion_store_postgres::{StoreUrl, UrlError};
+
+use crate::exit::UserInputError;
 
 /// The environment variable naming the store.
 pub const STORE_ENV: &str = "ITERION_STORE";
@@ -54,7 +58,8 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
             Ok(Arc::new(store))
         }
         StoreLocation::Postgres(url) => {
-            let store = iterion_store_postgres::PostgresStore::connect(url, None)
+            let url = StoreUrl::parse(url).map_err(url_error)?;
+            let store = iterion_store_postgres::PostgresStore::open(&url)
                 .await
                 .map_err(store_error)?;
             Ok(Arc::new(store))
@@ -65,7 +70,8 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
 /// A stable digest naming the store `ITERION_STORE` points at (drivers
 /// label their resources with it so the reaper only judges runs its own
 /// store can answer for). Never the address itself: a PostgreSQL URL may
-/// carry a password, so its userinfo is dropped before hashing.
+/// carry a password, so only its password-free identity (hosts, ports,
+/// database, schema) is hashed; two schemas are two stores.
 pub fn scope_from_env() -> String {
     let value = std::env::var(STORE_ENV).ok();
     scope_of(StoreLocation::parse(value.as_deref()))
@@ -79,11 +85,13 @@ pub fn scope_of(location: StoreLocation) -> String {
             let abs = abs.canonicalize().unwrap_or(abs);
             format!("dir:{}", abs.display())
         }
-        StoreLocation::Postgres(url) => {
-            let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url.as_str()));
-            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            format!("pg:{scheme}://{rest}")
-        }
+        // An unparsable URL opens no store (every verb that labels or
+        // reaps opens the store first and stops on it), so one shared,
+        // password-free key is enough.
+        StoreLocation::Postgres(url) => StoreUrl::parse(&url).map_or_else(
+            |_| "pg:invalid".to_owned(),
+            |u| format!("pg:{}", u.identity()),
+        ),
     };
     // FNV-1a: stable across releases, unlike std's DefaultHasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -152,6 +160,27 @@ impl std::error::Error for StoreCliError {
     }
 }
 
+/// A refused `ITERION_STORE` URL: bad input (exit 2), with its code and
+/// what to do. The message never holds the URL (it may carry a password).
+pub fn url_error(e: UrlError) -> anyhow::Error {
+    let hint = match e {
+        UrlError::Invalid { .. } => {
+            "write ITERION_STORE as postgres://USER:PASSWORD@HOST:PORT/DATABASE[?schema=NAME]"
+        }
+        _ => "name one schema with ?schema=NAME, NAME matching [a-z_][a-z0-9_]{0,62}",
+    };
+    let mut message = format!("{e} [{}]", e.code());
+    // tokio-postgres' own error only says "invalid connection string";
+    // its source names the option (never the value).
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        message.push_str(&format!("\n  caused by: {c}"));
+        cause = c.source();
+    }
+    message.push_str(&format!("\n  hint: {hint}"));
+    anyhow::Error::new(UserInputError::new(message))
+}
+
 /// Wrap a store error with its code and hint.
 pub fn store_error(e: StoreError) -> anyhow::Error {
     anyhow::Error::new(StoreCliError {
@@ -172,6 +201,25 @@ mod tests {
         assert_eq!(a, pg("postgres://iterion:other-secret@db:5432/runs"));
         assert_ne!(a, pg("postgres://iterion:secret-one@db:5432/other"));
         assert!(!a.contains("secret") && a.len() == 16, "{a}");
+        // Same store however it is spelled or authenticated…
+        for same in [
+            "postgresql://other:x@db:5432/runs",
+            "postgres://iterion@db/runs?schema=iterion",
+            "postgres://iterion@db/runs?password=secret-two&sslmode=disable",
+        ] {
+            assert_eq!(a, pg(same), "{same}");
+        }
+        // …but another schema is another store.
+        assert_ne!(
+            a,
+            pg("postgres://iterion:secret-one@db:5432/runs?schema=team_b")
+        );
+        assert_ne!(
+            pg("postgres://db/runs?schema=team_a"),
+            pg("postgres://db/runs?schema=team_b")
+        );
+        // A refused URL still yields a digest (the verb stops on opening).
+        assert_eq!(pg("postgres://db/runs?schema=Bad").len(), 16);
         let dir = |d: &str| scope_of(StoreLocation::Directory(PathBuf::from(d)));
         assert_eq!(dir("/nonexistent/a"), dir("/nonexistent/a"));
         assert_ne!(dir("/nonexistent/a"), dir("/nonexistent/b"));
@@ -196,6 +244,24 @@ mod tests {
                 StoreLocation::parse(Some(url)),
                 StoreLocation::Postgres(url.into())
             );
+        }
+    }
+
+    #[test]
+    fn a_bad_schema_is_bad_input_without_the_password() {
+        for url in [
+            "postgres://iterion:hunter22@db/runs?schema=Team-A",
+            "postgres://iterion:hunter22@db/runs?schema=a&schema=b",
+            "postgres://iterion:hunter22@db:99999/runs?schema=a",
+        ] {
+            let Err(e) = StoreUrl::parse(url).map_err(url_error) else {
+                panic!("{url} accepted");
+            };
+            assert!(e.downcast_ref::<UserInputError>().is_some(), "{e}");
+            let msg = format!("{e:#}");
+            assert!(msg.contains("[STORE_URL_"), "{msg}");
+            assert!(msg.contains("hint:"), "{msg}");
+            assert!(!msg.contains("hunter22"), "{msg}");
         }
     }
 

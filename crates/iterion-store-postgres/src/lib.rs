@@ -3,6 +3,12 @@
 //! contents (in 1 MiB chunks) all live in one schema, so a cloud deployment
 //! needs nothing but PostgreSQL.
 //!
+//! The schema is [`DEFAULT_SCHEMA`] unless the URL names one with its own
+//! `schema=NAME` query parameter (`postgres://u:pw@db/app?schema=team_a`):
+//! two schemas in one database are two independent stores. The name must
+//! be `[a-z_][a-z0-9_]{0,62}` (refused otherwise, before any SQL) and is
+//! taken out of the URL before tokio-postgres reads it ([`url`]).
+//!
 //! It owns its schema and migrations ([`schema`]); it does not decide
 //! drains or caps, nor interpret events. Concurrency is the database's: an
 //! event or log append locks its run row (`SELECT … FOR UPDATE`), allocates
@@ -12,6 +18,9 @@
 //! `UPDATE … WHERE status = $from AND revision = $rev`.
 
 pub mod schema;
+pub mod url;
+
+pub use url::{StoreUrl, UrlError};
 
 use std::time::Duration;
 
@@ -59,19 +68,6 @@ impl std::fmt::Debug for PostgresStore {
 /// Quote an identifier we validated ourselves.
 pub(crate) fn ident(name: &str) -> String {
     format!("\"{name}\"")
-}
-
-/// Schema names: `[a-z_][a-z0-9_]{0,62}`, so they never need escaping.
-fn valid_schema(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Map a PostgreSQL error: lost connection / server shutting down →
@@ -212,26 +208,46 @@ fn decode_event(run: &RunId, row: &Row) -> Result<EventRecord, StoreError> {
 }
 
 impl PostgresStore {
-    /// Connect to `url` (`postgres://…`), using `schema` (default
-    /// [`DEFAULT_SCHEMA`]), creating and migrating it as needed.
+    /// Connect to `url` (`postgres://…`, see [`url`] for its `schema=`
+    /// parameter), using `schema` when given (a URL naming a different one
+    /// is refused), else the URL's, else [`DEFAULT_SCHEMA`]; creates and
+    /// migrates the schema as needed.
     pub async fn connect(url: &str, schema: Option<&str>) -> Result<PostgresStore, StoreError> {
-        let schema = schema.unwrap_or(DEFAULT_SCHEMA);
-        if !valid_schema(schema) {
+        let url = StoreUrl::parse_with(url, schema).map_err(|e| match e {
+            UrlError::Invalid { source } => StoreError::Unavailable {
+                reason: "ITERION_STORE is not a valid PostgreSQL URL".to_owned(),
+                source: Some(Box::new(source)),
+            },
+            other => StoreError::Corrupt {
+                location: "ITERION_STORE".to_owned(),
+                reason: other.to_string(),
+            },
+        })?;
+        Self::open(&url).await
+    }
+
+    /// Connect to a parsed store URL, creating and migrating its schema as
+    /// needed.
+    pub async fn open(url: &StoreUrl) -> Result<PostgresStore, StoreError> {
+        let schema = url.schema();
+        if !crate::url::valid_schema(schema) {
             return Err(StoreError::Corrupt {
                 location: format!("schema {schema:?}"),
                 reason: "a schema name is [a-z_][a-z0-9_]{0,62}".to_owned(),
             });
         }
-        let mut config: tokio_postgres::Config =
-            url.parse().map_err(|e| StoreError::Unavailable {
-                reason: "ITERION_STORE is not a valid PostgreSQL URL".to_owned(),
-                source: Some(Box::new(e)),
-            })?;
+        let mut config = url.config().clone();
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         // Every pooled connection resolves unqualified names in our schema.
-        config.options(format!("-c search_path={schema}"));
+        // Appended to the URL's own `options=` (not replacing them): the
+        // last `-c` of a setting wins, so the schema is always ours.
+        let options = match config.get_options() {
+            Some(o) if !o.trim().is_empty() => format!("{o} -c search_path={schema}"),
+            _ => format!("-c search_path={schema}"),
+        };
+        config.options(options);
         let hosts: Vec<String> = config
             .get_hosts()
             .iter()

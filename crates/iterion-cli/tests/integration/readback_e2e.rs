@@ -814,14 +814,13 @@ fn no_sandbox_names_no_run_files_dir() {
     assert!(files["drain"].is_null(), "{files:#}");
 }
 
-/// R10: the same drain through the PostgreSQL twin. The database is shared
-/// with other tests and the CLI names no schema, so every assertion is about
-/// this run's id only.
+/// R10: the same drain through the PostgreSQL twin, in a fresh schema of
+/// the shared test database (dropped at the end), so the store holds this
+/// run and nothing else.
 #[test]
 fn postgres_store_keeps_the_same_drained_set() {
-    let url = std::env::var("ITERION_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| panic!("ITERION_TEST_POSTGRES_URL is not set: run scripts/test.sh"));
-    let sb = Sandbox::new(Engine::Docker).with_env("ITERION_STORE", &url);
+    let schema = crate::support::PgSchema::new("readback");
+    let sb = Sandbox::new(Engine::Docker).with_env("ITERION_STORE", &schema.url());
     let wf = sb.write(
         "pg.iter",
         r#"
@@ -860,6 +859,16 @@ workflow pg_twin:
     assert!(get(&sb, &id, "chunks.bin") == chunks, "chunks.bin differs");
     let events = sb.events(&id);
     assert_eq!(of_type(&events, "sandbox_runfiles_drained").len(), 1);
+    // The store is this schema: it lists this run and nothing else.
+    let out = sb.iterion(&["runs", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("runs --json");
+    let ids: Vec<&str> = listed["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![id.as_str()]);
     // Nothing of this run went to the embedded store.
     assert!(!sb.store().exists());
 }

@@ -248,3 +248,90 @@ pub fn parse_run_output(out: &Output) -> RunResult {
         stderr,
     }
 }
+
+/// A fresh PostgreSQL schema of the test database for one test, named in
+/// `ITERION_STORE` with `?schema=`; dropped (with everything the store put
+/// in it) when the guard goes, so tests sharing the database never see each
+/// other's runs.
+pub struct PgSchema {
+    /// `$ITERION_TEST_POSTGRES_URL`, without our parameter.
+    pub base: String,
+    /// The schema name.
+    pub name: String,
+}
+
+impl PgSchema {
+    /// A new, not yet created schema (the store creates it on first use).
+    pub fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let base = std::env::var("ITERION_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!("ITERION_TEST_POSTGRES_URL is not set: run scripts/test.sh")
+        });
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "e2e_{tag}_{}_{nanos}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        Self { base, name }
+    }
+
+    /// The `ITERION_STORE` URL naming this schema.
+    pub fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}schema={}", self.base, self.name)
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let (base, name) = (self.base.clone(), self.name.clone());
+        let drop_it = async move {
+            let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await?;
+            let driver = tokio::spawn(conn);
+            // `name` is ours: [a-z0-9_] only, so it needs no escaping.
+            client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+                .await?;
+            drop(client);
+            let _ = driver.await;
+            Ok::<(), tokio_postgres::Error>(())
+        };
+        let outcome = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(drop_it);
+        if let Err(e) = outcome
+            && !std::thread::panicking()
+        {
+            panic!("dropping test schema {}: {e}", self.name);
+        }
+    }
+}
+
+/// Whether schema `name` exists in the test database at `base`.
+pub fn pg_schema_exists(base: &str, name: &str) -> bool {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+                .await
+                .expect("connect to ITERION_TEST_POSTGRES_URL (run scripts/test.sh)");
+            tokio::spawn(conn);
+            client
+                .query_opt(
+                    "SELECT 1 FROM information_schema.schemata WHERE schema_name = $1",
+                    &[&name],
+                )
+                .await
+                .expect("query schemata")
+                .is_some()
+        })
+}

@@ -2,6 +2,7 @@
 //! schema holding someone else's tables, a schema version newer than this
 //! binary, a URL that is not one, a server that does not answer.
 
+use iterion_core::RunStore as _;
 use iterion_store_postgres::{PostgresStore, schema};
 
 use crate::support::{SchemaGuard, schema_name, url};
@@ -111,4 +112,45 @@ async fn bad_urls_and_dead_servers_are_unavailable() {
         .await
         .expect_err("bad schema name");
     assert_eq!(err.code(), "STORE_CORRUPT", "{err}");
+}
+
+#[tokio::test]
+async fn the_urls_schema_parameter_names_the_store_and_keeps_url_options() {
+    let s = schema_name();
+    let _guard = SchemaGuard {
+        url: url(),
+        schema: s.clone(),
+    };
+    let base = url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    // The URL's own `options=` survive; our search_path is appended last.
+    let u = format!(
+        "{base}{sep}options=-c%20search_path%3Dpublic%20-c%20statement_timeout%3D60000&schema={s}"
+    );
+    let store = PostgresStore::connect(&u, None).await.expect("connect");
+    assert!(store.describe().contains(&s), "{}", store.describe());
+    let runs = store
+        .list_runs(Default::default())
+        .await
+        .expect("list runs in the URL's schema");
+    assert!(runs.items.is_empty());
+    let n: i64 = admin()
+        .await
+        .query_one(&format!("SELECT count(*) FROM {s}.schema_version"), &[])
+        .await
+        .expect("the URL's schema holds the store")
+        .get(0);
+    assert_eq!(n, schema::SUPPORTED_VERSION);
+    // …and really reach the server: one it refuses fails the connection.
+    let refused = format!("{base}{sep}options=-c%20no_such_setting%3D1&schema={s}");
+    let err = PostgresStore::connect(&refused, None)
+        .await
+        .expect_err("URL options= were dropped");
+    assert!(!err.to_string().contains("iterion-test"), "{err}");
+    // The caller's schema may not silently override the URL's.
+    let err = PostgresStore::connect(&u, Some("t_other"))
+        .await
+        .expect_err("conflicting schemas accepted");
+    assert_eq!(err.code(), "STORE_CORRUPT", "{err}");
+    assert!(!err.to_string().contains("iterion-test"), "{err}");
 }
