@@ -1313,9 +1313,20 @@ fn read_secrets(lines: &[Line], ctx: &mut Ctx<'_>, out: &mut Vec<SecretDecl>) {
             Some("file") => SecretDelivery::File,
             _ => SecretDelivery::Env,
         };
+        let text = |key: &str| {
+            props
+                .iter()
+                .find(|p| p.key == key)
+                .and_then(Prop::text)
+                .map(str::to_owned)
+        };
         out.push(SecretDecl {
             name: name.clone(),
             delivery,
+            value: text("value"),
+            mount_path: text("mount_path"),
+            env: text("env"),
+            optional: text("optional").as_deref() == Some("true"),
         });
     }
 }

@@ -711,6 +711,11 @@ impl Engine {
         request
             .env
             .insert("ITERION_RUN_ID".into(), state.run_id.to_string());
+        // `as: env` secrets ride on the exec, not the container's
+        // create-time env (visible in `docker inspect` for its lifetime).
+        for (k, v) in &booted.secrets().env {
+            request.env.insert(k.clone(), v.clone());
+        }
         let mut session = booted
             .run()
             .exec(request)
@@ -722,7 +727,8 @@ impl Engine {
             events.clone(),
             self.settings.node_log_cap,
             self.settings.max_log_line,
-        );
+        )
+        .with_redactor(booted.secrets().redactor.clone());
         let limits = OutputLimits {
             stdout: self.settings.stdout_keep,
             stderr_tail: self.settings.stderr_tail,
@@ -743,7 +749,10 @@ impl Engine {
         };
         log.finish();
         let out = collected.map_err(NodeError::driver)?;
-        let stderr_tail = String::from_utf8_lossy(&out.stderr_tail).into_owned();
+        let stderr_tail = booted
+            .secrets()
+            .redactor
+            .redact(&String::from_utf8_lossy(&out.stderr_tail));
         if out.exit_code != 0 {
             // A container killed under a running command ends the exec with
             // the kill's status (137), which reads like the command's own
