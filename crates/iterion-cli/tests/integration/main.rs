@@ -7,4 +7,5 @@
 mod egress_e2e;
 mod readback_e2e;
 mod run_e2e;
+mod secrets_e2e;
 mod support;
