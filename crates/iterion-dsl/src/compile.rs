@@ -2269,3 +2269,43 @@ fn graph_checks(
         }
     }
 }
+
+#[cfg(test)]
+mod secret_tests {
+    use std::path::Path;
+
+    use crate::ir::SecretDelivery;
+
+    #[test]
+    fn secret_props_reach_the_ir() {
+        let src = r#"secrets:
+  API_TOKEN:
+    value: "${HOST_TOKEN}"
+    env: GH_TOKEN
+  db_pass:
+    as: file
+    mount_path: "/etc/db/pass"
+    optional: true
+
+tool t:
+  command: "true"
+
+workflow w:
+  entry: t
+  t -> done
+"#;
+        let c = crate::compile_source(src, Path::new("s.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let s = &c.workflows[0].secrets;
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].name, "API_TOKEN");
+        assert_eq!(s[0].delivery, SecretDelivery::Env);
+        assert_eq!(s[0].value.as_deref(), Some("${HOST_TOKEN}"));
+        assert_eq!(s[0].env.as_deref(), Some("GH_TOKEN"));
+        assert!(!s[0].optional);
+        assert_eq!(s[1].delivery, SecretDelivery::File);
+        assert_eq!(s[1].mount_path.as_deref(), Some("/etc/db/pass"));
+        assert!(s[1].optional);
+        assert_eq!(s[1].value, None);
+    }
+}

@@ -778,8 +778,19 @@ impl Engine {
             });
         }
         let schema = node.output.as_ref().and_then(|n| workflow.schemas.get(n));
+        // Node output becomes event data (`node_finished.output`): a secret
+        // value the command printed is masked before it is parsed.
+        let redactor = &booted.secrets().redactor;
+        let stdout: std::borrow::Cow<'_, [u8]> = match redactor.is_empty() {
+            true => std::borrow::Cow::Borrowed(&out.stdout),
+            false => std::borrow::Cow::Owned(
+                redactor
+                    .redact(&String::from_utf8_lossy(&out.stdout))
+                    .into_bytes(),
+            ),
+        };
         let output =
-            routing::parse_output(&out.stdout, out.stdout_truncated(), schema).map_err(|e| {
+            routing::parse_output(&stdout, out.stdout_truncated(), schema).map_err(|e| {
                 NodeError::Failed {
                     code: FailureCode::NodeFailed,
                     exit_code: Some(out.exit_code),

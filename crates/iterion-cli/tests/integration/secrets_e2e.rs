@@ -269,3 +269,56 @@ fn explicit_opt_out_with_file_secrets_is_refused() {
     assert_eq!(r.failure_code(), Some("SANDBOX_SPEC_REFUSED"));
     assert!(!r.stderr.contains(FILE_VALUE));
 }
+
+#[test]
+fn bindless_docker_refuses_file_secrets() {
+    let sb = secret_sandbox(Engine::Docker).with_env("ITERION_SANDBOX_DOCKER_BINDS", "none");
+    let file = sb.write(
+        "w.iter",
+        &workflow(&format!(
+            "  sandbox:\n    image: \"{}\"\n    host_state: none\n",
+            busybox()
+        )),
+    );
+    let r = sb.run(&file, &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.failure_code(), Some("SANDBOX_SPEC_REFUSED"));
+    assert!(r.stderr.contains("secret file"), "{}", r.stderr);
+    let events = sb.events(&r.run_id());
+    assert!(of_type(&events, "sandbox_started").is_empty());
+    assert!(leftover_secret_dirs(&sb).is_empty());
+}
+
+#[test]
+fn secret_printed_as_node_output_is_masked_in_events() {
+    let sb = secret_sandbox(Engine::Docker);
+    let wf = format!(
+        r#"schema o:
+  v: string
+
+secrets:
+  API_TOKEN:
+    value: "${{E2E_API_TOKEN}}"
+
+tool echo_it:
+  command: `printf '{{"v":"%s"}}' "$API_TOKEN"`
+  output: o
+
+workflow w:
+  sandbox:
+    image: "{}"
+    host_state: none
+  entry: echo_it
+  echo_it -> done
+"#,
+        busybox()
+    );
+    let file = sb.write("w.iter", &wf);
+    let r = sb.run(&file, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let run_id = r.run_id();
+    let raw =
+        String::from_utf8_lossy(&sb.iterion(&["events", &run_id, "--json"]).stdout).into_owned();
+    assert!(!raw.contains(ENV_VALUE));
+    assert!(raw.contains("[REDACTED]"), "{raw}");
+}
