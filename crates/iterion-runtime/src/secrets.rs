@@ -8,6 +8,19 @@
 //! It does not decide whether the run is sandboxed (the booter does) nor
 //! refresh rotated secrets mid-run (no refresher interface yet). A value is
 //! never put in an error, an event, argv or the run log.
+//!
+//! `value:` is read as a host-side template: each `${VAR}` is replaced by
+//! the host variable (unset → the secret is missing); no `value:` reads the
+//! host variable named like the secret. A missing non-optional secret
+//! refuses the run before any container starts.
+//!
+//! Where file secrets cannot travel (the booter applies this): a degraded
+//! `auto` drops them and says so (`sandbox_skipped.file_secrets_dropped`);
+//! an explicit opt-out (`none`, or nothing asked) runs on the noop driver,
+//! so the noop file-secret gate refuses it — nothing "dropped" them, and
+//! running without a declared secret would fail later and obscurely; a
+//! driver without host binds (bindless docker) refuses too, since the bind
+//! is the file's only delivery channel here.
 
 use std::collections::BTreeMap;
 use std::io::Write;
