@@ -1313,9 +1313,20 @@ fn read_secrets(lines: &[Line], ctx: &mut Ctx<'_>, out: &mut Vec<SecretDecl>) {
             Some("file") => SecretDelivery::File,
             _ => SecretDelivery::Env,
         };
+        let text = |key: &str| {
+            props
+                .iter()
+                .find(|p| p.key == key)
+                .and_then(Prop::text)
+                .map(str::to_owned)
+        };
         out.push(SecretDecl {
             name: name.clone(),
             delivery,
+            value: text("value"),
+            mount_path: text("mount_path"),
+            env: text("env"),
+            optional: text("optional").as_deref() == Some("true"),
         });
     }
 }
@@ -2256,5 +2267,45 @@ fn graph_checks(
                 stack.pop();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use std::path::Path;
+
+    use crate::ir::SecretDelivery;
+
+    #[test]
+    fn secret_props_reach_the_ir() {
+        let src = r#"secrets:
+  API_TOKEN:
+    value: "${HOST_TOKEN}"
+    env: GH_TOKEN
+  db_pass:
+    as: file
+    mount_path: "/etc/db/pass"
+    optional: true
+
+tool t:
+  command: "true"
+
+workflow w:
+  entry: t
+  t -> done
+"#;
+        let c = crate::compile_source(src, Path::new("s.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let s = &c.workflows[0].secrets;
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].name, "API_TOKEN");
+        assert_eq!(s[0].delivery, SecretDelivery::Env);
+        assert_eq!(s[0].value.as_deref(), Some("${HOST_TOKEN}"));
+        assert_eq!(s[0].env.as_deref(), Some("GH_TOKEN"));
+        assert!(!s[0].optional);
+        assert_eq!(s[1].delivery, SecretDelivery::File);
+        assert_eq!(s[1].mount_path.as_deref(), Some("/etc/db/pass"));
+        assert!(s[1].optional);
+        assert_eq!(s[1].value, None);
     }
 }

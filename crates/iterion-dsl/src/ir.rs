@@ -277,6 +277,23 @@ pub struct SecretDecl {
     pub name: String,
     /// How it reaches the sandbox.
     pub delivery: SecretDelivery,
+    /// `value:` as written: a host-side `${VAR}` reference (or a text
+    /// embedding some), expanded from the host environment at run time.
+    /// `None` reads the host variable named like the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `mount_path:` of an `as: file` secret (default
+    /// `/run/iterion/secrets/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_path: Option<String>,
+    /// `env:` — for `as: env` the variable the value is exported as
+    /// (default: the secret's name); for `as: file` a variable holding the
+    /// file's container path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// `optional: true`: a missing value is skipped, not refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// Secret delivery.

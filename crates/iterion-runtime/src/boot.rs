@@ -9,6 +9,7 @@
 //! every run on the host through the noop driver.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
+use crate::secrets::Redactor;
 
 /// Booter-specific flags of a run (`--sandbox`, preflight, …), opaque to
 /// the engine: the booter that defined the type downcasts it.
@@ -86,6 +88,26 @@ pub enum AdmissionVerdict {
     },
 }
 
+/// What every exec of a run carries of its secrets: `as: env` values for
+/// the exec's own env (never the container's create-time env) and the
+/// redactor applied to the node log.
+#[derive(Clone, Default)]
+pub struct ExecSecrets {
+    /// Variable → value.
+    pub env: BTreeMap<String, String>,
+    /// Masks every secret value (env and file) in log lines.
+    pub redactor: Redactor,
+}
+
+impl std::fmt::Debug for ExecSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSecrets")
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("redactor", &self.redactor)
+            .finish()
+    }
+}
+
 /// Where nodes will run.
 pub enum Booted {
     /// In a sandbox.
@@ -97,6 +119,8 @@ pub enum Booted {
         /// Whatever the booter must keep alive until teardown (proxy,
         /// listeners); handed back to [`SandboxBooter::teardown`].
         keep: Option<Box<dyn Any + Send + Sync>>,
+        /// The run's `as: env` secrets and their redactor.
+        secrets: ExecSecrets,
     },
     /// On the host, unsandboxed (the noop driver).
     Host {
@@ -108,6 +132,8 @@ pub enum Booted {
         scratch_dir: String,
         /// Kept until teardown (the scratch directory's guard).
         keep: Option<Box<dyn Any + Send + Sync>>,
+        /// The run's `as: env` secrets and their redactor.
+        secrets: ExecSecrets,
     },
 }
 
@@ -141,6 +167,21 @@ impl Booted {
         match self {
             Self::Sandbox { run, .. } | Self::Host { run, .. } => run,
         }
+    }
+
+    /// The run's exec secrets.
+    pub fn secrets(&self) -> &ExecSecrets {
+        match self {
+            Self::Sandbox { secrets, .. } | Self::Host { secrets, .. } => secrets,
+        }
+    }
+
+    /// The same, carrying `exec` secrets.
+    pub fn with_secrets(mut self, exec: ExecSecrets) -> Self {
+        match &mut self {
+            Self::Sandbox { secrets, .. } | Self::Host { secrets, .. } => *secrets = exec,
+        }
+        self
     }
 
     /// Where script files go.
@@ -284,5 +325,6 @@ pub fn host_booted(ctx: &BootContext<'_>, reason: String) -> Result<Booted, Boot
         run: Arc::new(NoopDriver::host_run(workspace)),
         scratch_dir,
         keep: Some(Box::new(scratch)),
+        secrets: ExecSecrets::default(),
     })
 }

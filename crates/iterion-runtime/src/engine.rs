@@ -717,6 +717,11 @@ impl Engine {
         request
             .env
             .insert("PROJECT_DIR".into(), booted.run().workdir().to_owned());
+        // `as: env` secrets ride on the exec, not the container's
+        // create-time env (visible in `docker inspect` for its lifetime).
+        for (k, v) in &booted.secrets().env {
+            request.env.insert(k.clone(), v.clone());
+        }
         let mut session = booted
             .run()
             .exec(request)
@@ -728,7 +733,8 @@ impl Engine {
             events.clone(),
             self.settings.node_log_cap,
             self.settings.max_log_line,
-        );
+        )
+        .with_redactor(booted.secrets().redactor.clone());
         let limits = OutputLimits {
             stdout: self.settings.stdout_keep,
             stderr_tail: self.settings.stderr_tail,
@@ -749,7 +755,10 @@ impl Engine {
         };
         log.finish();
         let out = collected.map_err(NodeError::driver)?;
-        let stderr_tail = String::from_utf8_lossy(&out.stderr_tail).into_owned();
+        let stderr_tail = booted
+            .secrets()
+            .redactor
+            .redact(&String::from_utf8_lossy(&out.stderr_tail));
         if out.exit_code != 0 {
             // A container killed under a running command ends the exec with
             // the kill's status (137), which reads like the command's own
@@ -775,8 +784,19 @@ impl Engine {
             });
         }
         let schema = node.output.as_ref().and_then(|n| workflow.schemas.get(n));
+        // Node output becomes event data (`node_finished.output`): a secret
+        // value the command printed is masked before it is parsed.
+        let redactor = &booted.secrets().redactor;
+        let stdout: std::borrow::Cow<'_, [u8]> = match redactor.is_empty() {
+            true => std::borrow::Cow::Borrowed(&out.stdout),
+            false => std::borrow::Cow::Owned(
+                redactor
+                    .redact(&String::from_utf8_lossy(&out.stdout))
+                    .into_bytes(),
+            ),
+        };
         let output =
-            routing::parse_output(&out.stdout, out.stdout_truncated(), schema).map_err(|e| {
+            routing::parse_output(&stdout, out.stdout_truncated(), schema).map_err(|e| {
                 NodeError::Failed {
                     code: FailureCode::NodeFailed,
                     exit_code: Some(out.exit_code),

@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use iterion_core::driver::{DriverObserver, Progress};
 use iterion_core::store::NewLogLine;
+
+use crate::secrets::Redactor;
 use iterion_core::{
     EventDraft, EventKind, EventRecord, NodeId, OutputChunk, OutputStream, RunId, RunStore,
 };
@@ -206,6 +208,7 @@ pub struct NodeLog {
     dropped: u64,
     partial: [Vec<u8>; 2],
     batch: Vec<NewLogLine>,
+    redactor: Redactor,
 }
 
 impl NodeLog {
@@ -220,7 +223,16 @@ impl NodeLog {
             dropped: 0,
             partial: [Vec::new(), Vec::new()],
             batch: Vec::new(),
+            redactor: Redactor::default(),
         }
+    }
+
+    /// Mask the run's secret values in every line (a value split across a
+    /// `max_line` boundary is not caught; tool output is otherwise logged
+    /// as printed).
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     fn slot(stream: OutputStream) -> usize {
@@ -264,6 +276,9 @@ impl NodeLog {
         let mut text = String::from_utf8_lossy(&bytes).into_owned();
         if text.ends_with('\r') {
             text.pop();
+        }
+        if !self.redactor.is_empty() {
+            text = self.redactor.redact(&text);
         }
         self.batch.push(NewLogLine {
             stream: Self::stream_name(slot).into(),

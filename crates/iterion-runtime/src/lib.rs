@@ -29,6 +29,7 @@ pub mod owner;
 pub mod reap;
 pub mod routing;
 pub mod sandbox_boot;
+pub mod secrets;
 pub mod template;
 
 pub use boot::{

@@ -17,8 +17,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use iterion_core::plan::EgressAttachment;
 use iterion_core::{
-    Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode, RunInfo,
-    RunStore,
+    Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode,
+    MountOrigin, RunInfo, RunStore,
 };
 use iterion_netproxy::{
     BlockedRequest, EgressProxy, Policy, ProxyHandle, ProxyOptions, ProxyToken,
@@ -28,6 +28,7 @@ use iterion_sandbox::admission::admit;
 use iterion_sandbox::devbox::{self, DevboxProject};
 use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
+use iterion_sandbox::guards::check_noop_file_secrets;
 use iterion_sandbox::host::{DriverProbe, detect_host, select_driver};
 use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
 use iterion_sandbox::precedence::{
@@ -38,8 +39,9 @@ use iterion_sandbox::verdict::{
     Availability, SandboxVerdict, SetupContext, sandbox_verdict, setup_failure_status,
 };
 
-use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, SandboxBooter};
+use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
 use crate::events::{CurrentNode, Emitter, RunObserver};
+use crate::secrets::{SecretFiles, resolve as resolve_secrets, write_files as write_secret_files};
 
 /// The CLI's sandbox knobs of one run (tier 1 and its siblings).
 #[derive(Debug, Clone, Default)]
@@ -109,6 +111,8 @@ struct Kept {
     plan: LaunchPlan,
     proxy: Option<ProxyHandle>,
     host_dir: Option<PathBuf>,
+    /// Removes the host secret files when dropped.
+    secret_files: Option<SecretFiles>,
 }
 
 /// The booter of `iterion run`.
@@ -251,6 +255,15 @@ impl SandboxBooter for PolicyBooter {
         let events = ctx.events;
         let flags = Self::flags(ctx);
         let inputs = self.precedence(ctx, &flags);
+        // Step 5: the resolved secret vars, from the host, before anything
+        // starts; a missing one names the secret, never a value.
+        let secrets = resolve_secrets(&ctx.workflow.secrets, &self.local_env)
+            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let exec = ExecSecrets {
+            env: secrets.env.clone(),
+            redactor: secrets.redactor(),
+        };
+        let file_secret_count = secrets.files.len();
         // Step 6: the chain, and who spoke.
         let resolved: ResolvedMode =
             resolve_mode(&inputs).map_err(|e| refused(e.failure_code(), e.to_string()))?;
@@ -259,6 +272,11 @@ impl SandboxBooter for PolicyBooter {
         let (default_image, _) = resolve_default_image(&inputs);
         if !resolved.mode.is_active() {
             // Step 8, silent half: an explicit opt-out (or nothing asked).
+            // The noop file-secret gate is a hard error here: nothing drops
+            // the file secrets on this path (only a degraded auto does, and
+            // says so), and the mount is their only delivery channel.
+            check_noop_file_secrets(file_secret_count)
+                .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
             return host(
                 ctx,
                 format!(
@@ -266,7 +284,8 @@ impl SandboxBooter for PolicyBooter {
                     display_mode(resolved.mode),
                     resolved.source.as_str()
                 ),
-            );
+            )
+            .map(|b| b.with_secrets(exec));
         }
         // Step 7: auto reads the repo devcontainer and fuses it.
         let workspace = ctx.workspace.to_string_lossy().into_owned();
@@ -298,21 +317,29 @@ impl SandboxBooter for PolicyBooter {
         let source = source_label(resolved.source.as_str(), &built.origin);
         // Steps 9–10: driver selection, then the one degrade/refuse verdict.
         let availability = self.availability(resolved.mode);
-        let driver_name = match sandbox_verdict(resolved.mode, &source, &availability, 0) {
-            SandboxVerdict::Sandbox(name) => name,
-            SandboxVerdict::Unsandboxed => return host(ctx, "not sandboxed".to_owned()),
-            SandboxVerdict::Degraded { event } => {
-                events.emit(event);
-                return host(
-                    ctx,
-                    format!("auto degraded: {}", blocked_reason(&availability)),
-                );
-            }
-            SandboxVerdict::Refused { event, code, .. } => {
-                events.emit(event);
-                return Err(refused(code, blocked_reason(&availability)));
-            }
-        };
+        let driver_name =
+            match sandbox_verdict(resolved.mode, &source, &availability, file_secret_count) {
+                SandboxVerdict::Sandbox(name) => name,
+                SandboxVerdict::Unsandboxed => {
+                    check_noop_file_secrets(file_secret_count)
+                        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+                    return host(ctx, "not sandboxed".to_owned()).map(|b| b.with_secrets(exec));
+                }
+                SandboxVerdict::Degraded { event } => {
+                    // The event says `file_secrets_dropped`; env secrets still
+                    // reach the host execs.
+                    events.emit(event);
+                    return host(
+                        ctx,
+                        format!("auto degraded: {}", blocked_reason(&availability)),
+                    )
+                    .map(|b| b.with_secrets(exec));
+                }
+                SandboxVerdict::Refused { event, code, .. } => {
+                    events.emit(event);
+                    return Err(refused(code, blocked_reason(&availability)));
+                }
+            };
         let driver = self.catalog.get(driver_name).ok_or_else(|| {
             refused(
                 FailureCode::SandboxDriverUnavailable,
@@ -334,6 +361,10 @@ impl SandboxBooter for PolicyBooter {
             .join("artifact-files")
             .to_string_lossy()
             .into_owned();
+        // Step 14: file secrets in a private 0700 dir beside (not inside)
+        // the run's host dir, removed with it on every early return.
+        let secret_files = write_secret_files(&secrets.files, &host_dir)
+            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
         let snapshot = HostSnapshot::capture(&self.env, &[run_files.as_str()]);
         let planned = plan_launch(
             &PlanInputs {
@@ -368,11 +399,40 @@ impl SandboxBooter for PolicyBooter {
                 events.emit(event);
             }
         }
+        // Step 14's mounts join before the drop (step 13), so a driver that
+        // cannot keep them is caught below.
+        planned_plan
+            .mounts
+            .extend(secret_files.mounts.iter().cloned());
+        // Paths only (facts §6.9: exported before start); values never
+        // touch the create-time env.
+        for (k, v) in &secret_files.path_env {
+            planned_plan.env.insert(k.clone(), v.clone());
+        }
         // Step 13: drop what the driver cannot honour, withdraw promises.
         let finalized = finalize_mounts_for_driver(planned_plan, driver_name, &caps)
             .map_err(|e| refused(e.failure_code(), e.to_string()))?;
         if let Some(event) = finalized.dropped {
             events.emit(event);
+        }
+        // A dropped secret-file bind (a driver without host binds) would
+        // start a sandbox missing a secret it declared: refuse instead.
+        for m in &secret_files.mounts {
+            if !finalized
+                .plan
+                .mounts
+                .iter()
+                .any(|k| k.origin == MountOrigin::SecretFile && k.target == m.target)
+            {
+                return Err(refused(
+                    FailureCode::SandboxSpecRefused,
+                    format!(
+                        "the {driver_name} driver cannot bind the secret file {} here \
+                         (no host bind mounts); file secrets have no other delivery channel",
+                        m.target
+                    ),
+                ));
+            }
         }
         let mut plan = finalized.plan;
         plan.host_gateway_alias = true;
@@ -424,7 +484,9 @@ impl SandboxBooter for PolicyBooter {
                         plan,
                         proxy,
                         host_dir: Some(host_dir),
+                        secret_files: Some(secret_files),
                     })),
+                    secrets: exec,
                 })
             }
             Err(e) => {
@@ -469,6 +531,7 @@ impl SandboxBooter for PolicyBooter {
             if let Some(p) = kept.proxy {
                 p.shutdown().await;
             }
+            drop(kept.secret_files);
             if let Some(dir) = kept.host_dir {
                 let _ = std::fs::remove_dir_all(dir);
             }

@@ -72,6 +72,7 @@ impl SandboxBooter for ContainerBooter {
             run: Arc::from(run),
             scratch_dir: "/tmp/iterion-scripts".into(),
             keep: None,
+            secrets: Default::default(),
         })
     }
 
