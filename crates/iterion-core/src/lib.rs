@@ -11,6 +11,7 @@ pub mod capabilities;
 pub mod driver;
 pub mod event;
 pub mod failure;
+pub mod hostvars;
 pub mod id;
 pub mod mode;
 pub mod plan;

@@ -10,80 +10,11 @@ use std::path::Path;
 
 use iterion_core::Spec;
 
-/// Host variables `${localEnv:…}` may read.
-pub fn local_env_allowed(name: &str) -> bool {
-    const ALLOWED: &[&str] = &[
-        "HOME",
-        "USER",
-        "USERNAME",
-        "LOGNAME",
-        "LANG",
-        "LANGUAGE",
-        "TERM",
-        "TZ",
-        "XDG_CONFIG_HOME",
-        "XDG_CACHE_HOME",
-        "XDG_DATA_HOME",
-        "XDG_STATE_HOME",
-        "XDG_RUNTIME_DIR",
-        "PWD",
-        "OLDPWD",
-        "DISPLAY",
-        "WAYLAND_DISPLAY",
-        "XAUTHORITY",
-        "PUID",
-        "PGID",
-        "VARIANT",
-    ];
-    ALLOWED.contains(&name) || name.starts_with("LC_")
-}
+pub use iterion_core::hostvars::local_env_allowed;
 
-/// Expand host-side variables in one string.
+/// Expand host-side variables in one string (see [`iterion_core::hostvars`]).
 pub fn expand_str(s: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        let inner = &after[..end];
-        let whole = &rest[start..start + 2 + end + 1];
-        match resolve(inner, env, workspace) {
-            Some(v) => out.push_str(&v),
-            None => out.push_str(whole),
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn resolve(inner: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> Option<String> {
-    if inner == "localWorkspaceFolder" {
-        return Some(workspace.display().to_string());
-    }
-    if inner == "localWorkspaceFolderBasename" {
-        return Some(
-            workspace
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        );
-    }
-    let spec = inner.strip_prefix("localEnv:")?;
-    let (name, default) = match spec.split_once(':') {
-        Some((n, d)) => (n, d),
-        None => (spec, ""),
-    };
-    if local_env_allowed(name)
-        && let Some(v) = env(name)
-    {
-        return Some(v);
-    }
-    Some(default.to_string())
+    iterion_core::hostvars::expand_host_vars(s, env, workspace)
 }
 
 /// Expand a spec: image, user, workspace_folder, post_create, mounts, env

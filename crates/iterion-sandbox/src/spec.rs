@@ -143,91 +143,26 @@ pub struct SpecInputs<'a> {
     /// For the `sandbox_env_denied` payload.
     pub run_id: &'a str,
     /// Host environment for `${localEnv:NAME}` (only allowlisted names are
-    /// ever read from it, see [`LOCAL_ENV_ALLOWLIST`]).
+    /// ever read from it, see [`iterion_core::hostvars::local_env_allowed`]).
     pub local_env: BTreeMap<String, String>,
     /// Host workspace path for `${localWorkspaceFolder}`.
     pub workspace: &'a str,
 }
 
-/// Host variables `${localEnv:NAME}` may read (facts §2.2): anything else
-/// resolves to its default, so a hostile devcontainer or block cannot
-/// exfiltrate a secret through substitution. `LC_*` is also allowed.
-pub const LOCAL_ENV_ALLOWLIST: &[&str] = &[
-    "HOME",
-    "USER",
-    "USERNAME",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "TERM",
-    "TZ",
-    "XDG_CONFIG_HOME",
-    "XDG_CACHE_HOME",
-    "XDG_DATA_HOME",
-    "XDG_STATE_HOME",
-    "XDG_RUNTIME_DIR",
-    "PWD",
-    "OLDPWD",
-    "DISPLAY",
-    "WAYLAND_DISPLAY",
-    "XAUTHORITY",
-    "PUID",
-    "PGID",
-    "VARIANT",
-];
-
 /// Expand `${localEnv:NAME[:default]}`, `${localWorkspaceFolder}` and
 /// `${localWorkspaceFolderBasename}`; leave every other `${…}` (e.g.
-/// `${containerEnv:…}`) as written.
+/// `${containerEnv:…}`) as written. The allowlist and the rules live in
+/// [`iterion_core::hostvars`], shared with the DSL.
 pub fn expand_host_vars(
     text: &str,
     local_env: &BTreeMap<String, String>,
     workspace: &str,
 ) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        let inner = &after[..end];
-        let replaced = if inner == "localWorkspaceFolder" {
-            Some(workspace.to_owned())
-        } else if inner == "localWorkspaceFolderBasename" {
-            Some(
-                workspace
-                    .trim_end_matches('/')
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("")
-                    .to_owned(),
-            )
-        } else if let Some(spec) = inner.strip_prefix("localEnv:") {
-            let (name, default) = match spec.split_once(':') {
-                Some((n, d)) => (n, d),
-                None => (spec, ""),
-            };
-            let allowed = LOCAL_ENV_ALLOWLIST.contains(&name) || name.starts_with("LC_");
-            Some(
-                allowed
-                    .then(|| local_env.get(name).cloned())
-                    .flatten()
-                    .unwrap_or_else(|| default.to_owned()),
-            )
-        } else {
-            None
-        };
-        match replaced {
-            Some(v) => out.push_str(&v),
-            None => out.push_str(&rest[start..start + 2 + end + 1]),
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    out
+    iterion_core::hostvars::expand_host_vars(
+        text,
+        &|name| local_env.get(name).cloned(),
+        std::path::Path::new(workspace),
+    )
 }
 
 fn expand_spec(spec: &mut Spec, local_env: &BTreeMap<String, String>, workspace: &str) {

@@ -613,9 +613,7 @@ pub async fn strict_report(
 /// The host variables `${localEnv:…}` may read, and nothing else.
 fn local_env_snapshot() -> BTreeMap<String, String> {
     std::env::vars()
-        .filter(|(k, _)| {
-            iterion_sandbox::spec::LOCAL_ENV_ALLOWLIST.contains(&k.as_str()) || k.starts_with("LC_")
-        })
+        .filter(|(k, _)| iterion_core::hostvars::local_env_allowed(k))
         .collect()
 }
 
