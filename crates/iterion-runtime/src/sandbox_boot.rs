@@ -36,7 +36,8 @@ use iterion_sandbox::precedence::{
 };
 use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
 use iterion_sandbox::verdict::{
-    Availability, SandboxVerdict, SetupContext, sandbox_verdict, setup_failure_status,
+    Availability, EgressVerdict, SandboxVerdict, SetupContext, egress_verdict, sandbox_verdict,
+    setup_failure_status,
 };
 
 use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
@@ -441,17 +442,12 @@ impl SandboxBooter for PolicyBooter {
             .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
         let mut proxy = None;
         if policy.needs_proxy() {
-            if !caps.egress_enforcement {
-                let reason = format!(
-                    "the {driver_name} driver cannot confine the sandbox to the egress proxy here"
-                );
-                if resolved.mode == Mode::Inline {
+            match egress_verdict(resolved.mode, true, driver_name, caps.egress_enforcement) {
+                EgressVerdict::Refused { reason } => {
                     return Err(refused(FailureCode::SandboxSpecRefused, reason));
                 }
-                events.emit(EventKind::SandboxEgressUnenforced {
-                    driver: driver_name.as_str().to_owned(),
-                    reason,
-                });
+                EgressVerdict::Advisory { event } => events.emit(event),
+                EgressVerdict::Open | EgressVerdict::Enforced => {}
             }
             let token = ProxyToken::generate();
             let mut opts = ProxyOptions::new(

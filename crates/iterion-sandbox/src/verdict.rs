@@ -93,6 +93,53 @@ pub fn sandbox_verdict(
     }
 }
 
+/// How a run's egress policy is served on the selected driver: the one
+/// home of "enforce, advise or refuse" (shared/SPEC.md §4: never fail open
+/// silently). The booter acts on it; `doctor --strict` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EgressVerdict {
+    /// Open policy: no proxy, normal networking.
+    Open,
+    /// The driver confines the sandbox to the proxy.
+    Enforced,
+    /// `auto` on a driver that cannot confine: an advisory proxy, and this
+    /// `sandbox_egress_unenforced` event says so.
+    Advisory {
+        /// The event to emit.
+        event: EventKind,
+    },
+    /// `inline` on a driver that cannot confine: refused before start.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The egress verdict for a policy that `needs_proxy` on `driver`.
+pub fn egress_verdict(
+    mode: Mode,
+    needs_proxy: bool,
+    driver: DriverName,
+    enforcement_available: bool,
+) -> EgressVerdict {
+    if !needs_proxy {
+        return EgressVerdict::Open;
+    }
+    if enforcement_available {
+        return EgressVerdict::Enforced;
+    }
+    let reason = format!("the {driver} driver cannot confine the sandbox to the egress proxy here");
+    match mode {
+        Mode::Inline => EgressVerdict::Refused { reason },
+        _ => EgressVerdict::Advisory {
+            event: EventKind::SandboxEgressUnenforced {
+                driver: driver.as_str().to_owned(),
+                reason,
+            },
+        },
+    }
+}
+
 /// Whether the run's context was still alive when setup failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SetupContext {
@@ -143,6 +190,24 @@ mod tests {
         Availability::Blocked {
             reason: "no container runtime".into(),
         }
+    }
+
+    #[test]
+    fn egress_is_enforced_advised_or_refused_never_silently_open() {
+        use EgressVerdict as V;
+        let d = DriverName::Docker;
+        assert_eq!(egress_verdict(Mode::Inline, false, d, false), V::Open);
+        assert_eq!(egress_verdict(Mode::Auto, true, d, true), V::Enforced);
+        assert!(matches!(
+            egress_verdict(Mode::Inline, true, d, false),
+            V::Refused { .. }
+        ));
+        assert!(matches!(
+            egress_verdict(Mode::Auto, true, d, false),
+            V::Advisory {
+                event: EventKind::SandboxEgressUnenforced { .. }
+            }
+        ));
     }
 
     #[test]

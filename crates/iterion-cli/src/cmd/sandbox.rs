@@ -17,6 +17,7 @@ use iterion_sandbox::precedence::{
     PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
 };
 use iterion_sandbox::spec::{SpecInputs, build_spec, check_network_syntax, source_label};
+use iterion_sandbox::verdict::{EgressVerdict, egress_verdict};
 use serde::Serialize;
 
 use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag};
@@ -562,15 +563,14 @@ pub async fn strict_report(
             if !s.read_back.is_empty() && !c.can_serve_read_back() {
                 missing.push("read_back");
             }
-            // Same verdict as the booter: a non-open network on a driver
-            // that cannot confine egress refuses inline, degrades auto.
-            let unenforced = !c.egress_enforcement
-                && iterion_netproxy::Policy::from_spec(s.network.as_ref())
-                    .is_ok_and(|p| p.needs_proxy());
-            if unenforced && s.mode == Mode::Inline {
+            // The booter's own verdict (iterion_sandbox::verdict::egress_verdict).
+            let needs_proxy = iterion_netproxy::Policy::from_spec(s.network.as_ref())
+                .is_ok_and(|p| p.needs_proxy());
+            let egress = egress_verdict(s.mode, needs_proxy, d.name(), c.egress_enforcement);
+            if matches!(egress, EgressVerdict::Refused { .. }) {
                 missing.push("egress enforcement");
             }
-            if missing.is_empty() && unenforced {
+            if missing.is_empty() && matches!(egress, EgressVerdict::Advisory { .. }) {
                 check(
                     "driver capabilities",
                     CheckStatus::Warn,
