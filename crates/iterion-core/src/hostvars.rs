@@ -9,6 +9,8 @@
 
 use std::path::Path;
 
+use crate::Spec;
+
 /// Host variables `${localEnv:…}` may read.
 pub fn local_env_allowed(name: &str) -> bool {
     const ALLOWED: &[&str] = &[
@@ -83,4 +85,25 @@ fn resolve(inner: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) 
         return Some(v);
     }
     Some(default.to_string())
+}
+
+/// Expand a spec: image, user, workspace_folder, post_create, mounts, env
+/// values and build fields (dockerfile, context, args values).
+pub fn expand_spec(spec: &Spec, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> Spec {
+    let x = |s: &String| expand_host_vars(s, env, workspace);
+    let mut out = spec.clone();
+    out.image = spec.image.as_ref().map(x);
+    out.user = spec.user.as_ref().map(x);
+    out.workspace_folder = spec.workspace_folder.as_ref().map(x);
+    out.post_create = spec.post_create.as_ref().map(x);
+    out.mounts = spec.mounts.iter().map(x).collect();
+    out.env = spec.env.iter().map(|(k, v)| (k.clone(), x(v))).collect();
+    if let Some(b) = &spec.build {
+        let mut nb = b.clone();
+        nb.dockerfile = b.dockerfile.as_ref().map(x);
+        nb.context = b.context.as_ref().map(x);
+        nb.args = b.args.iter().map(|(k, v)| (k.clone(), x(v))).collect();
+        out.build = Some(nb);
+    }
+    out
 }

@@ -8,8 +8,6 @@
 
 use std::path::Path;
 
-use iterion_core::Spec;
-
 pub use iterion_core::hostvars::local_env_allowed;
 
 /// Expand host-side variables in one string (see [`iterion_core::hostvars`]).
@@ -17,30 +15,12 @@ pub fn expand_str(s: &str, env: &dyn Fn(&str) -> Option<String>, workspace: &Pat
     iterion_core::hostvars::expand_host_vars(s, env, workspace)
 }
 
-/// Expand a spec: image, user, workspace_folder, post_create, mounts, env
-/// values and build fields (dockerfile, context, args values).
-pub fn expand_spec(spec: &Spec, env: &dyn Fn(&str) -> Option<String>, workspace: &Path) -> Spec {
-    let x = |s: &String| expand_str(s, env, workspace);
-    let mut out = spec.clone();
-    out.image = spec.image.as_ref().map(x);
-    out.user = spec.user.as_ref().map(x);
-    out.workspace_folder = spec.workspace_folder.as_ref().map(x);
-    out.post_create = spec.post_create.as_ref().map(x);
-    out.mounts = spec.mounts.iter().map(x).collect();
-    out.env = spec.env.iter().map(|(k, v)| (k.clone(), x(v))).collect();
-    if let Some(b) = &spec.build {
-        let mut nb = b.clone();
-        nb.dockerfile = b.dockerfile.as_ref().map(x);
-        nb.context = b.context.as_ref().map(x);
-        nb.args = b.args.iter().map(|(k, v)| (k.clone(), x(v))).collect();
-        out.build = Some(nb);
-    }
-    out
-}
+pub use iterion_core::hostvars::expand_spec;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iterion_core::Spec;
 
     fn env(n: &str) -> Option<String> {
         match n {

@@ -165,30 +165,6 @@ pub fn expand_host_vars(
     )
 }
 
-fn expand_spec(spec: &mut Spec, local_env: &BTreeMap<String, String>, workspace: &str) {
-    let x = |s: &mut String| *s = expand_host_vars(s, local_env, workspace);
-    for field in [
-        &mut spec.image,
-        &mut spec.user,
-        &mut spec.workspace_folder,
-        &mut spec.post_create,
-    ] {
-        if let Some(v) = field.as_mut() {
-            x(v);
-        }
-    }
-    spec.mounts.iter_mut().for_each(x);
-    spec.env.values_mut().for_each(x);
-    if let Some(b) = spec.build.as_mut() {
-        for field in [&mut b.dockerfile, &mut b.context] {
-            if let Some(v) = field.as_mut() {
-                x(v);
-            }
-        }
-        b.args.values_mut().for_each(x);
-    }
-}
-
 /// Build the spec for an active mode.
 pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<BuiltSpec, PolicyError> {
     let empty = Spec::default();
@@ -236,7 +212,11 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<BuiltSpec, PolicyError> {
         }
     };
     spec.mode = inputs.mode;
-    expand_spec(&mut spec, &inputs.local_env, inputs.workspace);
+    spec = iterion_core::hostvars::expand_spec(
+        &spec,
+        &|name| inputs.local_env.get(name).cloned(),
+        std::path::Path::new(inputs.workspace),
+    );
     for (k, v) in &inputs.operator_env {
         spec.env.insert(k.clone(), v.clone());
     }
