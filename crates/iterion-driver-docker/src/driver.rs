@@ -151,6 +151,9 @@ pub struct DockerDriver {
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
     store_scope: Option<String>,
+    /// Asked once, when first needed: Podman's /info takes seconds, so
+    /// connecting (every `iterion` verb) does not ask it.
+    footprint: Arc<tokio::sync::OnceCell<iterion_core::driver::HostFootprint>>,
 }
 
 impl std::fmt::Debug for DockerDriver {
@@ -272,6 +275,7 @@ impl DockerDriver {
             egress_supported,
             reporter: Arc::new(NullObserver),
             store_scope: None,
+            footprint: Arc::new(tokio::sync::OnceCell::new()),
         })
     }
 
@@ -608,6 +612,9 @@ impl DockerDriver {
             networking_config: networking.clone(),
             ..ContainerCreateBody::default()
         };
+        // Immediately before create: a source swapped since the judgement
+        // cannot win (issue 19 item 1).
+        crate::footprint::recheck_binds(plan, &self.host_footprint().await)?;
         let name = container_name(run);
         res.container = Some(name.clone());
         let use_init = !self.init_missing.load(Ordering::Relaxed);
@@ -786,6 +793,7 @@ impl Driver for DockerDriver {
         iterion_sandbox::guards::check_launch_plan(plan).map_err(|v| DriverError::SpecRefused {
             reason: v.to_string(),
         })?;
+        crate::footprint::recheck_binds(plan, &self.host_footprint().await)?;
         if self.bindless()
             && let Some(m) = plan.mounts.iter().find(|m| m.is_host_bind())
         {
@@ -990,6 +998,13 @@ impl Driver for DockerDriver {
             ),
             local: !self.bindless(),
         })
+    }
+
+    async fn host_footprint(&self) -> iterion_core::driver::HostFootprint {
+        self.footprint
+            .get_or_init(|| crate::footprint::probe(&self.docker, &self.endpoint))
+            .await
+            .clone()
     }
 
     async fn image_present(&self, image: &str) -> Result<bool, DriverError> {

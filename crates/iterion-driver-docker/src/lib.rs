@@ -32,6 +32,7 @@ mod build;
 mod driver;
 mod exec;
 mod firewall;
+mod footprint;
 mod rawlist;
 mod run;
 pub mod settings;

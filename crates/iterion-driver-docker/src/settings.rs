@@ -25,8 +25,10 @@ pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Bound of one discovery probe.
-pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound of one discovery probe. Podman 4.3 computes host facts for every
+/// `/version` (two to six seconds on a loaded two-core machine here); a
+/// dead socket answers at once, so only a hung engine waits this long.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether host paths may be bound into the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -15,16 +15,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use iterion_core::driver::HostFootprint;
 use iterion_core::plan::EgressAttachment;
 use iterion_core::{
     Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode,
-    MountOrigin, RunInfo, RunStore,
+    MountOrigin, RunInfo, RunStore, Trust,
 };
 use iterion_netproxy::{
     BlockedRequest, EgressProxy, Policy, ProxyHandle, ProxyOptions, ProxyToken,
 };
 use iterion_readback::DrainOptions;
 use iterion_sandbox::admission::admit;
+use iterion_sandbox::binds::{BindScope, HostBindSettings, resolve_plan_binds, run_settings};
 use iterion_sandbox::devbox::{self, DevboxProject};
 use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
@@ -125,6 +127,7 @@ pub struct PolicyBooter {
     state_dir: PathBuf,
     current: CurrentNode,
     drain: DrainOptions,
+    store_dir: Option<PathBuf>,
 }
 
 impl PolicyBooter {
@@ -146,7 +149,27 @@ impl PolicyBooter {
             state_dir,
             current,
             drain: DrainOptions::default(),
+            store_dir: None,
         }
+    }
+
+    /// The directory of the run store, when it is one: no bind may expose
+    /// it, and one that contains it gets it masked (issue 19 item 3).
+    pub fn with_store_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.store_dir = dir;
+        self
+    }
+
+    /// What a bind is judged with for this run (issue 19 item 1): the host
+    /// facts (which name every engine socket discovery could reach), the
+    /// selected engine's reported paths, the store and the state dir.
+    fn bind_settings(&self, footprint: &HostFootprint) -> HostBindSettings {
+        run_settings(
+            |k| self.local_env.get(k).cloned(),
+            footprint.paths.iter().cloned(),
+            self.store_dir.as_deref(),
+            &self.state_dir,
+        )
     }
 
     fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
@@ -186,6 +209,15 @@ impl PolicyBooter {
         })?;
         Ok(dir)
     }
+}
+
+/// The empty, read-only directory a mask binds over a private area.
+fn mask_dir(host_dir: &std::path::Path) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = host_dir.join("mask");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))?;
+    Ok(dir.to_string_lossy().into_owned())
 }
 
 /// A per-run host directory removed when dropped, unless disarmed.
@@ -379,6 +411,7 @@ impl SandboxBooter for PolicyBooter {
                 run_files_dir: Some(&run_files),
                 bundle_dir: None,
                 readback_cap: self.env.readback_cap.as_deref(),
+                untrusted: ctx.trust == Trust::Untrusted,
             },
             &snapshot,
         )
@@ -436,6 +469,27 @@ impl SandboxBooter for PolicyBooter {
             }
         }
         let mut plan = finalized.plan;
+        // Every kept bind judged by its real path, the store masked where a
+        // bind would expose it (issue 19 items 1 and 3); the driver checks
+        // the sources again immediately before create.
+        let mask = mask_dir(&host_dir)
+            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        let workspace_real = ctx
+            .workspace
+            .canonicalize()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| workspace.clone());
+        let footprint = driver.host_footprint().await;
+        resolve_plan_binds(
+            &mut plan,
+            &self.bind_settings(&footprint),
+            &BindScope {
+                workspace: Some(&workspace_real),
+                untrusted: ctx.trust == Trust::Untrusted,
+            },
+            Some(&mask),
+        )
+        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
         plan.host_gateway_alias = true;
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())

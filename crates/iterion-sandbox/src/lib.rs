@@ -29,6 +29,7 @@
 //! 8. on a setup error, [`verdict::setup_failure_status`].
 
 pub mod admission;
+pub mod binds;
 pub mod devbox;
 pub mod devcontainer;
 pub mod env;

@@ -27,11 +27,11 @@ use iterion_core::{
     MountOrigin, ReadBackDecl, Spec, parse_size,
 };
 
+use crate::binds::{BindRole, HostBindSettings, check_spelling};
 use crate::env::EnvSnapshot;
 use crate::error::PolicyError;
 use crate::guards::{
-    check_bind_source, check_build_path, check_read_back_path, normalize_lexical,
-    parse_docker_mount,
+    check_build_path, check_read_back_path, normalize_lexical, parse_docker_mount,
 };
 
 /// Container path of the per-run scratch area (the sources leave it open).
@@ -163,6 +163,9 @@ pub struct PlanInputs<'a> {
     pub bundle_dir: Option<&'a str>,
     /// Raw `ITERION_SANDBOX_READBACK_CAP`.
     pub readback_cap: Option<&'a str>,
+    /// `--trust untrusted`: host_state candidates outside the workspace
+    /// are skipped (a declared bind outside it is refused by the judge).
+    pub untrusted: bool,
 }
 
 /// A plan and the events planning produced.
@@ -230,13 +233,17 @@ pub fn plan_launch(
             let mut binds = Vec::new();
             for cand in host.host_state_candidates() {
                 let cand = normalize_lexical(&cand);
-                // Skip rules (facts §6.2), plus: a candidate the bind guard
-                // would refuse (e.g. under /root, or a credential dir) is
-                // skipped rather than failing the whole run at Start.
+                // Skip rules (facts §6.2), plus: a candidate whose spelling
+                // the bind judge refuses (a credential dir) is skipped rather
+                // than failing the whole run, and so is every candidate of an
+                // untrusted run (none lies in the workspace, by the rule
+                // above). The judge still sees the real path of the rest.
                 if !host.exists(&cand)
                     || path_is_under(&cand, &workspace)
                     || path_is_under(&workspace, &cand)
-                    || check_bind_source(&cand).is_err()
+                    || inputs.untrusted
+                    || check_spelling(&cand, BindRole::Declared, &HostBindSettings::default())
+                        .is_err()
                 {
                     continue;
                 }

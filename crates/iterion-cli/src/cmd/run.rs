@@ -63,9 +63,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             failure: discovered.failure,
         },
         store.clone(),
-        std::env::temp_dir().join("iterion"),
+        stores::state_dir(),
         current.clone(),
-    );
+    )
+    .with_store_dir(stores::store_dir_from_env());
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
     let engine = Engine::new(store, Arc::new(booter))
         .with_event_tap(tap)
@@ -162,6 +163,7 @@ async fn preflight(args: &RunArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
         sandbox: args.sandbox,
         default_image: args.sandbox_default_image.clone(),
         host_state: args.sandbox_host_state,
+        untrusted: args.trust == TrustFlag::Untrusted,
     };
     let report = super::sandbox::strict_report(&opts, env).await?;
     if report.failed() {

@@ -20,7 +20,7 @@ use iterion_sandbox::spec::{SpecInputs, build_spec, check_network_syntax, source
 use iterion_sandbox::verdict::{EgressVerdict, egress_verdict};
 use serde::Serialize;
 
-use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag};
+use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag, TrustFlag};
 use crate::drivers;
 use crate::exit::{Exit, UserInputError};
 
@@ -72,6 +72,8 @@ pub struct StrictOptions {
     pub default_image: Option<String>,
     /// `--sandbox-host-state`.
     pub host_state: Option<HostStateFlag>,
+    /// `--trust untrusted`.
+    pub untrusted: bool,
 }
 
 /// The strict report (SPEC §2 JSON shape).
@@ -120,6 +122,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<Exit> {
         sandbox: args.sandbox,
         default_image: args.sandbox_default_image.clone(),
         host_state: args.sandbox_host_state,
+        untrusted: args.trust == Some(TrustFlag::Untrusted),
     };
     let report = strict_report(&opts, &env).await?;
     let text = render_strict(&report);
@@ -431,6 +434,12 @@ pub async fn strict_report(
         },
     });
 
+    // host binds: the run's own verdicts (issue 19 item 1)
+    checks.push(match &spec_for_checks {
+        None => check("host binds", CheckStatus::Skip, "no sandbox spec"),
+        Some(s) => host_binds_check(s, &workspace, opts.untrusted, selected).await,
+    });
+
     // image resolvable
     let image = spec_for_checks.as_ref().and_then(|s| {
         s.image
@@ -608,6 +617,78 @@ pub async fn strict_report(
         capabilities: selected.map(|d| d.capabilities()),
         checks,
     })
+}
+
+/// The workspace and every declared bind judged exactly as a run judges
+/// them (`iterion_sandbox::binds`, with the same settings), including
+/// whether the run store would be masked.
+async fn host_binds_check(
+    spec: &Spec,
+    workspace: &str,
+    untrusted: bool,
+    selected: Option<&Arc<dyn Driver>>,
+) -> Check {
+    use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin};
+    use iterion_sandbox::binds::{BindScope, resolve_plan_binds, run_settings};
+    // The selected engine's paths, as the run's booter asks them.
+    let engine_paths = match selected {
+        Some(d) => d.host_footprint().await.paths,
+        None => Vec::new(),
+    };
+    let settings = run_settings(
+        |k| std::env::var(k).ok(),
+        engine_paths,
+        crate::stores::store_dir_from_env().as_deref(),
+        &crate::stores::state_dir(),
+    );
+    let mut plan = LaunchPlan::default();
+    plan.mounts.push(Mount {
+        kind: MountKind::Bind,
+        source: Some(workspace.to_owned()),
+        target: workspace.to_owned(),
+        readonly: false,
+        size: None,
+        origin: MountOrigin::Workspace,
+    });
+    for raw in &spec.mounts {
+        match iterion_sandbox::guards::parse_docker_mount(raw) {
+            Ok(m) if m.kind == MountKind::Bind => plan.mounts.push(m),
+            Ok(_) => {}
+            Err(e) => return check("host binds", CheckStatus::Fail, e.to_string()),
+        }
+    }
+    let declared = plan.mounts.len() - 1;
+    let real_ws = std::fs::canonicalize(workspace)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| workspace.to_owned());
+    let scope = BindScope {
+        workspace: Some(&real_ws),
+        untrusted,
+    };
+    // A placeholder mask: the doctor only reports that one would be laid.
+    match resolve_plan_binds(&mut plan, &settings, &scope, Some("/")) {
+        Err(e) => check("host binds", CheckStatus::Fail, e.to_string()),
+        Ok(()) => {
+            let masked: Vec<&str> = plan
+                .mounts
+                .iter()
+                .filter(|m| m.origin == MountOrigin::Mask)
+                .map(|m| m.target.as_str())
+                .collect();
+            let mut detail = format!(
+                "workspace {real_ws} and {declared} declared bind(s) pass the real-path judge{}",
+                if untrusted {
+                    " (untrusted: workspace only)"
+                } else {
+                    ""
+                }
+            );
+            if !masked.is_empty() {
+                detail.push_str(&format!("; masked from the sandbox: {}", masked.join(", ")));
+            }
+            check("host binds", CheckStatus::Pass, detail)
+        }
+    }
 }
 
 /// The host variables `${localEnv:…}` may read, and nothing else.

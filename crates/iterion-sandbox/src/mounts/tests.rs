@@ -54,6 +54,7 @@ fn inputs<'a>(spec: &'a Spec, host_state: HostState) -> PlanInputs<'a> {
         run_files_dir: Some("/store/runs/r1/artifact-files"),
         bundle_dir: Some("/store/bundle"),
         readback_cap: None,
+        untrusted: false,
     }
 }
 

@@ -1,0 +1,316 @@
+//! Issue 19 items 1, 3 and 4 (and issue 14 item 1), performed as the
+//! reporter did against the real dockerd and the real Podman: host binds
+//! the old word list missed, the run store within reach of the sandbox,
+//! host-root setuid and device files left on a host bind. Every attack
+//! must fail on both engines; the benign twin of each must keep working;
+//! `doctor --strict` must give the run's own verdict.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::support::{Engine, RunResult, Sandbox, busybox, container_exists, of_type};
+
+fn workflow(mounts: &[String], extra: &str) -> String {
+    let list = mounts
+        .iter()
+        .map(|m| format!("{m:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"tool probe:
+  command: `cat /x/shadow /x/etc/shadow 2>/dev/null | head -c 64; echo '{{}}'`
+
+workflow attack:
+  sandbox:
+    image: "{image}"
+    host_state: none
+    mounts: [{list}]
+{extra}  entry: probe
+  probe -> done
+"#,
+        image = busybox()
+    )
+}
+
+/// The refusal a run recorded (`run_failed.error`).
+fn run_error(sb: &Sandbox, r: &RunResult) -> String {
+    let events = sb.events(&r.run_id());
+    of_type(&events, "run_failed")
+        .first()
+        .map(|e| e["data"]["error"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| panic!("no run_failed: {events:#?}"))
+}
+
+/// The `host binds` row of `doctor --strict FILE --json` (extra flags appended).
+fn doctor_row(sb: &Sandbox, file: &Path, extra: &[&str]) -> Value {
+    let file = file.to_string_lossy().into_owned();
+    let mut args = vec!["sandbox", "doctor", "--strict", file.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let out = sb.iterion(&args);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor json: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    doc["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "host binds"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no host binds row: {doc:#}"))
+}
+
+/// Run `file` and assert it is refused before any container exists, with
+/// the doctor giving the very same verdict.
+fn assert_refused(sb: &Sandbox, file: &Path, flags: &[&str], why: &str) -> String {
+    let r = sb.run(file, flags);
+    assert_eq!(r.code, Some(1), "{:?} {why}: {}", sb.engine, r.stderr);
+    assert_eq!(
+        r.failure_code(),
+        Some("SANDBOX_SPEC_REFUSED"),
+        "{:?} {why}: {}",
+        sb.engine,
+        r.stderr
+    );
+    let error = run_error(sb, &r);
+    assert!(
+        !container_exists(sb.engine, &r.run_id()),
+        "{:?} {why}: a container was created",
+        sb.engine
+    );
+    let row = doctor_row(sb, file, flags);
+    assert_eq!(row["status"], "fail", "{:?} {why}: {row}", sb.engine);
+    assert_eq!(
+        row["detail"].as_str(),
+        Some(error.as_str()),
+        "{:?} {why}: doctor and run disagree",
+        sb.engine
+    );
+    error
+}
+
+/// Item 1: the engine socket at the path `DOCKER_HOST` names (not a
+/// standard one) and the directory holding it, `/`, `/etc` read-write,
+/// and a symlink that resolves into `/etc` — each refused on both engines,
+/// with the doctor agreeing.
+#[test]
+fn binds_the_word_list_missed_are_refused() {
+    for engine in Engine::ALL {
+        let probe = Sandbox::new(engine);
+        // DOCKER_HOST at a non-standard path: a symlink to the test socket.
+        let engine_dir = probe.dir.path().join("engine");
+        std::fs::create_dir_all(&engine_dir).expect("engine dir");
+        let real_socket = engine.host().trim_start_matches("unix://").to_owned();
+        let socket = engine_dir.join("d.sock");
+        std::os::unix::fs::symlink(&real_socket, &socket).expect("socket link");
+        let host = format!("unix://{}", socket.display());
+        let mut sb = Sandbox::new(engine);
+        sb.env.push(("DOCKER_HOST".to_owned(), host));
+        let ws = sb.workspace();
+        std::os::unix::fs::symlink("/etc", ws.join("l")).expect("symlink");
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                format!("type=bind,source={},target=/x", engine_dir.display()),
+                "the directory of the DOCKER_HOST socket",
+                "contains the sensitive host path",
+            ),
+            (
+                format!("type=bind,source={},target=/x/s", socket.display()),
+                "the DOCKER_HOST socket",
+                "sensitive host path",
+            ),
+            (
+                format!("type=bind,source={real_socket},target=/x/s"),
+                "the engine socket",
+                "",
+            ),
+            (
+                "type=bind,source=/,target=/x".to_owned(),
+                "the host root",
+                "root directory",
+            ),
+            (
+                "type=bind,source=/etc,target=/x".to_owned(),
+                "/etc read-write",
+                "/etc",
+            ),
+            (
+                format!(
+                    "type=bind,source={}/l/shadow,target=/x/shadow",
+                    ws.display()
+                ),
+                "a symlink into /etc",
+                "resolves to /etc/shadow",
+            ),
+            (
+                format!("type=bind,source={}/l,target=/x", ws.display()),
+                "a symlink to /etc",
+                "resolves to /etc",
+            ),
+        ];
+        for (i, (mount, why, needle)) in cases.iter().enumerate() {
+            let file = sb.write(
+                &format!("a{i}.iter"),
+                &workflow(std::slice::from_ref(mount), ""),
+            );
+            let error = assert_refused(&sb, &file, &[], why);
+            assert!(error.contains(needle), "{engine:?} {why}: {error}");
+            // Deny wins whatever the trust.
+            if i % 3 == 0 {
+                assert_refused(&sb, &file, &["--trust", "untrusted"], why);
+            }
+        }
+    }
+}
+
+/// Item 1 under `sandbox: auto`: a repository's `.devcontainer` `mounts`
+/// go through the same judge (the checkout may be a hostile PR).
+#[test]
+fn devcontainer_mounts_are_judged_like_workflow_mounts() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        let ws = sb.workspace();
+        std::os::unix::fs::symlink("/", ws.join("up")).expect("symlink");
+        sb.write(
+            ".devcontainer/devcontainer.json",
+            &format!(
+                r#"{{"image": "{}", "mounts": [{{"type": "bind", "source": "{}/up", "target": "/host"}}]}}"#,
+                busybox(),
+                ws.display()
+            ),
+        );
+        let file = sb.write(
+            "auto.iter",
+            "tool probe:\n  command: `ls /host/etc >/dev/null 2>&1 && echo '{\"root\": true}' || echo '{}'`\n\nworkflow auto_attack:\n  sandbox: auto\n  entry: probe\n  probe -> done\n",
+        );
+        let error = assert_refused(&sb, &file, &[], "a devcontainer mount of /");
+        assert!(error.contains("root directory"), "{engine:?}: {error}");
+    }
+}
+
+/// Item 1, `--trust untrusted`: no bind outside the workspace, not even a
+/// harmless one (nor one reached through a symlink in the workspace);
+/// binds inside it keep working, and the trusted run keeps its outside bind.
+#[test]
+fn untrusted_runs_bind_only_inside_the_workspace() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        let outside = sb.dir.path().join("outside");
+        std::fs::create_dir_all(&outside).expect("outside");
+        std::fs::write(outside.join("shadow"), "outside-data").expect("data");
+        let inside = sb.workspace().join("data");
+        std::fs::create_dir_all(&inside).expect("inside");
+        std::fs::write(inside.join("shadow"), "inside-data").expect("data");
+        std::os::unix::fs::symlink(&outside, sb.workspace().join("escape")).expect("symlink");
+        let mount = |p: &Path| format!("type=bind,source={},target=/x,readonly", p.display());
+        let out_file = sb.write("out.iter", &workflow(&[mount(&outside)], ""));
+        let error = assert_refused(&sb, &out_file, &["--trust", "untrusted"], "outside");
+        assert!(error.contains("untrusted"), "{engine:?}: {error}");
+        let esc_file = sb.write(
+            "esc.iter",
+            &workflow(&[mount(&sb.workspace().join("escape"))], ""),
+        );
+        assert_refused(&sb, &esc_file, &["--trust", "untrusted"], "escape symlink");
+        for (file, flags, want) in [
+            (
+                sb.write("in.iter", &workflow(&[mount(&inside)], "")),
+                vec!["--trust", "untrusted"],
+                "inside-data",
+            ),
+            (out_file.clone(), vec![], "outside-data"),
+        ] {
+            let r = sb.run(&file, &flags);
+            assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+            let events = sb.events(&r.run_id());
+            let out = of_type(&events, "node_finished")[0]["data"]["output"].to_string();
+            assert!(out.contains(want), "{engine:?}: {out}");
+            let row = doctor_row(&sb, &file, &flags);
+            assert_eq!(row["status"], "pass", "{engine:?}: {row}");
+        }
+    }
+}
+
+/// A workspace dir under `/root` (created by the test, removed after).
+struct RootWorkspace {
+    dir: tempfile::TempDir,
+}
+
+impl RootWorkspace {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("iterion-hostguard-")
+            .tempdir_in("/root")
+            .expect("a temp dir under /root (the tests run as root)");
+        Self { dir }
+    }
+}
+
+fn run_in(sb: &Sandbox, cwd: &Path, file: &Path, extra: &[&str]) -> RunResult {
+    let file = file.to_string_lossy().into_owned();
+    let mut args = vec!["run", file.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let out = sb
+        .command(&args)
+        .current_dir(cwd)
+        .output()
+        .expect("spawn iterion");
+    crate::support::parse_run_output(&out)
+}
+
+fn doctor_in(sb: &Sandbox, cwd: &Path, file: &Path) -> Value {
+    let out = sb
+        .command(&[
+            "sandbox",
+            "doctor",
+            "--strict",
+            &file.to_string_lossy(),
+            "--json",
+        ])
+        .current_dir(cwd)
+        .output()
+        .expect("spawn doctor");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+    doc["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "host binds"))
+        .cloned()
+        .expect("host binds row")
+}
+
+/// Issue 14 item 1: the workspace is judged as a workspace. A project
+/// under `/root` runs (it used to be refused as "sensitive host path
+/// /root"); a workspace that is `/` or `/root` (which holds `/root/.ssh`)
+/// is still refused; the doctor agrees each time.
+#[test]
+fn the_workspace_may_live_under_root_but_never_be_root_or_slash() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        let home_ws = RootWorkspace::new();
+        let wf = workflow(&[], "");
+        let file = home_ws.dir.path().join("w.iter");
+        std::fs::write(&file, &wf).expect("workflow");
+        let r = run_in(&sb, home_ws.dir.path(), &file, &[]);
+        assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+        let row = doctor_in(&sb, home_ws.dir.path(), &file);
+        assert_eq!(row["status"], "pass", "{engine:?}: {row}");
+        for cwd in [PathBuf::from("/"), PathBuf::from("/root")] {
+            let r = run_in(&sb, &cwd, &file, &[]);
+            assert_eq!(
+                r.failure_code(),
+                Some("SANDBOX_SPEC_REFUSED"),
+                "{engine:?} {cwd:?}: {}",
+                r.stderr
+            );
+            let error = run_error(&sb, &r);
+            let row = doctor_in(&sb, &cwd, &file);
+            assert_eq!(row["status"], "fail", "{engine:?} {cwd:?}: {row}");
+            assert_eq!(
+                row["detail"].as_str(),
+                Some(error.as_str()),
+                "{engine:?} {cwd:?}"
+            );
+        }
+    }
+}
