@@ -135,6 +135,9 @@ pub fn hint(e: &StoreError) -> &'static str {
         }
         StoreError::RunNotFound(_) => "list the runs of this store with `iterion runs`",
         StoreError::FileNotFound(_) => "list the run's files with `iterion files RUN_ID`",
+        StoreError::Tampered { .. } => {
+            "the stored bytes changed after the drain recorded them: treat the store as compromised (check who can write ITERION_STORE) and re-run to obtain the file again"
+        }
         StoreError::UnsafePath { .. } => {
             "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
         }

@@ -314,3 +314,190 @@ fn the_workspace_may_live_under_root_but_never_be_root_or_slash() {
         }
     }
 }
+
+// ---- item 3: the run store is out of the sandbox's reach ----------------------
+
+const REPORT_WORKFLOW: &str = r#"tool report:
+  command: `printf 'the genuine report' > "$ITERION_ARTIFACT_FILES_DIR/report.txt"; echo '{}'`
+
+workflow reporter:
+  sandbox:
+    image: "IMAGE"
+    host_state: none
+  entry: report
+  report -> done
+"#;
+
+/// The reporter's attacks from inside a node, on the store at `STORE`
+/// (relative to the workspace): rewrite another run's stored report, wipe
+/// the store, move it (or its parent) aside and plant a forged one.
+const ATTACK_WORKFLOW: &str = r#"schema seen:
+  entries: int
+  wrote: string
+  wiped: string
+  moved: string
+
+tool attack:
+  command: `S="$PROJECT_DIR/STORE"; n=$(ls -A "$S" | wc -l); for f in $(find "$S" -name report.txt 2>/dev/null); do printf forged > "$f"; done; echo forged > "$S/planted" 2>/dev/null && w=yes || w=no; rm -rf "$S"/* 2>/dev/null; [ -e "$S/planted" ] && x=no || x=tried; m=no; d="$S"; while [ "$d" != "$PROJECT_DIR" ]; do mv "$d" "$PROJECT_DIR/moved-$(basename "$d")" 2>/dev/null && m="$d"; d=$(dirname "$d"); done; mkdir -p "$S" 2>/dev/null; printf '{"entries": %s, "wrote": "%s", "wiped": "%s", "moved": "%s"}' "$n" "$w" "$x" "$m"`
+  output: seen
+
+workflow attacker:
+  sandbox:
+    image: "IMAGE"
+    host_state: none
+  entry: attack
+  attack -> done
+"#;
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Run with the store at `store` (None: the default `.iterion` of the cwd).
+fn run_with_store(
+    sb: &Sandbox,
+    store: Option<&Path>,
+    file: &Path,
+    args: &[&str],
+) -> std::process::Output {
+    let file = file.to_string_lossy().into_owned();
+    let mut cmd = sb.command(&[]);
+    cmd.arg("run").arg(&file).arg("--json").args(args);
+    match store {
+        Some(s) => cmd.env("ITERION_STORE", s),
+        None => cmd.env_remove("ITERION_STORE"),
+    };
+    cmd.output().expect("spawn iterion")
+}
+
+fn iterion_with_store(sb: &Sandbox, store: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut cmd = sb.command(args);
+    match store {
+        Some(s) => cmd.env("ITERION_STORE", s),
+        None => cmd.env_remove("ITERION_STORE"),
+    };
+    cmd.output().expect("spawn iterion")
+}
+
+/// Item 3 on both engines, for the default store (`.iterion` in the
+/// workspace) and for a store nested deeper in it: a node of another run
+/// sees an empty read-only directory where the store is, cannot rewrite a
+/// stored report, wipe the store, or move it (or its parent) aside; the
+/// first run's report is served intact; the store is 0700 with a 0600
+/// database. A file rewritten behind the store's back is refused by
+/// `files --get` (typed, exit 1, no output).
+#[test]
+fn the_run_store_is_out_of_the_sandboxs_reach() {
+    for engine in Engine::ALL {
+        for nested in [false, true] {
+            let sb = Sandbox::new(engine);
+            let ws = sb.workspace();
+            let (store_rel, store) = if nested {
+                ("a/b/store", Some(ws.join("a/b/store")))
+            } else {
+                (".iterion", None)
+            };
+            let store_dir = ws.join(store_rel);
+            let report = sb.write("report.iter", &REPORT_WORKFLOW.replace("IMAGE", &busybox()));
+            let attack = sb.write(
+                "attack.iter",
+                &ATTACK_WORKFLOW
+                    .replace("IMAGE", &busybox())
+                    .replace("STORE", store_rel),
+            );
+            let first = crate::support::parse_run_output(&run_with_store(
+                &sb,
+                store.as_deref(),
+                &report,
+                &[],
+            ));
+            assert_eq!(first.status(), "finished", "{engine:?}: {}", first.stderr);
+            let second = crate::support::parse_run_output(&run_with_store(
+                &sb,
+                store.as_deref(),
+                &attack,
+                &[],
+            ));
+            assert_eq!(second.status(), "finished", "{engine:?}: {}", second.stderr);
+            let events = iterion_with_store(
+                &sb,
+                store.as_deref(),
+                &["events", &second.run_id(), "--json"],
+            );
+            let events: Vec<Value> = String::from_utf8_lossy(&events.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            let seen = &of_type(&events, "node_finished")[0]["data"]["output"];
+            assert_eq!(
+                seen,
+                &serde_json::json!({"entries": 0, "wrote": "no", "wiped": "tried", "moved": "no"}),
+                "{engine:?} nested={nested}: the sandbox reached the store"
+            );
+            // The store is whole: both runs listed, the report intact.
+            let runs = iterion_with_store(&sb, store.as_deref(), &["runs", "--json"]);
+            let listed = String::from_utf8_lossy(&runs.stdout).into_owned();
+            assert!(
+                listed.contains(&first.run_id()) && listed.contains(&second.run_id()),
+                "{listed}"
+            );
+            let got = iterion_with_store(
+                &sb,
+                store.as_deref(),
+                &["files", &first.run_id(), "--get", "report.txt"],
+            );
+            assert!(
+                got.status.success(),
+                "{}",
+                String::from_utf8_lossy(&got.stderr)
+            );
+            assert_eq!(
+                got.stdout, b"the genuine report",
+                "{engine:?} nested={nested}"
+            );
+            // No rename succeeded ("moved": "no" above; busybox `mv` may
+            // leave an empty copy behind when the rename is refused), and
+            // the store is still where iterion looks for it.
+            assert!(store_dir.join("iterion.db").is_file(), "{engine:?}");
+            // Private on the host.
+            assert_eq!(mode_of(&store_dir), 0o700, "{engine:?}");
+            assert_eq!(mode_of(&store_dir.join("iterion.db")), 0o600, "{engine:?}");
+            let stored = store_dir.join(format!("runs/{}/files/report.txt", first.run_id()));
+            assert_eq!(mode_of(&stored), 0o600, "{engine:?}");
+            // A forgery that reaches the bytes anyway is refused by --get.
+            std::fs::write(&stored, "a forged report").expect("forge");
+            let out_file = sb.dir.path().join("out.txt");
+            let got = iterion_with_store(
+                &sb,
+                store.as_deref(),
+                &[
+                    "files",
+                    &first.run_id(),
+                    "--get",
+                    "report.txt",
+                    "-o",
+                    &out_file.to_string_lossy(),
+                ],
+            );
+            assert_eq!(got.status.code(), Some(1), "{engine:?}");
+            assert!(
+                String::from_utf8_lossy(&got.stderr).contains("STORE_FILE_TAMPERED"),
+                "{}",
+                String::from_utf8_lossy(&got.stderr)
+            );
+            assert!(!out_file.exists(), "{engine:?}: a forged file was written");
+            let got = iterion_with_store(
+                &sb,
+                store.as_deref(),
+                &["files", &first.run_id(), "--get", "report.txt"],
+            );
+            assert_eq!(got.status.code(), Some(1));
+            assert!(got.stdout.is_empty(), "{engine:?}: forged bytes on stdout");
+        }
+    }
+}
