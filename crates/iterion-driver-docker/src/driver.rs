@@ -467,11 +467,16 @@ impl DockerDriver {
         info: &RunInfo,
         observer: &dyn DriverObserver,
         res: &mut RunResources,
-    ) -> Result<(), DriverError> {
+    ) -> Result<Option<crate::identity::Identity>, DriverError> {
         let image = plan.image.clone().ok_or_else(|| DriverError::SpecRefused {
             reason: "the plan names no image".to_owned(),
         })?;
         let labels = self.run_labels(info);
+        // Never host root on a writable host bind (issue 19 item 4).
+        let identity = crate::identity::resolve(self, &image, plan, &labels).await?;
+        if let Some(id) = identity {
+            crate::identity::hand_over_host(plan, id)?;
+        }
         let run = info.run_id.as_str();
 
         let mut env = plan.env.clone();
@@ -598,7 +603,7 @@ impl DockerDriver {
         };
         let body = |init: bool| ContainerCreateBody {
             image: Some(image.clone()),
-            user: plan.user.clone(),
+            user: identity.map(|i| i.user()).or_else(|| plan.user.clone()),
             working_dir: Some(plan.workdir.clone()),
             env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels.clone()),
@@ -651,7 +656,7 @@ impl DockerDriver {
             OutputStream::System,
             &format!("started sandbox container {name} from {image}"),
         );
-        Ok(())
+        Ok(identity)
     }
 
     async fn create_container(
@@ -956,7 +961,12 @@ impl Driver for DockerDriver {
         let mut res = RunResources::default();
         let started = self.start_inner(&plan, info, observer, &mut res).await;
         let run = DockerRun::new(self.clone(), res, plan.workdir.clone());
-        if let Err(e) = started {
+        let settled = match started {
+            Ok(Some(id)) => crate::identity::settle(&run, &plan, id).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
             let _ = run.cleanup().await;
             return Err(e);
         }

@@ -33,6 +33,7 @@ mod driver;
 mod exec;
 mod firewall;
 mod footprint;
+mod identity;
 mod rawlist;
 mod run;
 pub mod settings;

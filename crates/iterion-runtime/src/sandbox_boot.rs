@@ -10,6 +10,7 @@
 //! runtime never names an engine.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +33,7 @@ use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::guards::check_noop_file_secrets;
 use iterion_sandbox::host::{DriverProbe, detect_host, select_driver};
+use iterion_sandbox::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
 use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
 use iterion_sandbox::precedence::{
     PrecedenceInputs, ResolvedMode, resolve_default_image, resolve_host_state, resolve_mode,
@@ -490,6 +492,24 @@ impl SandboxBooter for PolicyBooter {
             Some(&mask),
         )
         .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        // Who the sandbox runs as, now that its binds are known: never host
+        // root on a writable host bind (issue 19 item 4); the driver
+        // resolves and verifies it before the first exec.
+        let identity = decide_identity(&IdentityInputs {
+            spec_user: plan.user.as_deref(),
+            invoker: (snapshot.uid, snapshot.gid),
+            workspace_owner: std::fs::metadata(ctx.workspace)
+                .ok()
+                .map(|m| (m.uid(), m.gid())),
+            mapping: footprint.uid_mapping,
+            writable_host_binds: has_writable_host_bind(&plan),
+            host_state_auto: host_state == HostState::Auto,
+        })
+        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        plan.user = identity.user;
+        for event in identity.events {
+            events.emit(event);
+        }
         plan.host_gateway_alias = true;
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())

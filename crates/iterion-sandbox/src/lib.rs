@@ -36,6 +36,7 @@ pub mod env;
 pub mod error;
 pub mod guards;
 pub mod host;
+pub mod identity;
 pub mod mounts;
 pub mod noop;
 pub mod precedence;

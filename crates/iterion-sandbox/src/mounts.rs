@@ -173,7 +173,7 @@ pub struct PlanInputs<'a> {
 pub struct PlannedLaunch {
     /// The plan (all mounts, before the driver's capabilities speak).
     pub plan: LaunchPlan,
-    /// `sandbox_host_state_mounted`, `sandbox_user_remap`, `sandbox_uid_mismatch_warning`.
+    /// `sandbox_host_state_mounted`.
     pub events: Vec<EventKind>,
 }
 
@@ -211,7 +211,6 @@ pub fn plan_launch(
     let mut events = Vec::new();
     let mut env: BTreeMap<String, String> = spec.env.clone();
     let mut mounts = Vec::new();
-    let mut user = spec.user.clone();
     let env_cap = match inputs.readback_cap.map(str::trim).filter(|s| !s.is_empty()) {
         Some(raw) => Some(parse_size(raw).map_err(|_| PolicyError::InvalidEnv {
             name: "ITERION_SANDBOX_READBACK_CAP",
@@ -261,28 +260,6 @@ pub fn plan_launch(
             mounts.extend(parents.iter().map(|p| tmpfs(p, MountOrigin::HostState)));
             mounts.extend(binds);
             env.entry("HOME".to_owned()).or_insert(home);
-        }
-        match spec.user.as_deref() {
-            None if host.uid != 0 => {
-                user = Some(format!("{}:{}", host.uid, host.gid));
-                events.push(EventKind::SandboxUserRemap {
-                    uid: host.uid,
-                    gid: host.gid,
-                    reason:
-                        "spec names no user; run as the host uid so host_state binds stay writable"
-                            .into(),
-                });
-            }
-            Some(u) if host.uid != 0 => {
-                let uid = u.split(':').next().and_then(|s| s.parse::<u32>().ok());
-                if uid.is_some_and(|uid| uid != host.uid) {
-                    events.push(EventKind::SandboxUidMismatchWarning {
-                        spec_user: u.to_owned(),
-                        host_uid: host.uid,
-                    });
-                }
-            }
-            _ => {}
         }
     } else {
         for (var, value) in [
@@ -409,7 +386,9 @@ pub fn plan_launch(
         plan: LaunchPlan {
             image: spec.image.clone(),
             build,
-            user,
+            // Who the sandbox runs as is decided once the driver's binds
+            // are known (`crate::identity::decide_identity`).
+            user: spec.user.clone(),
             workdir,
             env,
             mounts,

@@ -156,6 +156,95 @@ struct PlainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
     containment: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_identity: Option<IdentityPosture>,
+}
+
+/// Who a sandbox would run as here and why, and what protects the host's
+/// files from it (issue 19 item 4): the decision a run in this directory
+/// gets from `iterion_sandbox::identity`, with the selected engine's uid
+/// mapping.
+#[derive(Debug, Serialize)]
+struct IdentityPosture {
+    /// `identity`, `userns-remap` or `rootless`.
+    uid_mapping: &'static str,
+    /// `uid:gid` the sandbox runs as, or null for the image's own user.
+    sandbox_user: Option<String>,
+    /// Why.
+    reason: String,
+    /// What keeps host-root files off the binds.
+    protection: &'static str,
+    /// Whether that user can write this directory (the workspace).
+    workspace_writable: bool,
+}
+
+impl IdentityPosture {
+    /// The decision for a run in `workspace` with `spec_user`, on `driver`.
+    async fn of(
+        driver: &Arc<dyn Driver>,
+        spec_user: Option<&str>,
+        host_state_auto: bool,
+        workspace: &Path,
+    ) -> Result<Self, iterion_sandbox::guards::GuardViolation> {
+        use iterion_sandbox::identity::{IdentityInputs, decide_identity};
+        use std::os::unix::fs::MetadataExt;
+        let mapping = driver.host_footprint().await.uid_mapping;
+        let binds = driver.capabilities().host_bind_mounts;
+        let me = std::fs::metadata("/proc/self")
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((0, 0));
+        let ws = std::fs::metadata(workspace).ok();
+        let decision = decide_identity(&IdentityInputs {
+            spec_user,
+            invoker: me,
+            workspace_owner: ws.as_ref().map(|m| (m.uid(), m.gid())),
+            mapping,
+            // The workspace bind is writable wherever binds exist.
+            writable_host_binds: binds,
+            host_state_auto,
+        })?;
+        let reason = decision
+            .events
+            .iter()
+            .find_map(|e| match e {
+                iterion_core::EventKind::SandboxUserRemap { reason, .. } => Some(reason.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| match (binds, mapping.root_is_host_root()) {
+                (false, _) => {
+                    "no host bind on this engine: nothing the sandbox writes lands on the host"
+                        .to_owned()
+                }
+                (true, false) => "the engine maps container users into a user namespace".to_owned(),
+                (true, true) => {
+                    "the spec's own user, verified unprivileged before the first exec".to_owned()
+                }
+            });
+        let protection = match (binds, mapping.root_is_host_root()) {
+            (false, _) => "no host binds (bindless)",
+            (true, false) => "user namespace of the engine",
+            (true, true) => {
+                "unprivileged sandbox user, no capabilities, no-new-privileges; verified before the first exec"
+            }
+        };
+        let uid = decision
+            .user
+            .as_deref()
+            .and_then(|u| u.split(':').next())
+            .and_then(|u| u.parse::<u32>().ok());
+        let workspace_writable = match (ws, uid) {
+            (Some(m), Some(uid)) => m.uid() == uid || m.mode() & 0o002 != 0,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        Ok(Self {
+            uid_mapping: mapping.as_str(),
+            sandbox_user: decision.user,
+            reason,
+            protection,
+            workspace_writable,
+        })
+    }
 }
 
 /// Whether the selected driver can confine a sandbox to the egress proxy,
@@ -202,6 +291,14 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         ),
         Err(e) => ("noop".to_owned(), Some(e.to_string()), None),
     };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let host_identity = match select_driver(host, Mode::Auto, &probes)
+        .ok()
+        .and_then(|n| driver_named(&all, n))
+    {
+        Some(d) => IdentityPosture::of(d, None, false, &cwd).await.ok(),
+        None => None,
+    };
     let note = (selected == "noop").then(|| {
         let mut n = "no container driver: auto runs degrade to the host with sandbox_skipped; inline runs are refused and park with SANDBOX_DRIVER_UNAVAILABLE".to_owned();
         if host == HostKind::Cloud {
@@ -225,6 +322,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         driver_error,
         note,
         containment: drivers::containment(),
+        host_identity,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -254,6 +352,20 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             println!("capabilities:      {}", serde_json::to_string(c)?);
         }
         println!("containment:       {}", report.containment);
+        if let Some(p) = &report.host_identity {
+            println!(
+                "host_identity:     runs as {} ({}); {}; uid mapping {}; workspace {}",
+                p.sandbox_user.as_deref().unwrap_or("the image's user"),
+                p.reason,
+                p.protection,
+                p.uid_mapping,
+                if p.workspace_writable {
+                    "writable"
+                } else {
+                    "read-only to the sandbox"
+                }
+            );
+        }
         if let Some(e) = &report.driver_error {
             println!("driver_error:      {e}");
         }
@@ -438,6 +550,41 @@ pub async fn strict_report(
     checks.push(match &spec_for_checks {
         None => check("host binds", CheckStatus::Skip, "no sandbox spec"),
         Some(s) => host_binds_check(s, &workspace, opts.untrusted, selected).await,
+    });
+
+    // host identity: who the run would run as (issue 19 item 4)
+    checks.push(match (&spec, selected) {
+        (None, _) => check("host identity", CheckStatus::Skip, "no active sandbox"),
+        (Some(_), None) => check(
+            "host identity",
+            CheckStatus::Unavailable,
+            "no driver selected",
+        ),
+        (Some(s), Some(d)) => {
+            let ws = PathBuf::from(&workspace);
+            match IdentityPosture::of(d, s.user.as_deref(), host_state == HostState::Auto, &ws)
+                .await
+            {
+                Err(e) => check("host identity", CheckStatus::Fail, e.to_string()),
+                Ok(p) => {
+                    let detail = format!(
+                        "runs as {} ({}); {}",
+                        p.sandbox_user.as_deref().unwrap_or("the image's user"),
+                        p.reason,
+                        p.protection
+                    );
+                    if p.workspace_writable {
+                        check("host identity", CheckStatus::Pass, detail)
+                    } else {
+                        check(
+                            "host identity",
+                            CheckStatus::Warn,
+                            format!("{detail}; the workspace is read-only to that user"),
+                        )
+                    }
+                }
+            }
+        }
     });
 
     // image resolvable

@@ -501,3 +501,197 @@ fn the_run_store_is_out_of_the_sandboxs_reach() {
         }
     }
 }
+
+// ---- item 4: no host-root artefacts on host binds ------------------------------
+
+/// The reporter's attack in the workspace and in the run-files dir (setuid
+/// and setgid copies of a binary, a block and a char device, a chown to
+/// root), then the benign twin (a tool writes a file in each), then a pause
+/// during which the test looks at the run-files dir on the host.
+const ARTEFACT_WORKFLOW: &str = r#"tool attack:
+  command: `for d in "$PROJECT_DIR" "$ITERION_ARTIFACT_FILES_DIR"; do cp /bin/busybox "$d/suid" && chmod 4755 "$d/suid"; cp /bin/busybox "$d/sgid" && chmod 2755 "$d/sgid"; chown 0:0 "$d/suid"; mknod "$d/blk" b 8 0; mknod "$d/chr" c 1 3; done 2>/dev/null; echo '{}'`
+
+tool benign:
+  command: `printf 'edited by the tool' > "$PROJECT_DIR/out.txt"; printf 'a report' > "$ITERION_ARTIFACT_FILES_DIR/report.txt"; echo '{}'`
+
+tool hold:
+  command: `touch "$ITERION_ARTIFACT_FILES_DIR/holding"; sleep 8; echo '{}'`
+
+workflow artefacts:
+  sandbox:
+    image: "IMAGE"
+    host_state: none
+  entry: attack
+  attack -> benign
+  benign -> hold
+  hold -> done
+"#;
+
+/// What a host-side look at `dir` found wrong: a setuid/setgid file owned
+/// by root (user or group), or a device node.
+fn host_root_artefacts(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut bad = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let meta = entry.metadata().expect("stat");
+        let kind = meta.file_type();
+        let name = entry.path().display().to_string();
+        if kind.is_block_device() || kind.is_char_device() {
+            bad.push(format!("{name}: device node"));
+        }
+        if meta.mode() & 0o4000 != 0 && meta.uid() == 0 {
+            bad.push(format!("{name}: setuid root"));
+        }
+        if meta.mode() & 0o2000 != 0 && meta.gid() == 0 {
+            bad.push(format!("{name}: setgid root"));
+        }
+        if meta.uid() == 0 && name.ends_with("suid") {
+            bad.push(format!("{name}: chowned to root"));
+        }
+    }
+    bad
+}
+
+fn owner_of(p: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.uid(), m.gid()))
+}
+
+/// Item 4 on both engines, iterion running as root: in a checkout owned by
+/// a user (uid 4242) the sandbox runs as that user — the attack leaves at
+/// most files owned by 4242 (setuid to the checkout's owner, never to root)
+/// and no device node, in the workspace or in the run-files dir *during*
+/// the run; the benign files are the user's and are drained. In a
+/// root-owned checkout the sandbox runs as the unprivileged 65532, which
+/// cannot write the checkout at all. `doctor` reports the posture.
+#[test]
+fn no_host_root_setuid_or_device_files_on_host_binds() {
+    for engine in Engine::ALL {
+        for owner in [Some((4242u32, 4242u32)), None] {
+            let mut sb = Sandbox::new(engine);
+            let tmp = sb.dir.path().join("tmp");
+            std::fs::create_dir_all(&tmp).expect("tmp");
+            sb.env
+                .push(("TMPDIR".to_owned(), tmp.display().to_string()));
+            let ws = sb.workspace();
+            let file = sb.write(
+                "artefacts.iter",
+                &ARTEFACT_WORKFLOW.replace("IMAGE", &busybox()),
+            );
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&ws, Some(uid), Some(gid)).expect("chown ws");
+            }
+            let expected = owner.unwrap_or((65532, 65532));
+            let child = sb
+                .command(&["run", &file.to_string_lossy(), "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn iterion");
+            // During the run: the run-files dir on the host, once the pause began.
+            let sandboxes = tmp.join("iterion/sandboxes");
+            let mut seen_during = None;
+            for _ in 0..600 {
+                let holding = std::fs::read_dir(&sandboxes)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path().join("artifact-files"))
+                    .find(|d| d.join("holding").exists());
+                if let Some(dir) = holding {
+                    seen_during = Some((host_root_artefacts(&dir), owner_of(&dir.join("suid"))));
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let out = child.wait_with_output().expect("wait");
+            let r = crate::support::parse_run_output(&out);
+            assert_eq!(r.status(), "finished", "{engine:?} {owner:?}: {}", r.stderr);
+            let (bad, suid_owner) = seen_during.expect("the run-files dir was seen during the run");
+            assert!(
+                bad.is_empty(),
+                "{engine:?} {owner:?}: run-files dir during the run: {bad:?}"
+            );
+            // The attack ran: its copy exists, owned by the sandbox's identity.
+            assert_eq!(suid_owner, Some(expected), "{engine:?} {owner:?}");
+            let bad = host_root_artefacts(&ws);
+            assert!(bad.is_empty(), "{engine:?} {owner:?}: workspace: {bad:?}");
+            let events = sb.events(&r.run_id());
+            let remap = of_type(&events, "sandbox_user_remap");
+            assert_eq!(remap.len(), 1, "{engine:?}: {events:#?}");
+            assert_eq!(remap[0]["data"]["uid"], expected.0, "{engine:?}");
+            // The benign twin: the run file is drained; in a user's checkout
+            // the tool's file is the user's (they can edit and delete it).
+            let files = sb.files(&r.run_id());
+            assert!(
+                files["files"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f["path"] == "report.txt")),
+                "{engine:?} {owner:?}: {files}"
+            );
+            match owner {
+                Some(o) => {
+                    assert_eq!(owner_of(&ws.join("out.txt")), Some(o), "{engine:?}");
+                    assert_eq!(owner_of(&ws.join("suid")), Some(o), "{engine:?}");
+                    assert!(!ws.join("blk").exists() && !ws.join("chr").exists());
+                }
+                None => {
+                    assert!(
+                        !ws.join("out.txt").exists(),
+                        "{engine:?}: a root-owned checkout is read-only to the sandbox"
+                    );
+                    assert!(!ws.join("suid").exists());
+                }
+            }
+            // Doctor reports the posture it would apply here.
+            let doc = sb.iterion(&["sandbox", "doctor", "--json"]);
+            let doc: Value = serde_json::from_slice(&doc.stdout).expect("doctor json");
+            let posture = &doc["host_identity"];
+            assert_eq!(posture["uid_mapping"], "identity", "{doc:#}");
+            assert_eq!(
+                posture["sandbox_user"],
+                format!("{}:{}", expected.0, expected.1),
+                "{engine:?} {owner:?}: {doc:#}"
+            );
+            assert_eq!(posture["workspace_writable"], owner.is_some(), "{doc:#}");
+        }
+    }
+}
+
+/// Item 4: a workflow naming root — by number or by a name that is root in
+/// the image — is refused while it keeps a writable host bind; the same
+/// name with `ITERION_SANDBOX_DOCKER_BINDS=none` (no host bind) runs as root.
+#[test]
+fn a_sandbox_naming_root_is_refused_with_a_writable_host_bind() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        for user in ["0", "root", "0:0"] {
+            let file = sb.write(
+                "root.iter",
+                &format!(
+                    "tool t:\n  command: `id -u; echo '{{}}'`\n\nworkflow w:\n  sandbox:\n    image: \"{}\"\n    host_state: none\n    user: \"{user}\"\n  entry: t\n  t -> done\n",
+                    busybox()
+                ),
+            );
+            let r = sb.run(&file, &[]);
+            assert_eq!(
+                r.failure_code(),
+                Some("SANDBOX_SPEC_REFUSED"),
+                "{engine:?} {user}: {}",
+                r.stderr
+            );
+            assert!(!container_exists(engine, &r.run_id()), "{engine:?}");
+            let bindless = Sandbox::new(engine).with_env("ITERION_SANDBOX_DOCKER_BINDS", "none");
+            let file = bindless.write("root.iter", &std::fs::read_to_string(&file).expect("wf"));
+            let r = bindless.run(&file, &[]);
+            assert_eq!(
+                r.status(),
+                "finished",
+                "{engine:?} {user} bindless: {}",
+                r.stderr
+            );
+        }
+    }
+}
