@@ -106,12 +106,17 @@ pub(crate) async fn resolve(
             })?
         }
     };
-    check_credentials(&Credentials {
+    if check_credentials(&Credentials {
         uids: vec![uid],
         gids: vec![gid],
         groups: Vec::new(),
     })
-    .map_err(|v| refused(format!("user {user:?} in image {image}: {v}")))?;
+    .is_err()
+    {
+        return Err(refused(format!(
+            "user {user:?} is {uid}:{gid} in image {image}: root, which is host root on this engine, and the plan keeps a writable host bind"
+        )));
+    }
     Ok(Some(Identity { uid, gid }))
 }
 

@@ -15,7 +15,11 @@
 //! Containment defaults of every sandbox: `no-new-privileges`, pids limit
 //! (plan, default 4096), never privileged, the engine's default capability
 //! set, no engine socket, memory/CPU from the plan or else from the
-//! settings below; PID 1 is the engine's init (docker-init / catatonit) in
+//! settings below; every bind source re-checked by real path immediately
+//! before create (`footprint.rs`); with a writable host bind on an engine
+//! where container root is host root, a numeric unprivileged user,
+//! resolved in the image and verified before the first exec
+//! (`identity.rs`); PID 1 is the engine's init (docker-init / catatonit) in
 //! front of a long sleep, or — on a Podman without catatonit — a shell
 //! whose `wait` reaps orphans. With enforced egress the container sits
 //! only on a per-run `--internal` network; on dockerd one host INPUT rule

@@ -695,3 +695,44 @@ fn a_sandbox_naming_root_is_refused_with_a_writable_host_bind() {
         }
     }
 }
+
+/// Item 4: a user name is resolved in the image the sandbox runs — a name
+/// that is root there is refused, another runs as its own uid and group.
+#[test]
+fn user_names_are_resolved_in_the_image() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        sb.write(
+            "Dockerfile",
+            &format!(
+                "FROM {}\nRUN mkdir -p /etc && echo 'admin:x:0:0::/:/bin/sh' > /etc/passwd && echo 'dev:x:4343:4344::/:/bin/sh' >> /etc/passwd && echo 'dev:x:4344:' > /etc/group\n",
+                busybox()
+            ),
+        );
+        sb.own_workspace(4242, 4242);
+        let wf = |user: &str| {
+            format!(
+                "schema ids:\n  ids: string\n\ntool t:\n  command: `printf '{{\"ids\": \"%s\"}}' \"$(id -u):$(id -g):$(id -G)\"`\n  output: ids\n\nworkflow w:\n  sandbox:\n    build:\n      dockerfile: \"Dockerfile\"\n    host_state: none\n    user: \"{user}\"\n  entry: t\n  t -> done\n"
+            )
+        };
+        let admin = sb.write("admin.iter", &wf("admin"));
+        let r = sb.run(&admin, &[]);
+        assert_eq!(
+            r.failure_code(),
+            Some("SANDBOX_SPEC_REFUSED"),
+            "{engine:?}: {}",
+            r.stderr
+        );
+        assert!(run_error(&sb, &r).contains("is 0:0 in image"), "{engine:?}");
+        assert!(!container_exists(engine, &r.run_id()));
+        let dev = sb.write("dev.iter", &wf("dev"));
+        let r = sb.run(&dev, &[]);
+        assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+        let events = sb.events(&r.run_id());
+        let out = &of_type(&events, "node_finished")[0]["data"]["output"];
+        assert_eq!(
+            out["ids"], "4343:4344:4344",
+            "{engine:?}: no supplementary group from the image"
+        );
+    }
+}
