@@ -97,8 +97,11 @@ pub(crate) async fn resolve(
     let (uid, gid) = match numeric {
         Some(pair) => pair,
         None => {
-            let passwd = image_file(driver, image, "/etc/passwd", labels).await?;
-            let group = image_file(driver, image, "/etc/group", labels).await?;
+            // The group file only matters for a group given by name.
+            let group_named = user
+                .split_once(':')
+                .is_some_and(|(_, g)| g.trim().parse::<u32>().is_err());
+            let (passwd, group) = image_accounts(driver, image, labels, group_named).await?;
             resolve_user(user, &passwd, &group).ok_or_else(|| {
                 refused(format!(
                     "user {user:?} is not defined in image {image} (its /etc/passwd and /etc/group)"
@@ -120,16 +123,17 @@ pub(crate) async fn resolve(
     Ok(Some(Identity { uid, gid }))
 }
 
-/// One file of an image, read from a container that is created and
-/// removed without starting (empty when the image has no such file).
-async fn image_file(
+/// The image's `/etc/passwd` (and `/etc/group` when asked), read from one
+/// container that is created and removed without ever starting (a missing
+/// file reads as empty).
+async fn image_accounts(
     driver: &DockerDriver,
     image: &str,
-    path: &str,
     labels: &std::collections::HashMap<String, String>,
-) -> Result<String, DriverError> {
-    let docker = driver.client();
-    let created = docker
+    with_group: bool,
+) -> Result<(String, String), DriverError> {
+    let created = driver
+        .client()
         .create_container(
             None::<CreateContainerOptions>,
             ContainerCreateBody {
@@ -143,14 +147,29 @@ async fn image_file(
         )
         .await
         .map_err(engine_err("create container"))?;
-    let mut stream = docker.download_from_container(
-        &created.id,
+    let passwd = container_file(driver, &created.id, image, "/etc/passwd").await;
+    let group = match (&passwd, with_group) {
+        (Ok(_), true) => container_file(driver, &created.id, image, "/etc/group").await,
+        _ => Ok(String::new()),
+    };
+    remove_quiet(driver, &created.id).await;
+    Ok((passwd?, group?))
+}
+
+/// One file of a created container (empty when it has no such file).
+async fn container_file(
+    driver: &DockerDriver,
+    container: &str,
+    image: &str,
+    path: &str,
+) -> Result<String, DriverError> {
+    let mut stream = driver.client().download_from_container(
+        container,
         Some(DownloadFromContainerOptions {
             path: path.to_owned(),
         }),
     );
     let mut tar_bytes = Vec::new();
-    let mut missing = false;
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(b) => {
@@ -159,40 +178,24 @@ async fn image_file(
                     break;
                 }
             }
-            Err(e) if crate::driver::status_of(&e) == Some(404) => {
-                missing = true;
-                break;
-            }
-            Err(e) => {
-                remove_quiet(driver, &created.id).await;
-                return Err(engine_err("download archive")(e));
-            }
+            Err(e) if crate::driver::status_of(&e) == Some(404) => return Ok(String::new()),
+            Err(e) => return Err(engine_err("download archive")(e)),
         }
     }
-    remove_quiet(driver, &created.id).await;
-    if missing {
-        return Ok(String::new());
-    }
-    let mut archive = tar::Archive::new(std::io::Cursor::new(tar_bytes));
-    let entries = archive.entries().map_err(|source| DriverError::Io {
+    let io = |source| DriverError::Io {
         operation: format!("read {path} of {image}"),
         source,
-    })?;
-    for entry in entries {
-        let mut entry = entry.map_err(|source| DriverError::Io {
-            operation: format!("read {path} of {image}"),
-            source,
-        })?;
+    };
+    let mut archive = tar::Archive::new(std::io::Cursor::new(tar_bytes));
+    for entry in archive.entries().map_err(io)? {
+        let mut entry = entry.map_err(io)?;
         if entry.header().entry_type().is_file() {
             let mut text = String::new();
             std::io::Read::read_to_string(
                 &mut std::io::Read::take(&mut entry, ACCOUNT_FILE_CAP as u64),
                 &mut text,
             )
-            .map_err(|source| DriverError::Io {
-                operation: format!("read {path} of {image}"),
-                source,
-            })?;
+            .map_err(io)?;
             return Ok(text);
         }
     }

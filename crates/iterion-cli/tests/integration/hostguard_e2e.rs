@@ -42,24 +42,10 @@ fn run_error(sb: &Sandbox, r: &RunResult) -> String {
         .unwrap_or_else(|| panic!("no run_failed: {events:#?}"))
 }
 
-/// The `host binds` row of `doctor --strict FILE --json` (extra flags appended).
+/// The `host binds` row of `doctor --strict FILE --json` (extra flags
+/// appended), run in the workspace.
 fn doctor_row(sb: &Sandbox, file: &Path, extra: &[&str]) -> Value {
-    let file = file.to_string_lossy().into_owned();
-    let mut args = vec!["sandbox", "doctor", "--strict", file.as_str(), "--json"];
-    args.extend_from_slice(extra);
-    let out = sb.iterion(&args);
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "doctor json: {e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    doc["checks"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["name"] == "host binds"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no host binds row: {doc:#}"))
+    doctor_in(sb, &sb.workspace(), file, extra)
 }
 
 /// Run `file` and assert it is refused before any container exists, with
@@ -259,24 +245,28 @@ fn run_in(sb: &Sandbox, cwd: &Path, file: &Path, extra: &[&str]) -> RunResult {
     crate::support::parse_run_output(&out)
 }
 
-fn doctor_in(sb: &Sandbox, cwd: &Path, file: &Path) -> Value {
+/// The `host binds` row of `doctor --strict FILE --json` run in `cwd`.
+fn doctor_in(sb: &Sandbox, cwd: &Path, file: &Path, extra: &[&str]) -> Value {
+    let file = file.to_string_lossy().into_owned();
+    let mut args = vec!["sandbox", "doctor", "--strict", file.as_str(), "--json"];
+    args.extend_from_slice(extra);
     let out = sb
-        .command(&[
-            "sandbox",
-            "doctor",
-            "--strict",
-            &file.to_string_lossy(),
-            "--json",
-        ])
+        .command(&args)
         .current_dir(cwd)
         .output()
         .expect("spawn doctor");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor json: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     doc["checks"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["name"] == "host binds"))
         .cloned()
-        .expect("host binds row")
+        .unwrap_or_else(|| panic!("no host binds row: {doc:#}"))
 }
 
 /// Issue 14 item 1: the workspace is judged as a workspace. A project
@@ -293,7 +283,7 @@ fn the_workspace_may_live_under_root_but_never_be_root_or_slash() {
         std::fs::write(&file, &wf).expect("workflow");
         let r = run_in(&sb, home_ws.dir.path(), &file, &[]);
         assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
-        let row = doctor_in(&sb, home_ws.dir.path(), &file);
+        let row = doctor_in(&sb, home_ws.dir.path(), &file, &[]);
         assert_eq!(row["status"], "pass", "{engine:?}: {row}");
         for cwd in [PathBuf::from("/"), PathBuf::from("/root")] {
             let r = run_in(&sb, &cwd, &file, &[]);
@@ -304,7 +294,7 @@ fn the_workspace_may_live_under_root_but_never_be_root_or_slash() {
                 r.stderr
             );
             let error = run_error(&sb, &r);
-            let row = doctor_in(&sb, &cwd, &file);
+            let row = doctor_in(&sb, &cwd, &file, &[]);
             assert_eq!(row["status"], "fail", "{engine:?} {cwd:?}: {row}");
             assert_eq!(
                 row["detail"].as_str(),
