@@ -13,13 +13,12 @@ pub mod lexer;
 pub mod parser;
 
 mod compile;
-mod sandbox;
 
 use std::path::Path;
 
+pub use compile::sandbox::read_back_problem;
 pub use diag::{Diagnostic, Severity, codes, render_human};
 pub use iterion_core::NetworkSpec;
-pub use sandbox::read_back_problem;
 
 /// The result of compiling one file.
 #[derive(Debug, Clone)]

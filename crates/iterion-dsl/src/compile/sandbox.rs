@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use iterion_core::spec::NetworkInherit;
 use iterion_core::{BuildSpec, HostState, Mode, NetworkMode, NetworkSpec, Spec};
 
-use crate::compile::{Ctx, K, Prop};
+use super::ctx::Ctx;
+use super::props::{K, Prop};
 use crate::diag::{Severity, codes};
 use crate::ir::{Pos, SandboxDecl};
 use crate::parser::{Line, PValue};

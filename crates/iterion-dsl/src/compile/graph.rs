@@ -1,0 +1,175 @@
+//! Checks over the built graph: per-source routing (C010–C012, C015,
+//! C123, C124), reachability (C016) and undeclared cycles (C019). Reads IR
+//! only; never sees source lines.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use iterion_core::NodeId;
+
+use crate::diag::{Severity, codes};
+use crate::ir::{Condition, Edge, Node, NodeKind, Target};
+
+use super::ctx::Ctx;
+
+pub(crate) fn graph_checks(
+    nodes: &BTreeMap<NodeId, Node>,
+    edges: &[Edge],
+    entry: Option<&NodeId>,
+    ctx: &mut Ctx<'_>,
+) {
+    // per-source checks
+    let mut by_src: HashMap<&NodeId, Vec<&Edge>> = HashMap::new();
+    for e in edges {
+        by_src.entry(&e.from).or_default().push(e);
+    }
+    for (src, out) in &by_src {
+        let Some(node) = nodes.get(*src) else {
+            continue;
+        };
+        let is_router = node.kind == NodeKind::Router;
+        let router_conditional = node.router_mode.as_deref() == Some("condition");
+        let uncond: Vec<&&Edge> = out
+            .iter()
+            .filter(|e| e.condition.is_none() && !e.is_else && e.loop_bound.is_none())
+            .collect();
+        let elses: Vec<&&Edge> = out.iter().filter(|e| e.is_else).collect();
+        let conds: Vec<&&Edge> = out.iter().filter(|e| e.condition.is_some()).collect();
+        if !is_router && uncond.len() > 1 {
+            ctx.push(codes::C010, Severity::Error, uncond[1].pos, format!("node `{src}` has more than one unconditional outgoing edge"), Some("keep only one default edge (plus a loop back-edge and its exhaustion exit), or use a router for fan-out"));
+        }
+        if elses.len() > 1 {
+            ctx.error(
+                codes::C123,
+                elses[1].pos,
+                format!("node `{src}` has more than one `else` edge"),
+            );
+        }
+        if !elses.is_empty() && conds.is_empty() {
+            ctx.error(
+                codes::C015,
+                elses[0].pos,
+                format!("`else` edge from `{src}` has no conditional sibling"),
+            );
+        }
+        if !elses.is_empty() && !uncond.is_empty() {
+            ctx.error(
+                codes::C124,
+                elses[0].pos,
+                format!("node `{src}` has both an `else` edge and an unconditional edge"),
+            );
+        }
+        // duplicates
+        let mut seen_fields: HashSet<(String, bool)> = HashSet::new();
+        for e in &conds {
+            if let Some(Condition::Field { field, negated }) = &e.condition
+                && !seen_fields.insert((field.clone(), *negated))
+            {
+                ctx.error(
+                    codes::C011,
+                    e.pos,
+                    format!(
+                        "condition `{}{field}` appears twice on edges from `{src}`",
+                        if *negated { "not " } else { "" }
+                    ),
+                );
+            }
+        }
+        if !conds.is_empty() && (!is_router || router_conditional) {
+            let has_fallback = out.iter().any(|e| e.condition.is_none());
+            let exhaustive = seen_fields
+                .iter()
+                .any(|(f, n)| seen_fields.contains(&(f.clone(), !n)));
+            if !has_fallback && !exhaustive {
+                ctx.push(
+                    codes::C012,
+                    Severity::Error,
+                    conds[0].pos,
+                    format!(
+                        "conditional edges from `{src}` are not exhaustive and have no fallback"
+                    ),
+                    Some("add `when not X` to complement `when X`, or add an unconditional edge"),
+                );
+            }
+        }
+    }
+
+    // reachability (C016)
+    if let Some(entry) = entry {
+        let mut adj: HashMap<&NodeId, Vec<&NodeId>> = HashMap::new();
+        for e in edges {
+            if let Target::Node(t) = &e.to {
+                adj.entry(&e.from).or_default().push(t);
+            }
+        }
+        let mut seen: HashSet<&NodeId> = HashSet::new();
+        let mut q = VecDeque::from([entry]);
+        seen.insert(entry);
+        while let Some(n) = q.pop_front() {
+            for t in adj.get(n).into_iter().flatten() {
+                if seen.insert(t) {
+                    q.push_back(t);
+                }
+            }
+        }
+        for (id, n) in nodes {
+            if !seen.contains(id) {
+                ctx.push(
+                    codes::C016,
+                    Severity::Error,
+                    n.pos,
+                    format!("node `{id}` is unreachable from entry `{entry}`"),
+                    Some("add edges to reach the node, or remove the unused declaration"),
+                );
+            }
+        }
+    }
+
+    // undeclared cycles (C019): iterative DFS over edges without a loop bound
+    let mut adj: BTreeMap<&NodeId, Vec<(&NodeId, &Edge)>> = BTreeMap::new();
+    for e in edges {
+        if e.loop_bound.is_none()
+            && e.foreach.is_none()
+            && let Target::Node(t) = &e.to
+        {
+            adj.entry(&e.from).or_default().push((t, e));
+        }
+    }
+    let mut color: HashMap<&NodeId, u8> = HashMap::new();
+    let mut reported: BTreeSet<(u32, u32)> = BTreeSet::new();
+    for start in nodes.keys() {
+        if color.get(start).copied().unwrap_or(0) != 0 {
+            continue;
+        }
+        let mut stack: Vec<(&NodeId, usize)> = vec![(start, 0)];
+        color.insert(start, 1);
+        while let Some((n, idx)) = stack.last_mut() {
+            let succ = adj.get(*n).map_or(&[][..], Vec::as_slice);
+            if *idx < succ.len() {
+                let (t, e) = succ[*idx];
+                *idx += 1;
+                match color.get(t).copied().unwrap_or(0) {
+                    0 => {
+                        color.insert(t, 1);
+                        stack.push((t, 0));
+                    }
+                    1 if reported.insert((e.pos.line, e.pos.column)) => {
+                        ctx.push(
+                            codes::C019,
+                            Severity::Error,
+                            e.pos,
+                            format!(
+                                "edge `{} -> {t}` closes a cycle with no declared loop",
+                                e.from
+                            ),
+                            Some("add `as loop_name(N)` to the back-edge to bound the cycle"),
+                        );
+                    }
+                    _ => {}
+                }
+            } else {
+                color.insert(n, 2);
+                stack.pop();
+            }
+        }
+    }
+}
