@@ -2,14 +2,15 @@
 //! shares (a shortened token echo, "did you mean" by edit distance). Owns no
 //! language rule.
 
-use crate::diag::{Diagnostic, Severity};
+use crate::diag::{Diagnostic, Severity, Sink};
 use crate::ir::Pos;
 use crate::lexer::STok;
 use crate::parser::tokens_text;
 
 pub(crate) struct Ctx<'f> {
     pub file: &'f str,
-    pub diags: Vec<Diagnostic>,
+    /// Bounded: past [`crate::diag::MAX_PER_FILE`] findings are counted.
+    pub diags: Sink,
 }
 
 impl Ctx<'_> {
@@ -21,8 +22,14 @@ impl Ctx<'_> {
         msg: impl Into<String>,
         hint: Option<&str>,
     ) {
+        if self.diags.full() {
+            self.diags.count(sev);
+            return;
+        }
         let mut d = Diagnostic::new(code, sev, self.file, pos, msg);
-        d.hint = hint.map(str::to_owned);
+        if let Some(h) = hint {
+            d = d.with_hint(h);
+        }
         self.diags.push(d);
     }
 
@@ -56,14 +63,15 @@ pub(crate) fn distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().take(64).collect();
     let b: Vec<char> = b.chars().take(64).collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
     for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
+        cur[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             cur[j + 1] = (prev[j] + usize::from(ca != cb))
                 .min(prev[j + 1] + 1)
                 .min(cur[j] + 1);
         }
-        prev = cur;
+        std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
 }

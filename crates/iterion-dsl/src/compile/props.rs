@@ -376,6 +376,11 @@ impl Ctx<'_> {
         let kind = match table {
             Some(t) => match t.iter().find(|(n, _)| *n == key) {
                 Some((_, k)) => *k,
+                None if self.diags.full() => {
+                    // past the bound: count it, skip building the hint
+                    self.diags.count(Severity::Error);
+                    return None;
+                }
                 None => {
                     let names: Vec<&str> = t.iter().map(|(n, _)| *n).collect();
                     let hint = if key == "network" {

@@ -27,7 +27,7 @@ fn rendered(name: &str, text: &str) -> (String, String, iterion_dsl::Compiled) {
     let c = compile_source(text, Path::new(name));
     let human = render_human(text, &c.diagnostics);
     let json = serde_json::to_string_pretty(&serde_json::json!({
-        "files": [diag::json_file(name, &c.diagnostics)]
+        "files": [diag::json_file(name, &c.diagnostics, c.omitted)]
     }))
     .expect("json");
     (human, json, c)
