@@ -124,19 +124,45 @@ pub(crate) fn graph_checks(
         }
     }
 
-    // undeclared cycles (C019): iterative DFS over edges without a loop bound
-    let mut adj: BTreeMap<&NodeId, Vec<(&NodeId, &Edge)>> = BTreeMap::new();
+    undeclared_cycles(nodes, edges, entry, ctx);
+}
+
+/// C019 exactly as upstream's rule: a depth-first walk over every edge
+/// (loop edges included), from the entry first and then from each source
+/// in the order edges are written, reports a back-edge only when neither
+/// of its ends is an end of any loop-bearing edge (`as name(N)`, or our
+/// `as foreach …`). So `a→b, b→a, b→b as L(3)` passes (b bears a loop) and
+/// `a→b, b→c as L(3), c→d, d→a` fails (the back-edge d→a touches no loop
+/// end), both as upstream judges them. Iterative: no recursion on depth.
+fn undeclared_cycles(
+    nodes: &BTreeMap<NodeId, Node>,
+    edges: &[Edge],
+    entry: Option<&NodeId>,
+    ctx: &mut Ctx<'_>,
+) {
+    let mut loop_ends: HashSet<&NodeId> = HashSet::new();
+    let mut adj: HashMap<&NodeId, Vec<(&NodeId, &Edge)>> = HashMap::new();
+    let mut sources: Vec<&NodeId> = Vec::new();
     for e in edges {
-        if e.loop_bound.is_none()
-            && e.foreach.is_none()
-            && let Target::Node(t) = &e.to
-        {
-            adj.entry(&e.from).or_default().push((t, e));
+        let Target::Node(to) = &e.to else { continue };
+        if e.loop_bound.is_some() || e.foreach.is_some() {
+            loop_ends.insert(&e.from);
+            loop_ends.insert(to);
         }
+        let out = adj.entry(&e.from).or_default();
+        if out.is_empty() {
+            sources.push(&e.from);
+        }
+        out.push((to, e));
     }
+    // 0 unseen, 1 on the stack, 2 done
     let mut color: HashMap<&NodeId, u8> = HashMap::new();
     let mut reported: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for start in nodes.keys() {
+    let starts = entry
+        .filter(|e| nodes.contains_key(*e))
+        .into_iter()
+        .chain(sources.iter().copied());
+    for start in starts {
         if color.get(start).copied().unwrap_or(0) != 0 {
             continue;
         }
@@ -152,7 +178,10 @@ pub(crate) fn graph_checks(
                         color.insert(t, 1);
                         stack.push((t, 0));
                     }
-                    1 if reported.insert((e.pos.line, e.pos.column)) => {
+                    1 if !loop_ends.contains(&e.from)
+                        && !loop_ends.contains(t)
+                        && reported.insert((e.pos.line, e.pos.column)) =>
+                    {
                         ctx.push(
                             codes::C019,
                             Severity::Error,
