@@ -83,6 +83,9 @@ pub mod codes {
     pub const C026: &str = "C026";
     /// Invalid reasoning effort.
     pub const C027: &str = "C027";
+    /// `when "…"` expression does not parse (syntax, unknown function,
+    /// nesting past the depth limit).
+    pub const C040: &str = "C040";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

@@ -8,6 +8,7 @@
 
 pub mod diag;
 pub mod expand;
+pub mod expr;
 pub mod ir;
 pub mod lexer;
 pub mod parser;

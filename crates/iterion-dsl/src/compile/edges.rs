@@ -107,7 +107,27 @@ pub(crate) fn parse_edge(line: &Line, prefix: Option<&str>, ctx: &mut Ctx<'_>) -
                         ));
                     }
                     Some(Tok::Str(s, _)) if !negated => {
-                        e.cond = Some((Condition::Expr(s.clone()), toks[i].pos));
+                        let spos = toks[i].pos;
+                        // parsed here so a bad expression is C040 at its
+                        // column, not a surprise at run time; the engine
+                        // parses the same text with the same parser
+                        if let Err(err) = crate::expr::Expr::parse(s) {
+                            let at = err.offset().unwrap_or(0);
+                            ctx.push(
+                                codes::C040,
+                                Severity::Error,
+                                Pos {
+                                    line: spos.line,
+                                    column: spos
+                                        .column
+                                        .saturating_add(1)
+                                        .saturating_add(u32::try_from(at).unwrap_or(u32::MAX)),
+                                },
+                                format!("invalid `when` expression: {err}"),
+                                Some("operators: || && ! == != < <= > >= + - * / %, functions: length, concat, unique, contains, join, if"),
+                            );
+                        }
+                        e.cond = Some((Condition::Expr(s.clone()), spos));
                     }
                     _ => {
                         ctx.error(

@@ -268,3 +268,26 @@ fn control_characters_never_reach_the_terminal() {
     assert!(!human.contains('\u{1b}'), "{human}");
     assert_rendering_bounded(&human, c.diagnostics.len());
 }
+
+#[test]
+fn ten_thousand_deep_expressions_are_c040_not_a_crash() {
+    for body in [
+        format!("{}ok{}", "(".repeat(10_000), ")".repeat(10_000)),
+        format!("{}ok", "!".repeat(10_000)),
+        format!("{}1", "-".repeat(10_000)),
+        format!("length({}1{})", "concat(".repeat(5_000), ")".repeat(5_000)),
+    ] {
+        let text = format!(
+            "schema v:\n  ok: bool\n\ntool a:\n  command: \"true\"\n  output: v\n\nworkflow w:\n  entry: a\n  a -> done when \"{body}\"\n  a -> fail\n"
+        );
+        let c = iterion_dsl::compile_source(&text, Path::new("deep.iter"));
+        let c040: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C040").collect();
+        assert_eq!(c040.len(), 1, "{:?}", c.diagnostics);
+        assert!(
+            c040[0].message.contains("deeper than 256"),
+            "{}",
+            c040[0].message
+        );
+        assert_eq!(c040[0].line, 10);
+    }
+}
