@@ -1,8 +1,14 @@
 //! Parse+compile throughput on a generated ~8 MB workflow, printed side by
 //! side with two baselines measured in the same process: a plain line scan
 //! (counting lines and `->`) and `serde_json` parsing a JSON document of the
-//! same size describing the same graph. Plain std timing; ratios matter,
-//! absolute numbers depend on the machine.
+//! same size describing the same graph. Then, with the same baseline: a
+//! 5,000-node workflow, the largest upstream bundle when the upstream
+//! mirror is on this machine (`ITERION_UPSTREAM_REPO`, a git dir), and
+//! `validate` (compile + human + JSON rendering) of 1 MiB hostile inputs
+//! (NULs, deep nesting, deep brackets, long lines, many errors), each
+//! against the issue's 1 s budget. Peak memory of those is asserted by
+//! `tests/integration/hostile.rs` (counting allocator), not here. Plain std
+//! timing; ratios matter, absolute numbers depend on the machine.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -101,4 +107,150 @@ fn main() {
     println!("baseline serde_json Value : {j:>9.1} MiB/s ({sj:?})");
     println!("ratio dsl / serde_json    : {:.2}", d / j);
     println!("ratio dsl / line scan     : {:.3}", d / s);
+
+    let nodes = nodes_workflow(5_000);
+    let t = time(|| {
+        let c = iterion_dsl::compile_source(black_box(&nodes), Path::new("5k.iter"));
+        assert!(!c.has_errors());
+        black_box(c);
+    });
+    let sj = json_time(nodes.len());
+    println!(
+        "5,000-node workflow ({:.2} MiB): {t:?}, {:.1} MiB/s, ratio vs serde_json same size {:.2}",
+        nodes.len() as f64 / 1048576.0,
+        mbps(nodes.len(), t),
+        mbps(nodes.len(), t) / mbps(nodes.len(), sj)
+    );
+
+    match upstream_bundle() {
+        Some((name, text)) => {
+            let t = time(|| {
+                black_box(iterion_dsl::compile_source(
+                    black_box(&text),
+                    Path::new(&name),
+                ));
+            });
+            let sj = json_time(text.len());
+            println!(
+                "largest upstream bundle {name} ({:.0} KiB): {t:?}, {:.1} MiB/s, ratio vs serde_json same size {:.2}",
+                text.len() as f64 / 1024.0,
+                mbps(text.len(), t),
+                mbps(text.len(), t) / mbps(text.len(), sj)
+            );
+        }
+        None => {
+            println!("largest upstream bundle: no upstream mirror here (ITERION_UPSTREAM_REPO)")
+        }
+    }
+
+    for (name, text) in hostile() {
+        let t = time(|| {
+            let c = iterion_dsl::compile_source(black_box(&text), Path::new("hostile.iter"));
+            let mut human = iterion_dsl::render_human(&text, &c.diagnostics);
+            if let Some(more) = iterion_dsl::render_omitted(c.omitted) {
+                human.push_str(&more);
+            }
+            let json = iterion_dsl::diag::json_file("hostile.iter", &c.diagnostics, c.omitted);
+            black_box((human, json));
+        });
+        println!(
+            "validate 1 MiB {name:<14}: {t:?} ({:.1}% of the 1 s budget)",
+            t.as_secs_f64() * 100.0
+        );
+    }
+}
+
+fn json_time(size: usize) -> Duration {
+    let json = json_of_size(size);
+    time(|| {
+        let v: serde_json::Value = serde_json::from_str(black_box(&json)).unwrap_or_default();
+        black_box(v);
+    })
+}
+
+/// A workflow of exactly `n` tool nodes chained by conditional edges.
+fn nodes_workflow(n: usize) -> String {
+    let mut s = String::from("schema v:\n  ok: bool\n\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "tool t{i}:\n  command: `echo {i}`\n  output: v\n\n"
+        ));
+    }
+    s.push_str("workflow big:\n  entry: t0\n");
+    for i in 0..n {
+        let next = if i + 1 < n {
+            format!("t{}", i + 1)
+        } else {
+            "done".into()
+        };
+        s.push_str(&format!(
+            "  t{i} -> {next} when \"ok && length(vars.x) == 0\"\n  t{i} -> fail\n"
+        ));
+    }
+    s
+}
+
+/// The largest `.iter`/`.bot` of the upstream mirror, read with git.
+fn upstream_bundle() -> Option<(String, String)> {
+    let repo = std::env::var("ITERION_UPSTREAM_REPO")
+        .unwrap_or_else(|_| "/work/.mirror/SocialGouv+iterion/repo".into());
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let listing = git(&["ls-tree", "-r", "-l", "HEAD"])?;
+    let (path, _) = listing
+        .lines()
+        .filter_map(|l| {
+            let (meta, path) = l.split_once('\t')?;
+            let size: usize = meta.split_whitespace().nth(3)?.parse().ok()?;
+            (path.ends_with(".iter") || path.ends_with(".bot")).then(|| (path.to_owned(), size))
+        })
+        .max_by_key(|(_, size)| *size)?;
+    let text = git(&["show", &format!("HEAD:{path}")])?;
+    Some((path, text))
+}
+
+fn hostile() -> Vec<(&'static str, String)> {
+    const MIB: usize = 1024 * 1024;
+    let mut deep = String::from("workflow w:\n");
+    let mut depth = 1;
+    while deep.len() < MIB {
+        deep.push_str(&" ".repeat(depth * 2));
+        deep.push_str("k:\n");
+        depth = depth % 400 + 1;
+    }
+    let mut many = String::new();
+    let mut i = 0usize;
+    while many.len() < MIB {
+        many.push_str(&format!("# c{i}\n@@ {i} ]]\nagent a{i}:\n  bogus{i}: 1\n"));
+        i += 1;
+    }
+    vec![
+        ("NULs", "\0".repeat(MIB)),
+        ("deep nesting", deep),
+        (
+            "deep brackets",
+            format!(
+                "tool a:\n  tools: {}{}\n",
+                "[".repeat(MIB / 2),
+                "]".repeat(MIB / 2)
+            ),
+        ),
+        (
+            "long line",
+            format!("tool a:\n  command: \"{}\n", "x".repeat(MIB)),
+        ),
+        ("many errors", many),
+        (
+            "open bracket",
+            format!("tool a:\n  tools: [\n{}", "\n".repeat(MIB)),
+        ),
+    ]
 }

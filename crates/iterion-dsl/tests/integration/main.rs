@@ -9,3 +9,4 @@ mod fixtures;
 mod fuzz;
 mod hostile;
 mod large;
+mod upstream_corpus;
