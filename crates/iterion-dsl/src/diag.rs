@@ -86,6 +86,44 @@ pub mod codes {
     /// `when "…"` expression does not parse (syntax, unknown function,
     /// nesting past the depth limit).
     pub const C040: &str = "C040";
+    /// `session: inherit`/`fork` on a convergence point.
+    pub const C009: &str = "C009";
+    /// Malformed `{{…}}` template reference.
+    pub const C004: &str = "C004";
+    /// Round-robin router with fewer than two unconditional edges.
+    pub const C020: &str = "C020";
+    /// LLM router with fewer than two edges.
+    pub const C021: &str = "C021";
+    /// LLM router edge with a `when` field condition.
+    pub const C022: &str = "C022";
+    /// LLM-only property on a router that is not `mode: llm`.
+    pub const C023: &str = "C023";
+    /// Duplicate `mcp_server` name.
+    pub const C024: &str = "C024";
+    /// `outputs.X` reference to an unknown node.
+    pub const C029: &str = "C029";
+    /// `outputs.X.f` field not in X's output schema.
+    pub const C031: &str = "C031";
+    /// `outputs.X.f` on a node without output schema (warning).
+    pub const C032: &str = "C032";
+    /// `vars.x` reference to an undeclared variable.
+    pub const C033: &str = "C033";
+    /// `input.f` field not in the node's input schema.
+    pub const C034: &str = "C034";
+    /// `artifacts.a` that no node publishes.
+    pub const C035: &str = "C035";
+    /// Reference to a node (or artifact producer) that does not run before
+    /// the consumer.
+    pub const C036: &str = "C036";
+    /// Compute node without expressions.
+    pub const C039: &str = "C039";
+    /// `attachments.a` not declared.
+    pub const C053: &str = "C053";
+    /// Unknown attachment sub-field.
+    pub const C054: &str = "C054";
+    /// Reserved name (`done`/`fail`) on a prompt, schema, cursor, agent,
+    /// judge or compute declaration (upstream's parser stage).
+    pub const E011: &str = "E011";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

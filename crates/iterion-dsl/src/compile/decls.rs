@@ -35,18 +35,21 @@ impl<'a> NodeDecl<'a> {
 
 /// Entries of `presets:` / `attachments:`: `name: value` lines, each may
 /// carry its own indented block of `key: value` lines.
-pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) {
+pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) -> Vec<String> {
+    let mut names = Vec::new();
     for l in lines {
         match l.toks.as_slice() {
             [
                 STok {
-                    tok: Tok::Word(_), ..
+                    tok: Tok::Word(name),
+                    ..
                 },
                 STok {
                     tok: Tok::Colon, ..
                 },
                 ..,
             ] => {
+                names.push(name.clone());
                 for c in &l.children {
                     let _ = ctx.prop(c, None, what);
                 }
@@ -58,6 +61,7 @@ pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) {
             ),
         }
     }
+    names
 }
 
 pub(crate) fn node_kind(k: &str) -> Option<NodeKind> {

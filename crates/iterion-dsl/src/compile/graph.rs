@@ -125,6 +125,135 @@ pub(crate) fn graph_checks(
     }
 
     undeclared_cycles(nodes, edges, entry, ctx);
+    router_rules(nodes, edges, ctx);
+    compute_rules(nodes, ctx);
+    session_rules(nodes, ctx);
+}
+
+/// A declared convergence point (`await:`) cannot continue a branch's
+/// session (`inherit`, `inherit_if_available`, `fork`): which branch's?
+/// Upstream C009.
+fn session_rules(nodes: &BTreeMap<NodeId, Node>, ctx: &mut Ctx<'_>) {
+    for (id, n) in nodes {
+        let text = |k: &str| n.properties.get(k).and_then(serde_json::Value::as_str);
+        if let (Some(await_mode), Some(session @ ("inherit" | "inherit_if_available" | "fork"))) =
+            (text("await"), text("session"))
+        {
+            ctx.error(
+                codes::C009,
+                n.pos,
+                format!("node `{id}` has `session: {session}` but `await: {await_mode}` makes it a convergence point; only fresh or artifacts_only sessions are allowed there"),
+            );
+        }
+    }
+}
+
+/// Upstream's router rules: a `round_robin` router alternates between at
+/// least two unconditional edges (C020); an `llm` router picks among at
+/// least two edges (C021) that carry no `when` field (C022); the LLM
+/// properties mean nothing on any other router (C023).
+fn router_rules(nodes: &BTreeMap<NodeId, Node>, edges: &[Edge], ctx: &mut Ctx<'_>) {
+    for (id, n) in nodes {
+        if n.kind != NodeKind::Router {
+            continue;
+        }
+        let out: Vec<&Edge> = edges.iter().filter(|e| &e.from == id).collect();
+        match n.router_mode.as_deref() {
+            Some("round_robin") => {
+                let plain = out.iter().filter(|e| e.condition.is_none()).count();
+                if plain < 2 {
+                    ctx.error(
+                        codes::C020,
+                        n.pos,
+                        format!("round_robin router `{id}` has {plain} unconditional outgoing edge(s); alternation needs at least 2"),
+                    );
+                }
+            }
+            Some("llm") => {
+                for e in &out {
+                    if let Some(Condition::Field { .. }) = e.condition {
+                        ctx.error(
+                            codes::C022,
+                            e.pos,
+                            format!("llm router `{id}`: an edge carries a `when` condition; an llm router picks its targets itself"),
+                        );
+                    }
+                }
+                if out.len() < 2 {
+                    ctx.error(
+                        codes::C021,
+                        n.pos,
+                        format!("llm router `{id}` has {} outgoing edge(s); it needs at least 2 to choose from", out.len()),
+                    );
+                }
+            }
+            _ => {
+                for key in [
+                    "model",
+                    "backend",
+                    "system",
+                    "user",
+                    "reasoning_effort",
+                    "multi",
+                ] {
+                    let set = match n.properties.get(key) {
+                        None => false,
+                        Some(serde_json::Value::Bool(b)) => *b,
+                        Some(_) => true,
+                    };
+                    if set {
+                        ctx.error(
+                            codes::C023,
+                            n.pos,
+                            format!("router `{id}`: `{key}` only applies to `mode: llm`"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A compute node needs at least one expression (C039), each in the
+/// expression language (C040), as upstream.
+fn compute_rules(nodes: &BTreeMap<NodeId, Node>, ctx: &mut Ctx<'_>) {
+    for (id, n) in nodes {
+        if n.kind != NodeKind::Compute {
+            continue;
+        }
+        let exprs = match n.properties.get("expr") {
+            Some(serde_json::Value::Object(m)) => m,
+            _ => {
+                ctx.error(
+                    codes::C039,
+                    n.pos,
+                    format!(
+                        "compute `{id}` has no `expr:` block; it needs at least one expression"
+                    ),
+                );
+                continue;
+            }
+        };
+        if exprs.is_empty() {
+            ctx.error(
+                codes::C039,
+                n.pos,
+                format!(
+                    "compute `{id}` has an empty `expr:` block; it needs at least one expression"
+                ),
+            );
+        }
+        for (key, v) in exprs {
+            let Some(text) = v.as_str() else { continue };
+            if let Err(err) = crate::expr::Expr::parse(text) {
+                ctx.error(
+                    codes::C040,
+                    n.pos,
+                    format!("compute `{id}` field `{key}`: invalid expression: {err}"),
+                );
+            }
+        }
+    }
 }
 
 /// C019 exactly as upstream's rule: a depth-first walk over every edge

@@ -14,6 +14,7 @@ mod decls;
 mod edges;
 mod graph;
 mod props;
+mod refs;
 pub(crate) mod sandbox;
 mod workflow;
 
@@ -47,6 +48,8 @@ pub(crate) fn compile(
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut prompts: HashSet<String> = HashSet::new();
+    let mut prompt_bodies: HashMap<String, (String, Pos)> = HashMap::new();
+    let mut attachments: HashSet<String> = HashSet::new();
     let mut nodes: Vec<NodeDecl<'_>> = Vec::new();
     let mut workflows: Vec<&Line> = Vec::new();
     let mut secrets: Vec<SecretDecl> = Vec::new();
@@ -116,7 +119,10 @@ pub(crate) fn compile(
                 match b {
                     "vars" => read_vars(&line.children, ctx, &mut vars),
                     "secrets" => read_secrets(&line.children, ctx, &mut secrets),
-                    _ => loose_block(&line.children, ctx, b),
+                    "attachments" => attachments.extend(loose_block(&line.children, ctx, b)),
+                    _ => {
+                        loose_block(&line.children, ctx, b);
+                    }
                 }
             }
             Some("use") => {
@@ -170,10 +176,10 @@ pub(crate) fn compile(
                     other => other,
                 };
                 if let Some(prev) = names.get(&(ns.to_string(), name.clone())) {
-                    let code = if ns == "node" {
-                        codes::C041
-                    } else {
-                        codes::E010
+                    let code = match ns {
+                        "node" => codes::C041,
+                        "mcp_server" => codes::C024,
+                        _ => codes::E010,
                     };
                     ctx.push(
                         code,
@@ -188,6 +194,23 @@ pub(crate) fn compile(
                     continue;
                 }
                 names.insert((ns.to_string(), name.clone()), toks[1].pos);
+                if matches!(name.as_str(), "done" | "fail")
+                    && matches!(
+                        k,
+                        "prompt" | "schema" | "cursor" | "agent" | "judge" | "compute"
+                    )
+                {
+                    // upstream's parser refuses these kinds by name (E011);
+                    // the other node kinds reach its compiler (C042)
+                    ctx.push(
+                        codes::E011,
+                        Severity::Error,
+                        toks[1].pos,
+                        format!("`{name}` is a reserved terminal target and cannot name a {k}"),
+                        Some("`done` and `fail` are the terminal targets; pick a different name"),
+                    );
+                    continue;
+                }
                 if ns == "node" && (name == "done" || (name == "fail" && k != "fail")) {
                     ctx.push(
                         codes::C042,
@@ -200,6 +223,8 @@ pub(crate) fn compile(
                 }
                 match k {
                     "prompt" => {
+                        let body = line.text.clone().unwrap_or((String::new(), toks[1].pos));
+                        prompt_bodies.insert(name.clone(), body);
                         prompts.insert(name);
                     }
                     "schema" => {
@@ -348,6 +373,11 @@ pub(crate) fn compile(
             ctx,
             net_check,
         ) {
+            let inputs = refs::RefInputs {
+                prompts: &prompt_bodies,
+                attachments: &attachments,
+            };
+            refs::check(&w, &inputs, ctx);
             out.push(w);
         }
     }

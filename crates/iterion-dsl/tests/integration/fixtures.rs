@@ -8,6 +8,11 @@ fn fixture_dir(kind: &str) -> PathBuf {
         .join(kind)
 }
 
+/// Every `.iter` of `tests/fixtures/KIND`, sorted, with its text.
+pub(crate) fn fixtures_in(kind: &str) -> Vec<(String, String)> {
+    fixtures(kind)
+}
+
 fn fixtures(kind: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = std::fs::read_dir(fixture_dir(kind))
         .expect("fixtures dir")

@@ -9,4 +9,5 @@ mod fixtures;
 mod fuzz;
 mod hostile;
 mod large;
+mod ported;
 mod upstream_corpus;

@@ -1,9 +1,15 @@
 //! Upstream's own workflows (every `.iter`/`.bot` of the upstream mirror:
 //! examples, archived examples, CLI templates, DSL test data) get the
-//! verdict upstream gives them: all compile clean except
-//! `examples/cursors/cursors.iter`, a catalogue of `cursor` blocks that its
-//! own header calls "not a runnable workflow" (no workflow: C006 here, the
-//! same verdict upstream's compiler gives a file without one).
+//! verdict upstream's compiler gives them. All compile clean except four
+//! that upstream's own tests never compile and its validator refuses (read
+//! from its source): `examples/cursors/cursors.iter`, a catalogue of
+//! `cursor` blocks its header calls "not a runnable workflow" (no workflow,
+//! C006); the English CLI templates `pr_refine_single_model.{iter,bot}`,
+//! whose `plan_user` prompt reads `{{input.review}}` while both consumers'
+//! input schemas lack `review` (C034; the archived French original that
+//! upstream's e2e test compiles has it); and the archived
+//! `skill/loop_with_judge.iter`, whose edge reads `{{vars.topic}}` with no
+//! `vars:` (C033).
 //!
 //! The files are upstream's, so they are read from a local git mirror of
 //! the upstream repository and never copied into this one; the test is
@@ -17,7 +23,15 @@ use std::process::Command;
 const DEFAULT_MIRROR: &str = "/work/.mirror/SocialGouv+iterion/repo";
 
 /// Files upstream refuses, with the code we give them.
-const EXPECTED_INVALID: &[(&str, &str)] = &[("examples/cursors/cursors.iter", "C006")];
+const EXPECTED_INVALID: &[(&str, &str)] = &[
+    ("examples/cursors/cursors.iter", "C006"),
+    ("pkg/cli/templates/pr_refine_single_model.iter", "C034"),
+    (
+        "pkg/cli/templates/pr_refine_single_model_backend.bot",
+        "C034",
+    ),
+    (".archive/examples/skill/skill/loop_with_judge.iter", "C033"),
+];
 
 fn git(repo: &str, args: &[&str]) -> String {
     let out = Command::new("git")
