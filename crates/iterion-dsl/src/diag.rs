@@ -124,6 +124,30 @@ pub mod codes {
     /// Reserved name (`done`/`fail`) on a prompt, schema, cursor, agent,
     /// judge or compute declaration (upstream's parser stage).
     pub const E011: &str = "E011";
+    /// Invalid MCP server config (transport's required/forbidden fields).
+    pub const C025: &str = "C025";
+    /// Node max_tokens over the workflow budget (warning).
+    pub const C037: &str = "C037";
+    /// Unsupported or incomplete MCP auth.
+    pub const C038: &str = "C038";
+    /// Compaction setting out of range.
+    pub const C043: &str = "C043";
+    /// Memory on a backend that ignores it (warning).
+    pub const C047: &str = "C047";
+    /// Memory enabled without a scope.
+    pub const C048: &str = "C048";
+    /// Attachment declared twice.
+    pub const C050: &str = "C050";
+    /// Attachment named like a variable.
+    pub const C051: &str = "C051";
+    /// accept_mime entry not type/subtype.
+    pub const C052: &str = "C052";
+    /// Preset sets an undeclared variable.
+    pub const C070: &str = "C070";
+    /// Preset value of the wrong type.
+    pub const C071: &str = "C071";
+    /// Preset declared twice.
+    pub const C072: &str = "C072";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

@@ -35,21 +35,18 @@ impl<'a> NodeDecl<'a> {
 
 /// Entries of `presets:` / `attachments:`: `name: value` lines, each may
 /// carry its own indented block of `key: value` lines.
-pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) -> Vec<String> {
-    let mut names = Vec::new();
+pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) {
     for l in lines {
         match l.toks.as_slice() {
             [
                 STok {
-                    tok: Tok::Word(name),
-                    ..
+                    tok: Tok::Word(_), ..
                 },
                 STok {
                     tok: Tok::Colon, ..
                 },
                 ..,
             ] => {
-                names.push(name.clone());
                 for c in &l.children {
                     let _ = ctx.prop(c, None, what);
                 }
@@ -61,7 +58,6 @@ pub(crate) fn loose_block(lines: &[Line], ctx: &mut Ctx<'_>, what: &str) -> Vec<
             ),
         }
     }
-    names
 }
 
 pub(crate) fn node_kind(k: &str) -> Option<NodeKind> {
@@ -114,8 +110,15 @@ pub(crate) fn node_props<'a>(kind: NodeKind, line: &'a Line, ctx: &mut Ctx<'_>) 
                     && !w.contains("{{")
                     && !REASONING.contains(&w)
                 {
+                    // upstream: a bare word is refused by the parser (E020),
+                    // a quoted literal by the validator (C027)
+                    let code = if matches!(p.value, Some(PValue::Word(_))) {
+                        codes::E020
+                    } else {
+                        codes::C027
+                    };
                     ctx.push(
-                        codes::C027,
+                        code,
                         Severity::Error,
                         p.value_pos,
                         format!("invalid reasoning_effort `{w}`"),
@@ -151,6 +154,12 @@ pub(crate) fn node_props<'a>(kind: NodeKind, line: &'a Line, ctx: &mut Ctx<'_>) 
             }
             "expr" if p.value.is_none() => {
                 let _ = ctx.props(&p.line.children, None, "expr");
+            }
+            "mcp" if p.value.is_none() => {
+                let _ = ctx.props(&p.line.children, Some(super::mcp::MCP_CONFIG), "mcp");
+            }
+            "memory" if p.value.is_none() => {
+                let _ = ctx.props(&p.line.children, Some(super::mcp::MEMORY), "memory");
             }
             _ => {}
         }

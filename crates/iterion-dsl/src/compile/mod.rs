@@ -9,10 +9,12 @@
 //! module → workflow → graph/edges/decls/sandbox → props → ctx); nothing
 //! here recurses deeper than the lexer's nesting cap.
 
+mod blocks;
 mod ctx;
 mod decls;
 mod edges;
 mod graph;
+mod mcp;
 mod props;
 mod refs;
 pub(crate) mod sandbox;
@@ -31,7 +33,7 @@ use decls::{
     NodeDecl, check_node_refs, loose_block, node_kind, node_props, read_schema, read_secrets,
     read_vars,
 };
-use props::{CURSOR, MCP_SERVER, SUPERVISOR};
+use props::{CURSOR, SUPERVISOR};
 use workflow::compile_workflow;
 
 struct Group<'a> {
@@ -49,7 +51,8 @@ pub(crate) fn compile(
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut prompts: HashSet<String> = HashSet::new();
     let mut prompt_bodies: HashMap<String, (String, Pos)> = HashMap::new();
-    let mut attachments: HashSet<String> = HashSet::new();
+    let mut attachment_blocks: Vec<&[Line]> = Vec::new();
+    let mut preset_blocks: Vec<&[Line]> = Vec::new();
     let mut nodes: Vec<NodeDecl<'_>> = Vec::new();
     let mut workflows: Vec<&Line> = Vec::new();
     let mut secrets: Vec<SecretDecl> = Vec::new();
@@ -119,9 +122,13 @@ pub(crate) fn compile(
                 match b {
                     "vars" => read_vars(&line.children, ctx, &mut vars),
                     "secrets" => read_secrets(&line.children, ctx, &mut secrets),
-                    "attachments" => attachments.extend(loose_block(&line.children, ctx, b)),
                     _ => {
                         loose_block(&line.children, ctx, b);
+                        if b == "attachments" {
+                            attachment_blocks.push(&line.children);
+                        } else {
+                            preset_blocks.push(&line.children);
+                        }
                     }
                 }
             }
@@ -261,9 +268,7 @@ pub(crate) fn compile(
                             let _ = ctx.prop(c, None, "contract");
                         }
                     }
-                    "mcp_server" => {
-                        let _ = ctx.props(&line.children, Some(MCP_SERVER), "mcp_server");
-                    }
+                    "mcp_server" => mcp::server(&name, line, toks[1].pos, ctx),
                     "cursor" => {
                         let _ = ctx.props(&line.children, Some(CURSOR), "cursor");
                     }
@@ -373,6 +378,14 @@ pub(crate) fn compile(
             ctx,
             net_check,
         ) {
+            let mut declared = attachment_blocks.clone();
+            declared.push(blocks::workflow_entries(wline, "attachments"));
+            let attachments = blocks::attachments(&declared, &w.vars, ctx);
+            for p in &preset_blocks {
+                blocks::presets(p, &w.vars, ctx);
+            }
+            let compaction = blocks::entries_json(blocks::workflow_entries(wline, "compaction"));
+            blocks::node_settings(&w, Some(&compaction), ctx);
             let inputs = refs::RefInputs {
                 prompts: &prompt_bodies,
                 attachments: &attachments,

@@ -480,8 +480,15 @@ impl Ctx<'_> {
                 (K::Blk, _) => Some("open an indented block under this header"),
                 _ => None,
             };
+            // a bare word that is not a bool or a number literal is an
+            // invalid value (E020) in upstream's parser; a wrong shape
+            // (string, list, block) is an expected token (E002)
+            let code = match (kind, &value) {
+                (K::B | K::N | K::F, Some(PValue::Word(_))) => codes::E020,
+                _ => codes::E002,
+            };
             self.push(
-                codes::E002,
+                code,
                 Severity::Error,
                 value_pos,
                 format!("`{key}` expects {want}, found {got}"),

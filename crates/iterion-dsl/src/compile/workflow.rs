@@ -102,7 +102,10 @@ pub(crate) fn compile_workflow(
             "sandbox" => {
                 sandbox_decl = sandbox::read(&p, ctx, true, net_check);
             }
-            "attachments" | "mcp" | "resources" | "compaction" => {
+            "mcp" => {
+                let _ = ctx.props(&l.children, Some(super::mcp::MCP_CONFIG), "mcp");
+            }
+            "attachments" | "resources" | "compaction" => {
                 let _ = ctx.props(&l.children, None, &p.key);
             }
             _ => {}
