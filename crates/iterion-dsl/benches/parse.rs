@@ -10,6 +10,9 @@
 //! `tests/integration/hostile.rs` (counting allocator), not here. Plain std
 //! timing; ratios matter, absolute numbers depend on the machine.
 
+#[path = "../tests/integration/hostile_inputs.rs"]
+mod hostile_inputs;
+
 use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -158,7 +161,7 @@ fn main() {
         }
     }
 
-    for (name, text) in hostile() {
+    for (name, text) in hostile_inputs::all(1024 * 1024) {
         let t = time(|| {
             let c = iterion_dsl::compile_source(black_box(&text), Path::new("hostile.iter"));
             let mut human = iterion_dsl::render_human(&text, &c.diagnostics);
@@ -228,42 +231,4 @@ fn upstream_bundle() -> Option<(String, String)> {
         .max_by_key(|(_, size)| *size)?;
     let text = git(&["show", &format!("HEAD:{path}")])?;
     Some((path, text))
-}
-
-fn hostile() -> Vec<(&'static str, String)> {
-    const MIB: usize = 1024 * 1024;
-    let mut deep = String::from("workflow w:\n");
-    let mut depth = 1;
-    while deep.len() < MIB {
-        deep.push_str(&" ".repeat(depth * 2));
-        deep.push_str("k:\n");
-        depth = depth % 400 + 1;
-    }
-    let mut many = String::new();
-    let mut i = 0usize;
-    while many.len() < MIB {
-        many.push_str(&format!("# c{i}\n@@ {i} ]]\nagent a{i}:\n  bogus{i}: 1\n"));
-        i += 1;
-    }
-    vec![
-        ("NULs", "\0".repeat(MIB)),
-        ("deep nesting", deep),
-        (
-            "deep brackets",
-            format!(
-                "tool a:\n  tools: {}{}\n",
-                "[".repeat(MIB / 2),
-                "]".repeat(MIB / 2)
-            ),
-        ),
-        (
-            "long line",
-            format!("tool a:\n  command: \"{}\n", "x".repeat(MIB)),
-        ),
-        ("many errors", many),
-        (
-            "open bracket",
-            format!("tool a:\n  tools: [\n{}", "\n".repeat(MIB)),
-        ),
-    ]
 }

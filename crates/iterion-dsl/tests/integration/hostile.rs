@@ -132,47 +132,9 @@ pub(crate) fn assert_rendering_bounded(human: &str, kept: usize) {
 
 const KIB: usize = 1024;
 
-fn nul(n: usize) -> String {
-    "\0".repeat(n)
-}
-
-fn deep_indent(n: usize) -> String {
-    let mut s = String::from("workflow w:\n");
-    let mut depth = 1;
-    while s.len() < n {
-        s.push_str(&" ".repeat(depth * 2));
-        s.push_str("k:\n");
-        depth = depth % 400 + 1;
-    }
-    s
-}
-
-fn deep_brackets(n: usize) -> String {
-    let mut s = String::from("tool a:\n  command: \"x\"\n  tools: ");
-    s.push_str(&"[{(".repeat(n / 6));
-    s.push_str(&")}]".repeat(n / 6));
-    s.push_str("\n\nworkflow w:\n  entry: a\n  a -> done\n");
-    s
-}
-
-fn long_line(n: usize) -> String {
-    format!("tool a:\n  command: \"{}\n", "x".repeat(n))
-}
-
-fn many_errors(n: usize) -> String {
-    // distinct lexer and compile errors, alternating, so nothing merges
-    let mut s = String::new();
-    let mut i = 0usize;
-    while s.len() < n {
-        s.push_str(&format!("# c{i}\n@@ {i} ]]\nagent a{i}:\n  bogus{i}: 1\n"));
-        i += 1;
-    }
-    s
-}
-
-fn open_bracket_then_blank(n: usize) -> String {
-    format!("tool a:\n  tools: [\n{}", "\n".repeat(n))
-}
+use crate::hostile_inputs::{
+    deep_brackets, deep_indent, long_line, many_errors, nul, open_bracket_then_blank,
+};
 
 fn check_kind(name: &str, make: fn(usize) -> String) {
     let small = measure(&make(64 * KIB));

@@ -8,6 +8,7 @@
 mod fixtures;
 mod fuzz;
 mod hostile;
+mod hostile_inputs;
 mod large;
 mod ported;
 mod upstream_corpus;
