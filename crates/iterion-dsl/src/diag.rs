@@ -148,6 +148,12 @@ pub mod codes {
     pub const C071: &str = "C071";
     /// Preset declared twice.
     pub const C072: &str = "C072";
+    /// Unknown capability (warning).
+    pub const C080: &str = "C080";
+    /// Capability name of the wrong shape.
+    pub const C081: &str = "C081";
+    /// Board capability under a sandbox (warning).
+    pub const C082: &str = "C082";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

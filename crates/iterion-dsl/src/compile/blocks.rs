@@ -4,7 +4,9 @@
 //! `type/subtype`), and per-node settings checked against the workflow:
 //! `max_tokens` over `budget.max_tokens` (C037 warning), `compaction`
 //! ranges (C043), `memory` without scope (C048) or on a backend that
-//! ignores it (C047 warning). Owns no graph rule.
+//! ignores it (C047 warning), and capability names (C081 shape, C080
+//! unknown and C082 board capability under a sandbox, both warnings).
+//! Owns no graph rule.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -235,6 +237,90 @@ pub(crate) fn node_settings(w: &Workflow, workflow_compaction: Option<&Value>, c
                     format!(
                         "{scope}: memory is only used by backend claw; backend `{b}` ignores it"
                     ),
+                    None,
+                );
+            }
+        }
+    }
+}
+
+/// Capabilities upstream's registry knows (`boardops`).
+const KNOWN_CAPABILITIES: &[&str] = &[
+    "board.read",
+    "board.create",
+    "board.move",
+    "board.assign",
+    "board.label",
+    "board.close",
+];
+
+/// `domain` or `domain.action`, each `[a-z][a-z0-9_]*` (upstream's shape).
+fn capability_shape(cap: &str) -> bool {
+    let part = |p: &str| {
+        let mut c = p.chars();
+        c.next().is_some_and(|f| f.is_ascii_lowercase())
+            && c.all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == '_')
+    };
+    let mut parts = cap.split('.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(d), None, None) => part(d),
+        (Some(d), Some(a), None) => part(d) && part(a),
+        _ => false,
+    }
+}
+
+fn capability(cap: &str, scope: &str, pos: crate::ir::Pos, ctx: &mut Ctx<'_>) {
+    if cap.is_empty() {
+        return;
+    }
+    if !capability_shape(cap) {
+        ctx.error(
+            codes::C081,
+            pos,
+            format!("{scope} capability `{cap}` must be `domain` or `domain.action` (lowercase letters, digits, underscores)"),
+        );
+    } else if !KNOWN_CAPABILITIES.contains(&cap) {
+        ctx.push(
+            codes::C080,
+            Severity::Warning,
+            pos,
+            format!("{scope} capability `{cap}` is not in the built-in registry; it is passed through to the executor"),
+            None,
+        );
+    }
+}
+
+/// Capability names of the workflow and of each agent/judge (C080–C082).
+pub(crate) fn capabilities(w: &Workflow, wline: &Line, ctx: &mut Ctx<'_>) {
+    if let Some(l) = wline
+        .children
+        .iter()
+        .find(|l| entry_name(l) == Some("capabilities"))
+        && let Some(PValue::List(items)) = entry_value(l)
+    {
+        for (item, pos) in items {
+            if let Some(cap) = item.text() {
+                capability(cap, "workflow", pos, ctx);
+            }
+        }
+    }
+    let sandboxed = w.sandbox.as_ref().is_some_and(|s| s.spec.mode.is_active());
+    for (id, n) in &w.nodes {
+        if !matches!(n.kind, NodeKind::Agent | NodeKind::Judge) {
+            continue;
+        }
+        let Some(Value::Array(caps)) = n.properties.get("capabilities") else {
+            continue;
+        };
+        let scope = format!("{} `{id}`", n.kind.as_str());
+        for cap in caps.iter().filter_map(Value::as_str) {
+            capability(cap, &scope, n.pos, ctx);
+            if sandboxed && (cap == "board" || cap.starts_with("board.")) {
+                ctx.push(
+                    codes::C082,
+                    Severity::Warning,
+                    n.pos,
+                    format!("{scope}: capability `{cap}` under a sandbox needs the HTTP board transport; without it the capability does nothing inside the container"),
                     None,
                 );
             }

@@ -386,6 +386,7 @@ pub(crate) fn compile(
             }
             let compaction = blocks::entries_json(blocks::workflow_entries(wline, "compaction"));
             blocks::node_settings(&w, Some(&compaction), ctx);
+            blocks::capabilities(&w, wline, ctx);
             let inputs = refs::RefInputs {
                 prompts: &prompt_bodies,
                 attachments: &attachments,
