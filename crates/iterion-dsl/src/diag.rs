@@ -90,6 +90,8 @@ pub mod codes {
     pub const C009: &str = "C009";
     /// Malformed `{{…}}` template reference.
     pub const C004: &str = "C004";
+    /// `outputs.X.history` on a node that is on no loop edge.
+    pub const C017: &str = "C017";
     /// Round-robin router with fewer than two unconditional edges.
     pub const C020: &str = "C020";
     /// LLM router with fewer than two edges.

@@ -4,8 +4,9 @@
 //! `with` values, compute expressions), whether they parse (C004), and
 //! whether what they name exists — node (C029), output field (C031, or the
 //! C032 warning when the node has no output schema), variable (C033),
-//! input field (C034), artifact (C035), attachment (C053, C054) — and runs
-//! before the consumer (C036). Owns no rendering: the engine's template
+//! input field (C034), artifact (C035), attachment (C053, C054) — runs
+//! before the consumer (C036), and whether `outputs.X.history` names a node
+//! on a loop edge (C017). Owns no rendering: the engine's template
 //! module does that at run time.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -121,8 +122,57 @@ fn read<'w>(text: &str, site: Site<'w>, ctx: &mut Ctx<'_>) -> Option<(Site<'w>, 
     }
 }
 
+/// `outputs.X.history` reads the iterations of a loop: X must be an end of
+/// a loop edge (upstream C017; every prompt body and `with` value, used or
+/// not, as upstream walks them).
+fn history_refs(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
+    let loop_nodes: HashSet<&NodeId> = w
+        .edges
+        .iter()
+        .filter(|e| e.loop_bound.is_some())
+        .flat_map(|e| {
+            std::iter::once(&e.from).chain(match &e.to {
+                Target::Node(n) => Some(n),
+                _ => None,
+            })
+        })
+        .collect();
+    let mut texts: Vec<(&str, Pos, String)> = inputs
+        .prompts
+        .iter()
+        .map(|(name, (body, pos))| (body.as_str(), *pos, format!("prompt `{name}`")))
+        .collect();
+    texts.sort_by_key(|(_, pos, _)| (pos.line, pos.column));
+    for e in &w.edges {
+        for (key, value) in &e.with {
+            texts.push((value, e.pos, format!("edge {} -> …, with `{key}`", e.from)));
+        }
+    }
+    for (text, pos, location) in texts {
+        for r in parse_refs(text).unwrap_or_default() {
+            if r.namespace == "outputs"
+                && r.path.len() >= 2
+                && r.path.last().is_some_and(|l| l == "history")
+            {
+                let node = NodeId::new(r.path[0].clone());
+                if w.nodes.contains_key(&node) && !loop_nodes.contains(&node) {
+                    ctx.error(
+                        codes::C017,
+                        pos,
+                        format!(
+                            "{location}: reference {} reads `.history` of `{node}`, which is on no loop edge",
+                            r.raw
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Check every template reference of `w` (upstream `validateTemplateRefs`).
 pub(crate) fn check(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
+    history_refs(w, inputs, ctx);
     let mut sites: Vec<(Site<'_>, Vec<TemplateRef>)> = Vec::new();
     // prompt bodies, once per consuming node (a bad body reported once)
     let mut reported_prompts: HashSet<&str> = HashSet::new();
