@@ -156,6 +156,14 @@ pub mod codes {
     pub const C081: &str = "C081";
     /// Board capability under a sandbox (warning).
     pub const C082: &str = "C082";
+    /// Unknown cursor in a node's `cursors:` block (warning).
+    pub const C083: &str = "C083";
+    /// Cursor value the cursor does not accept.
+    pub const C084: &str = "C084";
+    /// Malformed cursor declaration.
+    pub const C085: &str = "C085";
+    /// Duplicate cursor name.
+    pub const C086: &str = "C086";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

@@ -11,6 +11,7 @@
 
 mod blocks;
 mod ctx;
+mod cursors;
 mod decls;
 mod edges;
 mod graph;
@@ -53,6 +54,7 @@ pub(crate) fn compile(
     let mut prompt_bodies: HashMap<String, (String, Pos)> = HashMap::new();
     let mut attachment_blocks: Vec<&[Line]> = Vec::new();
     let mut preset_blocks: Vec<&[Line]> = Vec::new();
+    let mut cursor_defs: HashMap<String, Option<cursors::CursorDef>> = HashMap::new();
     let mut nodes: Vec<NodeDecl<'_>> = Vec::new();
     let mut workflows: Vec<&Line> = Vec::new();
     let mut secrets: Vec<SecretDecl> = Vec::new();
@@ -186,6 +188,7 @@ pub(crate) fn compile(
                     let code = match ns {
                         "node" => codes::C041,
                         "mcp_server" => codes::C024,
+                        "cursor" => codes::C086,
                         _ => codes::E010,
                     };
                     ctx.push(
@@ -271,6 +274,8 @@ pub(crate) fn compile(
                     "mcp_server" => mcp::server(&name, line, toks[1].pos, ctx),
                     "cursor" => {
                         let _ = ctx.props(&line.children, Some(CURSOR), "cursor");
+                        let def = cursors::declaration(&name, line, toks[1].pos, ctx);
+                        cursor_defs.insert(name, def);
                     }
                     "supervisor" => {
                         let _ = ctx.props(&line.children, Some(SUPERVISOR), "supervisor");
@@ -387,6 +392,7 @@ pub(crate) fn compile(
             let compaction = blocks::entries_json(blocks::workflow_entries(wline, "compaction"));
             blocks::node_settings(&w, Some(&compaction), ctx);
             blocks::capabilities(&w, wline, ctx);
+            cursors::invocations(&w, &cursor_defs, ctx);
             let inputs = refs::RefInputs {
                 prompts: &prompt_bodies,
                 attachments: &attachments,
