@@ -164,6 +164,8 @@ pub mod codes {
     pub const C085: &str = "C085";
     /// Duplicate cursor name.
     pub const C086: &str = "C086";
+    /// Playwright MCP under a sandbox without a browser image.
+    pub const C060: &str = "C060";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.

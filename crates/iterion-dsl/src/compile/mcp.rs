@@ -1,7 +1,8 @@
 //! MCP declarations as upstream checks them: an `mcp_server` block (its
 //! properties, `transport:` word E020, the transport's required and
 //! forbidden fields C025, the `auth:` block's properties E012 and its
-//! oauth2 requirements C038), and the `mcp:` (servers a node or the
+//! oauth2 requirements C038), a Playwright server under a sandbox whose
+//! image ships no browser (C060), and the `mcp:` (servers a node or the
 //! workflow uses) and `memory:` sub-blocks' properties (E012). Owns no
 //! reference resolution between nodes and servers.
 
@@ -50,11 +51,54 @@ fn http_url(u: &str) -> bool {
     })
 }
 
+/// What the workflow-level checks need of a declared server.
+pub(crate) struct ServerSummary {
+    name: String,
+    pos: Pos,
+    /// Looks like the Playwright MCP package (upstream's signature:
+    /// a `playwright-mcp`/`playwright_mcp` command, or `npx @playwright/mcp`).
+    playwright: bool,
+}
+
+/// C060: a Playwright MCP server needs a browser-capable sandbox image when
+/// the workflow runs sandboxed (a host run uses the operator's browser).
+pub(crate) fn playwright(servers: &[ServerSummary], w: &crate::ir::Workflow, ctx: &mut Ctx<'_>) {
+    let Some(sb) = w.sandbox.as_ref().filter(|s| s.spec.mode.is_active()) else {
+        return;
+    };
+    let image = sb.spec.image.as_deref().unwrap_or_default();
+    let lower = image.to_ascii_lowercase();
+    if lower.contains("sandbox-browser") || lower.contains("sandbox-full-browser") {
+        return;
+    }
+    for s in servers.iter().filter(|s| s.playwright) {
+        ctx.error(
+            codes::C060,
+            s.pos,
+            format!(
+                "mcp_server `{}`: Playwright MCP needs a sandbox image that bundles Chromium (an `…sandbox-browser` image); the workflow's sandbox image is `{image}`",
+                s.name
+            ),
+        );
+    }
+}
+
 /// Check one `mcp_server NAME:` block.
-pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) {
+pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> ServerSummary {
     let props = ctx.props(&line.children, Some(MCP_SERVER), "mcp_server");
     let get = |k: &str| props.iter().find(|p| p.key == k);
     let text = |k: &str| get(k).and_then(Prop::text).filter(|t| !t.is_empty());
+    let command = text("command").unwrap_or_default().to_ascii_lowercase();
+    let npx_playwright = command == "npx"
+        && matches!(get("args").and_then(|p| p.value.as_ref()), Some(PValue::List(l))
+            if l.iter().any(|(a, _)| a.text().is_some_and(|t| t.to_ascii_lowercase().contains("@playwright/mcp"))));
+    let summary = ServerSummary {
+        name: name.to_owned(),
+        pos,
+        playwright: command.contains("playwright-mcp")
+            || command.contains("playwright_mcp")
+            || npx_playwright,
+    };
     let transport = get("transport").and_then(Prop::text);
     let c025 = |ctx: &mut Ctx<'_>, msg: String| {
         ctx.error(codes::C025, pos, format!("mcp_server `{name}` {msg}"));
@@ -133,6 +177,7 @@ pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) {
             }
         }
     }
+    summary
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ pub(crate) fn compile(
     let mut prompt_bodies: HashMap<String, (String, Pos)> = HashMap::new();
     let mut attachment_blocks: Vec<&[Line]> = Vec::new();
     let mut preset_blocks: Vec<&[Line]> = Vec::new();
+    let mut mcp_servers: Vec<mcp::ServerSummary> = Vec::new();
     let mut cursor_defs: HashMap<String, Option<cursors::CursorDef>> = HashMap::new();
     let mut nodes: Vec<NodeDecl<'_>> = Vec::new();
     let mut workflows: Vec<&Line> = Vec::new();
@@ -271,7 +272,7 @@ pub(crate) fn compile(
                             let _ = ctx.prop(c, None, "contract");
                         }
                     }
-                    "mcp_server" => mcp::server(&name, line, toks[1].pos, ctx),
+                    "mcp_server" => mcp_servers.push(mcp::server(&name, line, toks[1].pos, ctx)),
                     "cursor" => {
                         let _ = ctx.props(&line.children, Some(CURSOR), "cursor");
                         let def = cursors::declaration(&name, line, toks[1].pos, ctx);
@@ -393,6 +394,7 @@ pub(crate) fn compile(
             blocks::node_settings(&w, Some(&compaction), ctx);
             blocks::capabilities(&w, wline, ctx);
             cursors::invocations(&w, &cursor_defs, ctx);
+            mcp::playwright(&mcp_servers, &w, ctx);
             let inputs = refs::RefInputs {
                 prompts: &prompt_bodies,
                 attachments: &attachments,
