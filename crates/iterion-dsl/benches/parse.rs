@@ -119,16 +119,10 @@ fn main() {
         ("when \"…\"", "\"ok && length(vars.x) == 0\""),
     ] {
         let nodes = nodes_workflow(5_000, cond);
-        let t = time(|| {
-            let c = iterion_dsl::compile_source(black_box(&nodes), Path::new("5k.iter"));
-            black_box(c);
-        });
-        let sj = json_time(nodes.len());
-        println!(
-            "5,000-node workflow, {label:<9} ({:.2} MiB): {t:?}, {:.1} MiB/s, ratio vs serde_json same size {:.2}",
-            nodes.len() as f64 / 1048576.0,
-            mbps(nodes.len(), t),
-            mbps(nodes.len(), t) / mbps(nodes.len(), sj)
+        let t = compile_vs_json(
+            &format!("5,000-node workflow, {label:<9}"),
+            "5k.iter",
+            &nodes,
         );
         if field_time.is_zero() {
             field_time = t;
@@ -142,19 +136,7 @@ fn main() {
 
     match upstream_bundle() {
         Some((name, text)) => {
-            let t = time(|| {
-                black_box(iterion_dsl::compile_source(
-                    black_box(&text),
-                    Path::new(&name),
-                ));
-            });
-            let sj = json_time(text.len());
-            println!(
-                "largest upstream bundle {name} ({:.0} KiB): {t:?}, {:.1} MiB/s, ratio vs serde_json same size {:.2}",
-                text.len() as f64 / 1024.0,
-                mbps(text.len(), t),
-                mbps(text.len(), t) / mbps(text.len(), sj)
-            );
+            compile_vs_json(&format!("largest upstream bundle {name}"), &name, &text);
         }
         None => {
             println!("largest upstream bundle: no upstream mirror here (ITERION_UPSTREAM_REPO)")
@@ -176,6 +158,25 @@ fn main() {
             t.as_secs_f64() * 100.0
         );
     }
+}
+
+/// Time compiling `text` and print it beside serde_json on a document of
+/// the same size.
+fn compile_vs_json(label: &str, file: &str, text: &str) -> Duration {
+    let t = time(|| {
+        black_box(iterion_dsl::compile_source(
+            black_box(text),
+            Path::new(file),
+        ));
+    });
+    let sj = json_time(text.len());
+    println!(
+        "{label} ({:.0} KiB): {t:?}, {:.1} MiB/s, ratio vs serde_json same size {:.2}",
+        text.len() as f64 / 1024.0,
+        mbps(text.len(), t),
+        mbps(text.len(), t) / mbps(text.len(), sj)
+    );
+    t
 }
 
 fn json_time(size: usize) -> Duration {
