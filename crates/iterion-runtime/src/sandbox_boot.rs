@@ -204,11 +204,17 @@ impl PolicyBooter {
     }
 
     fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
+        use std::os::unix::fs::PermissionsExt;
         let dir = self.state_dir.join("sandboxes").join(ctx.run_id.as_str());
-        std::fs::create_dir_all(dir.join("artifact-files")).map_err(|source| BootError::Io {
+        let io = |source| BootError::Io {
             operation: format!("create {}", dir.display()),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(dir.join("artifact-files")).map_err(io)?;
+        // The run's files live here during the run: no other local user
+        // reads them (the engine binds them as root; the sandbox sees only
+        // the bind).
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         Ok(dir)
     }
 }

@@ -591,7 +591,14 @@ fn no_host_root_setuid_or_device_files_on_host_binds() {
                     .map(|e| e.path().join("artifact-files"))
                     .find(|d| d.join("holding").exists());
                 if let Some(dir) = holding {
-                    seen_during = Some((host_root_artefacts(&dir), owner_of(&dir.join("suid"))));
+                    // The run's host dir is private to iterion's user while
+                    // the sandbox (another uid) still writes its run files.
+                    let run_dir_mode = dir.parent().map(mode_of);
+                    seen_during = Some((
+                        host_root_artefacts(&dir),
+                        owner_of(&dir.join("suid")),
+                        run_dir_mode,
+                    ));
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
@@ -599,7 +606,9 @@ fn no_host_root_setuid_or_device_files_on_host_binds() {
             let out = child.wait_with_output().expect("wait");
             let r = crate::support::parse_run_output(&out);
             assert_eq!(r.status(), "finished", "{engine:?} {owner:?}: {}", r.stderr);
-            let (bad, suid_owner) = seen_during.expect("the run-files dir was seen during the run");
+            let (bad, suid_owner, run_dir_mode) =
+                seen_during.expect("the run-files dir was seen during the run");
+            assert_eq!(run_dir_mode, Some(0o700), "{engine:?} {owner:?}");
             assert!(
                 bad.is_empty(),
                 "{engine:?} {owner:?}: run-files dir during the run: {bad:?}"
