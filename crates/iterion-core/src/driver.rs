@@ -278,6 +278,17 @@ pub trait SandboxRun: Send + Sync {
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError>;
     /// A tar stream of one container path (for drains and workspace export).
     async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError>;
+    /// The entry names of one container directory (never `.` or `..`; raw
+    /// bytes, untrusted). A drain needs it to export a directory piece by
+    /// piece once a member too large to read was met (a tar stream cannot
+    /// skip a member without reading it). Unsupported by default.
+    async fn list_dir(&self, container_path: &str) -> Result<Vec<Vec<u8>>, DriverError> {
+        let _ = container_path;
+        Err(DriverError::Unsupported {
+            driver: self.driver(),
+            feature: "directory listing",
+        })
+    }
     /// A tar stream copied into the container under `container_dir`.
     async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError>;
     /// Whether the sandbox still exists and runs.
