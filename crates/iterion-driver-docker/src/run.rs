@@ -31,6 +31,8 @@ pub(crate) struct RunResources {
     pub(crate) container: Option<String>,
     pub(crate) network: Option<String>,
     pub(crate) bridge: Option<String>,
+    /// The run whose nftables tables were installed (removed at cleanup).
+    pub(crate) firewall_run: Option<String>,
     pub(crate) volumes: Vec<String>,
 }
 
@@ -361,10 +363,10 @@ done"#;
                 container_left = Some(why);
             }
         }
-        if let Some(bridge) = &self.res.bridge
-            && let Err(e) = crate::firewall::release(Some(bridge), None).await
+        if let Some(run) = &self.res.firewall_run
+            && let Err(e) = crate::firewall::release(run).await
         {
-            self.report(&format!("release firewall rule of {bridge}: {e}"));
+            self.report(&format!("release the firewall tables of run {run}: {e}"));
         }
         if let Some(net) = &self.res.network {
             match docker.remove_network(net).await {
