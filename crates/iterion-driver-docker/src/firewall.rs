@@ -130,53 +130,65 @@ async fn apply(script: &str, operation: &'static str) -> Result<(), DriverError>
     })
 }
 
-/// The `inet` table of a run: see the module docs.
-pub(crate) fn inet_rules(table: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> String {
+/// One table, replacing any of its name in the same transaction (`add` then
+/// `delete` makes the replace idempotent on nft 1.0.6, which has no
+/// `destroy`): `chains` are `(name, hook line, rules)`.
+fn table_script(family: &str, table: &str, chains: &[(&str, String, Vec<String>)]) -> String {
     let mut s = String::new();
-    // `add` then `delete` makes the replace idempotent on nft 1.0.6 (no
-    // `destroy` there); all of it is one transaction.
-    let _ = writeln!(s, "add table inet {table}");
-    let _ = writeln!(s, "delete table inet {table}");
-    let _ = writeln!(s, "table inet {table} {{");
-    let _ = writeln!(s, "  chain input {{");
-    let _ = writeln!(
-        s,
-        "    type filter hook input priority filter - 10; policy accept;"
-    );
-    let _ = writeln!(
-        s,
-        "    iifname \"{bridge}\" ip daddr {gateway} tcp dport {port} accept"
-    );
-    let _ = writeln!(s, "    iifname \"{bridge}\" drop");
-    let _ = writeln!(s, "    ip daddr {gateway} tcp dport {port} drop");
-    let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  chain forward {{");
-    let _ = writeln!(
-        s,
-        "    type filter hook forward priority filter - 10; policy accept;"
-    );
-    let _ = writeln!(s, "    iifname \"{bridge}\" drop");
-    let _ = writeln!(s, "    oifname \"{bridge}\" drop");
-    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "add table {family} {table}");
+    let _ = writeln!(s, "delete table {family} {table}");
+    let _ = writeln!(s, "table {family} {table} {{");
+    for (name, hook, rules) in chains {
+        let _ = writeln!(s, "  chain {name} {{");
+        let _ = writeln!(s, "    {hook}");
+        for rule in rules {
+            let _ = writeln!(s, "    {rule}");
+        }
+        let _ = writeln!(s, "  }}");
+    }
     let _ = writeln!(s, "}}");
     s
 }
 
+/// The `inet` table of a run: see the module docs.
+pub(crate) fn inet_rules(table: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> String {
+    let hook = |h: &str| format!("type filter hook {h} priority filter - 10; policy accept;");
+    table_script(
+        "inet",
+        table,
+        &[
+            (
+                "input",
+                hook("input"),
+                vec![
+                    format!("iifname \"{bridge}\" ip daddr {gateway} tcp dport {port} accept"),
+                    format!("iifname \"{bridge}\" drop"),
+                    format!("ip daddr {gateway} tcp dport {port} drop"),
+                ],
+            ),
+            (
+                "forward",
+                hook("forward"),
+                vec![
+                    format!("iifname \"{bridge}\" drop"),
+                    format!("oifname \"{bridge}\" drop"),
+                ],
+            ),
+        ],
+    )
+}
+
 /// The `netdev` table of a run: see the module docs.
 pub(crate) fn netdev_rules(table: &str, bridge: &str) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "add table netdev {table}");
-    let _ = writeln!(s, "delete table netdev {table}");
-    let _ = writeln!(s, "table netdev {table} {{");
-    let _ = writeln!(s, "  chain ingress {{");
-    let _ = writeln!(
-        s,
-        "    type filter hook ingress device \"{bridge}\" priority -500; policy accept;"
-    );
-    let _ = writeln!(s, "    ether type != {{ ip, arp }} drop");
-    let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "}}");
-    s
+    table_script(
+        "netdev",
+        table,
+        &[(
+            "ingress",
+            format!("type filter hook ingress device \"{bridge}\" priority -500; policy accept;"),
+            vec!["ether type != { ip, arp } drop".to_owned()],
+        )],
+    )
 }
 
 /// Before the container exists: on `bridge`, accept only TCP to

@@ -33,7 +33,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::egress_e2e::{
-    PRELUDE, Upstream, assert_cleaned, field, host_ip, inline, node_output, probe_workflow,
+    PRELUDE, ProbeRun, Upstream, assert_cleaned, field, host_ip, inline, node_output,
+    probe_workflow, run_probe,
 };
 use crate::support::{Engine, Sandbox, of_type};
 
@@ -210,6 +211,23 @@ fn with_live_sandbox(
     res
 }
 
+/// A workspace holding the probe binary, and a one-node workflow (named
+/// after `tag`, the engine and this process) running `script` confined to
+/// an allowlist of `host`.
+fn confined_with_probe(
+    engine: Engine,
+    tag: &str,
+    host: IpAddr,
+    script: &str,
+) -> (Sandbox, String, String) {
+    let name = format!("{tag}_{}_{}", engine.driver(), std::process::id());
+    let block = format!("    network:\n      mode: allowlist\n      rules: [\"{host}\"]\n");
+    let workflow = probe_workflow(&name, &inline(&block), script);
+    let sb = Sandbox::new(engine);
+    std::fs::copy(netprobe(), sb.workspace().join("netprobe")).expect("copy netprobe");
+    (sb, name, workflow)
+}
+
 /// `nsenter` into the container's network and mount namespaces as the
 /// host's root (every capability), running the probe copied to /tmp.
 fn probe_from_netns(engine: Engine, container: &str, args: &[&str]) -> String {
@@ -271,11 +289,7 @@ rec allowed_connect "$(curl -sS -m 10 -p http://{host}:{p}/tunnel 2>&1; echo " r
 emit
 "#
     );
-    let name = format!("ipv6_{}_{}", engine.driver(), std::process::id());
-    let block = format!("    network:\n      mode: allowlist\n      rules: [\"{host}\"]\n");
-    let workflow = probe_workflow(&name, &inline(&block), &script);
-    let sb = Sandbox::new(engine);
-    std::fs::copy(netprobe(), sb.workspace().join("netprobe")).expect("copy netprobe");
+    let (sb, name, workflow) = confined_with_probe(engine, "ipv6", host, &script);
     let mut from_netns = String::new();
     let res = with_live_sandbox(&sb, &name, &workflow, |container| {
         // The host's root in the sandbox's network namespace: NET_RAW and
@@ -423,11 +437,7 @@ rec after "$(curl -sS -m 10 -p http://{host}:{p}/after 2>&1; echo " rc=$?")"
 emit
 "#
     );
-    let name = format!("flood_{}_{}", engine.driver(), std::process::id());
-    let block = format!("    network:\n      mode: allowlist\n      rules: [\"{host}\"]\n");
-    let workflow = probe_workflow(&name, &inline(&block), &script);
-    let sb = Sandbox::new(engine);
-    std::fs::copy(netprobe(), sb.workspace().join("netprobe")).expect("copy netprobe");
+    let (sb, name, workflow) = confined_with_probe(engine, "flood", host, &script);
     let mut neighbour = String::new();
     let mut from_host = None;
     let mut proxy_addr = None;
@@ -557,20 +567,11 @@ emit
     // `*` allows any one-label NAME: it used to let `3221225985` through.
     let block = format!("    network:\n      mode: allowlist\n      rules: [\"*\", \"{host}\"]\n");
     let sb = Sandbox::new(engine);
-    let file = sb.write(
-        "numeric.iter",
-        &probe_workflow("numeric_e2e", &inline(&block), &script),
-    );
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}",
-        res.stderr
-    );
-    let events = sb.events(&run_id);
-    let out = node_output(&events);
+    let ProbeRun {
+        run_id,
+        events,
+        out,
+    } = run_probe(&sb, "numeric_e2e", &inline(&block), &script);
     eprintln!("{engine:?} numeric results: {out:#}");
     // Listed by its IP rule: the decimal form is that IP, and reaches it.
     let listed = field(&out, "decimal_listed");

@@ -228,6 +228,35 @@ TOK="${PROXY#*//t:}"; TOK="${TOK%%@*}"
 if [ -n "$PROXY" ]; then rec token_rev "$(printf '%s' "$TOK" | rev)"; fi
 "#;
 
+/// What a finished probe run left: its id, its events, the probe's output.
+pub(crate) struct ProbeRun {
+    pub(crate) run_id: String,
+    pub(crate) events: Vec<Value>,
+    pub(crate) out: Value,
+}
+
+/// Run the one-node probe `script` under the `sandbox:` block `body`,
+/// expecting it to finish.
+pub(crate) fn run_probe(sb: &Sandbox, name: &str, body: &str, script: &str) -> ProbeRun {
+    let file = sb.write(&format!("{name}.iter"), &probe_workflow(name, body, script));
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{:?} {name}: {}",
+        sb.engine,
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    let out = node_output(&events);
+    ProbeRun {
+        run_id,
+        events,
+        out,
+    }
+}
+
 pub(crate) fn node_output(events: &[Value]) -> Value {
     let finished = of_type(events, "node_finished");
     assert_eq!(finished.len(), 1, "one node ran: {events:#?}");
@@ -323,20 +352,11 @@ emit
     let block =
         format!("    network:\n      mode: allowlist\n      rules: [\"{host}\", \"localhost\"]\n");
     let sb = Sandbox::new(engine);
-    let file = sb.write(
-        "egress.iter",
-        &probe_workflow("egress_e2e", &inline(&block), &script),
-    );
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}",
-        res.stderr
-    );
-    let events = sb.events(&run_id);
-    let out = node_output(&events);
+    let ProbeRun {
+        run_id,
+        events,
+        out,
+    } = run_probe(&sb, "egress_e2e", &inline(&block), &script);
     eprintln!("{engine:?} probe results: {out:#}");
     let started = of_type(&events, "sandbox_started");
     assert_eq!(
@@ -509,17 +529,11 @@ emit
         ),
     ] {
         let sb = Sandbox::new(engine);
-        let file = sb.write("open.iter", &probe_workflow(name, &inline(block), &script));
-        let res = sb.run(&file, &[]);
-        let run_id = res.run_id();
-        assert_eq!(
-            (res.code, res.status()),
-            (Some(0), "finished"),
-            "{engine:?} {name}: {}",
-            res.stderr
-        );
-        let events = sb.events(&run_id);
-        let out = node_output(&events);
+        let ProbeRun {
+            run_id,
+            events,
+            out,
+        } = run_probe(&sb, name, &inline(block), &script);
         assert_eq!(field(&out, "proxy_env"), "unset", "{engine:?} {name}");
         assert_eq!(field(&out, "proxy_any"), "0", "{engine:?} {name}: {out:#}");
         assert_eq!(field(&out, "direct"), "open-ok rc=0", "{engine:?} {name}");
