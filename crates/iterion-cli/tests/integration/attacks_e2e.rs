@@ -163,12 +163,15 @@ const HANDOVER: &str = r#"touch "$PWD/ready"
 for _ in $(seq 1200); do [ -e "$PWD/done" ] && break; sleep 0.1; done
 "#;
 
-/// Run `workflow` in the background; once the node wrote `ready`, hand the
-/// live sandbox's container to `host_side`, then let the run finish.
+/// Run `workflow` in the background (with at most `nofile` descriptors for
+/// the `iterion` process, soft and hard, when given); once the node wrote
+/// `ready`, hand the live sandbox's container to `host_side`, then let the
+/// run finish.
 fn with_live_sandbox(
     sb: &Sandbox,
     name: &str,
     workflow: &str,
+    nofile: Option<u32>,
     host_side: impl FnOnce(&str),
 ) -> crate::support::RunResult {
     let file = sb.write("attack.iter", workflow);
@@ -178,6 +181,18 @@ fn with_live_sandbox(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn run");
+    if let Some(n) = nofile {
+        // Long before its proxy starts (the engine is asked first).
+        let st = Command::new("prlimit")
+            .args([
+                "--pid",
+                &child.id().to_string(),
+                &format!("--nofile={n}:{n}"),
+            ])
+            .status()
+            .expect("prlimit");
+        assert!(st.success(), "prlimit failed");
+    }
     let ready = sb.workspace().join("ready");
     let mut up = false;
     for _ in 0..1200 {
@@ -291,7 +306,7 @@ emit
     );
     let (sb, name, workflow) = confined_with_probe(engine, "ipv6", host, &script);
     let mut from_netns = String::new();
-    let res = with_live_sandbox(&sb, &name, &workflow, |container| {
+    let res = with_live_sandbox(&sb, &name, &workflow, None, |container| {
         // The host's root in the sandbox's network namespace: NET_RAW and
         // IPv6 are its to use, so only the host's bridge rules stand.
         from_netns = probe_from_netns(engine, container, &["syn6", "eth0", &p6.to_string()]);
@@ -441,7 +456,10 @@ emit
     let mut neighbour = String::new();
     let mut from_host = None;
     let mut proxy_addr = None;
-    let res = with_live_sandbox(&sb, &name, &workflow, |container| {
+    // The reporter's limit: 1,024 descriptors for the whole process, which
+    // 1,100 proxy connections exhausted (every exec then read as a lost
+    // sandbox).
+    let res = with_live_sandbox(&sb, &name, &workflow, Some(1024), |container| {
         let env = docker(
             engine,
             &[
