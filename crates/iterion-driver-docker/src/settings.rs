@@ -18,7 +18,7 @@ pub const CPUS_ENV: &str = "ITERION_SANDBOX_CPUS";
 pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 /// `off` makes the driver report that it cannot confine a sandbox to the
 /// egress proxy (`capabilities.egress_enforcement = false`), as on a host
-/// without iptables or a remote engine. For tests and operators who want
+/// without nftables or a remote engine. For tests and operators who want
 /// the degraded path visible: inline runs with a non-open `network:` block
 /// are then refused (`SANDBOX_SPEC_REFUSED`) and auto runs get an advisory
 /// proxy plus a `sandbox_egress_unenforced` event — never a silent open.
@@ -26,8 +26,10 @@ pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Bound of one discovery probe. Podman 4.3 computes host facts for every
-/// `/version` (two to six seconds on a loaded two-core machine here); a
-/// dead socket answers at once, so only a hung engine waits this long.
+/// `/version` (2–6 s on a loaded two-core host, measured while the test
+/// suite ran: 3 s made discovery report "no engine answered" for a healthy
+/// engine); a dead socket answers at once, so only a hung engine waits
+/// this long.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether host paths may be bound into the sandbox.
