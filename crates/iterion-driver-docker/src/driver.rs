@@ -628,7 +628,7 @@ impl DockerDriver {
             nano_cpus,
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".to_owned()]),
-            cap_add: Some(crate::security::capabilities()),
+            cap_add: Some(crate::security::capabilities(identity.is_some())),
             sysctls: sysctls.clone(),
             extra_hosts: (!extra_hosts.is_empty()).then(|| extra_hosts.clone()),
             network_mode: network_mode.clone(),
@@ -1082,8 +1082,7 @@ impl Driver for DockerDriver {
         let started = self.start_inner(&plan, info, observer, &mut res).await;
         let run = DockerRun::new(self.clone(), res, plan.workdir.clone());
         let settled = match started {
-            Ok(Some(id)) => crate::identity::settle(&run, &plan, id).await,
-            Ok(None) => Ok(()),
+            Ok(pinned) => crate::identity::settle(&run, &plan, pinned).await,
             Err(e) => Err(e),
         };
         if let Err(e) = settled {

@@ -17,6 +17,11 @@
 //!    `/proc/self/status` from an exec with only the shell's builtins: no
 //!    uid or gid 0 anywhere, and exactly the identity asked for.
 //!
+//! A sandbox without a pinned identity (a bindless engine, an engine that
+//! maps users itself) runs as the user the spec resolves (`user:`,
+//! `remoteUser`, the image's own); when that user is not root it is handed
+//! the driver's volumes the same way (issue 14 item 3).
+//!
 //! It decides nothing: the rule and the checks are the policy's.
 
 use std::os::unix::fs::MetadataExt;
@@ -248,10 +253,20 @@ pub(crate) fn hand_over_host(plan: &LaunchPlan, id: Identity) -> Result<(), Driv
 }
 
 /// Steps 2 (volumes) and 3, after start and before any other exec.
+///
+/// With a pinned identity its volumes are handed over and the credentials
+/// verified. Without one (no writable host bind — a bindless engine — or an
+/// engine that maps users itself) the sandbox runs as the user the spec
+/// resolves: its `user:`, a devcontainer's `remoteUser`, or else the
+/// image's own. The engine creates the driver's volumes (the bindless
+/// workspace, the run-files and read-back volumes) owned by root, so a
+/// non-root user could not write its run files (issue 14 item 3): that user
+/// is learnt from the same builtins-only exec (the engine's own answer, no
+/// name to resolve) and, when not root, handed those volumes.
 pub(crate) async fn settle(
     run: &dyn SandboxRun,
     plan: &LaunchPlan,
-    id: Identity,
+    pinned: Option<Identity>,
 ) -> Result<(), DriverError> {
     let volumes: Vec<&str> = plan
         .mounts
@@ -260,19 +275,64 @@ pub(crate) async fn settle(
         .map(|m| m.target.trim_start_matches('/'))
         .filter(|t| !t.is_empty())
         .collect();
-    if !volumes.is_empty() {
-        let tar = ownership_tar(&volumes, id).map_err(|source| DriverError::Io {
-            operation: "build the volume ownership archive".to_owned(),
-            source,
-        })?;
-        run.import(
-            "/",
-            Box::pin(futures_util::stream::once(async move {
-                Ok(bytes::Bytes::from(tar))
-            })),
-        )
-        .await?;
+    let Some(id) = pinned else {
+        if volumes.is_empty() {
+            return Ok(());
+        }
+        // An image without `sh` (an agent's, not a tool's) cannot say who
+        // it runs as: its volumes stay as the engine made them, which is
+        // all a sandbox could get before (nothing of the host is at stake).
+        let Ok(creds) = sandbox_credentials(run).await else {
+            return Ok(());
+        };
+        let (Some(&uid), Some(&gid)) = (creds.uids.get(1), creds.gids.get(1)) else {
+            return Ok(());
+        };
+        if uid != 0 || gid != 0 {
+            hand_over_volumes(run, &volumes, Identity { uid, gid }).await?;
+        }
+        return Ok(());
+    };
+    hand_over_volumes(run, &volumes, id).await?;
+    let creds = sandbox_credentials(run).await?;
+    check_credentials(&creds).map_err(|v| refused(v.to_string()))?;
+    if creds.uids.iter().any(|u| *u != id.uid) || creds.gids.iter().any(|g| *g != id.gid) {
+        return Err(refused(format!(
+            "the engine ran the sandbox as uids {:?} gids {:?}, not {}",
+            creds.uids,
+            creds.gids,
+            id.user()
+        )));
     }
+    Ok(())
+}
+
+/// The driver-created volume roots become `id`'s (a tar of directory
+/// entries uploaded through the archive API, which keeps their owners).
+async fn hand_over_volumes(
+    run: &dyn SandboxRun,
+    volumes: &[&str],
+    id: Identity,
+) -> Result<(), DriverError> {
+    if volumes.is_empty() {
+        return Ok(());
+    }
+    let tar = ownership_tar(volumes, id).map_err(|source| DriverError::Io {
+        operation: "build the volume ownership archive".to_owned(),
+        source,
+    })?;
+    run.import(
+        "/",
+        Box::pin(futures_util::stream::once(async move {
+            Ok(bytes::Bytes::from(tar))
+        })),
+    )
+    .await
+}
+
+/// The credentials an exec of the sandbox runs with, as its
+/// `/proc/self/status` shows them.
+async fn sandbox_credentials(run: &dyn SandboxRun) -> Result<Credentials, DriverError> {
     let mut session = run
         .exec(ExecRequest::new(["sh", "-c", STATUS_SCRIPT]))
         .await?;
@@ -286,23 +346,13 @@ pub(crate) async fn settle(
     )
     .await?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let creds = parse_status(&text).ok_or_else(|| {
+    parse_status(&text).ok_or_else(|| {
         refused(format!(
             "could not read the sandbox's credentials (exit {}): {}",
             out.exit_code,
             String::from_utf8_lossy(&out.stderr_tail)
         ))
-    })?;
-    check_credentials(&creds).map_err(|v| refused(v.to_string()))?;
-    if creds.uids.iter().any(|u| *u != id.uid) || creds.gids.iter().any(|g| *g != id.gid) {
-        return Err(refused(format!(
-            "the engine ran the sandbox as uids {:?} gids {:?}, not {}",
-            creds.uids,
-            creds.gids,
-            id.user()
-        )));
-    }
-    Ok(())
+    })
 }
 
 /// Directory entries owned by `id`, one per driver-created volume root.

@@ -12,4 +12,5 @@ mod run_e2e;
 mod secrets_e2e;
 mod store_schema_e2e;
 mod support;
+mod users_e2e;
 mod validate_bounds;
