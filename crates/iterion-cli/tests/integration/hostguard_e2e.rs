@@ -735,3 +735,62 @@ fn user_names_are_resolved_in_the_image() {
         );
     }
 }
+
+/// A run cancelled (SIGINT) while its sandbox is still starting — here in
+/// a slow post_create, after the container exists and its identity was
+/// checked — leaves no container behind: the start is let finish and its
+/// sandbox removed.
+#[test]
+fn a_run_cancelled_while_its_sandbox_starts_leaves_nothing() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        let name = format!("slowstart_{}_{}", engine.driver(), std::process::id());
+        let file = sb.write(
+            "slow.iter",
+            &format!(
+                "tool t:\n  command: `echo '{{}}'`\n\nworkflow {name}:\n  sandbox:\n    image: \"{}\"\n    host_state: none\n    post_create: \"sleep 6\"\n  entry: t\n  t -> done\n",
+                busybox()
+            ),
+        );
+        let child = sb
+            .command(&["run", &file.to_string_lossy(), "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn iterion");
+        let containers = || {
+            let out = std::process::Command::new("docker")
+                .args(["-H", &engine.host(), "ps", "-aq", "--filter"])
+                .arg(format!("label=iterion.io/run-name={name}"))
+                .output()
+                .expect("docker ps");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let mut seen = false;
+        for _ in 0..300 {
+            if !containers().is_empty() {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(seen, "{engine:?}: the container never appeared");
+        let st = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success());
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{engine:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            containers(),
+            "",
+            "{engine:?}: the container was left behind"
+        );
+    }
+}
