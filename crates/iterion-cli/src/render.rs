@@ -156,7 +156,7 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             compact(&d["output"])
         ),
         "node_failed" => format!("✗ {node}: {} {}", s(d, "error"), s(d, "stderr_tail").trim()),
-        "edge_taken" => return None,
+        "edge_selected" | "run_checkpoint" => return None,
         "network_blocked" => format!(
             "egress: blocked {}:{} ({}, rule {}){}",
             s(d, "host"),

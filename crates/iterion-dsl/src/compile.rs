@@ -604,6 +604,7 @@ pub(crate) fn compile(
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut prompts: HashSet<String> = HashSet::new();
+    let mut prompt_bodies: BTreeMap<String, String> = BTreeMap::new();
     let mut nodes: Vec<NodeDecl<'_>> = Vec::new();
     let mut workflows: Vec<&Line> = Vec::new();
     let mut secrets: Vec<SecretDecl> = Vec::new();
@@ -757,6 +758,13 @@ pub(crate) fn compile(
                 }
                 match k {
                     "prompt" => {
+                        prompt_bodies.insert(
+                            name.clone(),
+                            line.text
+                                .as_ref()
+                                .map(|(t, _)| t.clone())
+                                .unwrap_or_default(),
+                        );
                         prompts.insert(name);
                     }
                     "schema" => {
@@ -905,7 +913,10 @@ pub(crate) fn compile(
             ctx,
             net_check,
         ) {
-            out.push(w);
+            out.push(Workflow {
+                prompts: prompt_bodies.clone(),
+                ..w
+            });
         }
     }
     out
@@ -2060,6 +2071,7 @@ fn compile_workflow(
         worktree,
         budget,
         secrets,
+        prompts: BTreeMap::new(),
         pos: wpos,
     })
 }
@@ -2307,5 +2319,23 @@ workflow w:
         assert_eq!(s[1].mount_path.as_deref(), Some("/etc/db/pass"));
         assert!(s[1].optional);
         assert_eq!(s[1].value, None);
+    }
+}
+
+#[cfg(test)]
+mod prompt_tests {
+    use std::path::Path;
+
+    #[test]
+    fn prompt_bodies_reach_the_ir() {
+        let src = "prompt sys:\n  You review {{vars.repo}}.\n    Keep indentation.\n\nprompt empty:\n\ntool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  t -> done\n";
+        let c = crate::compile_source(src, Path::new("p.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let p = &c.workflows[0].prompts;
+        assert_eq!(
+            p.get("sys").map(String::as_str),
+            Some("You review {{vars.repo}}.\n  Keep indentation.")
+        );
+        assert_eq!(p.get("empty").map(String::as_str), Some(""));
     }
 }

@@ -41,6 +41,11 @@ pub struct Workflow {
     pub budget: BTreeMap<String, Value>,
     /// Secrets the workflow asks for.
     pub secrets: Vec<SecretDecl>,
+    /// `prompt NAME:` bodies by name, as written (`{{…}}` rendered at run
+    /// time). A node's `system:`/`user:` names one of these, or is an
+    /// inline prompt when it names none.
+    #[serde(default)]
+    pub prompts: BTreeMap<String, String>,
     /// Where the workflow is declared.
     pub pos: Pos,
 }

@@ -2,9 +2,10 @@
 //!
 //! A workflow naming a node kind this engine does not run (agents, judges,
 //! llm routers, humans, compute), a `when "…"` it cannot evaluate, a
-//! malformed template or a `--var` that does not fit its declaration is
-//! refused at admission with a typed error naming the culprits — never
-//! discovered halfway through a run with a container already up.
+//! malformed template, a `--var` that does not fit its declaration, or a
+//! fan-out whose parallel branches would race on the workspace is refused
+//! at admission with a typed error naming the culprits — never discovered
+//! halfway through a run with a container already up.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use iterion_core::NodeId;
 use iterion_dsl::ir::{self, NodeKind, ToolSpec};
 use serde_json::Value;
 
+use crate::graph::GraphInfo;
 use crate::routing::{coerce_var, parse_expr};
 use crate::template::check_syntax;
 
@@ -19,7 +21,10 @@ use crate::template::check_syntax;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
     /// Node kinds this engine does not execute.
-    #[error("this engine executes tool and fail nodes only; refused: {}", list_nodes(.nodes))]
+    #[error(
+        "this engine executes tool, router (fan_out_all, round_robin, condition), join and fail nodes only; refused: {}",
+        list_nodes(.nodes)
+    )]
     UnsupportedNodes {
         /// Node and kind, sorted by node.
         nodes: Vec<(NodeId, String)>,
@@ -76,6 +81,29 @@ pub enum AdmissionError {
         /// Node.
         node: NodeId,
     },
+    /// More than one branch of a parallel fan-out may write the workspace
+    /// (upstream's workspace safety; `parallel_safe: true` on a tool or
+    /// `readonly: true` on an agent vouches for a node, and
+    /// `budget: max_parallel_branches: 1` serialises the branches).
+    #[error(
+        "router {router} runs branches {} in parallel and more than one may write the workspace; \
+         mark tools that cannot collide `parallel_safe: true`, agents `readonly: true`, \
+         or set `budget: max_parallel_branches: 1`",
+        list_ids(.branches)
+    )]
+    WorkspaceSafety {
+        /// The fan-out router.
+        router: NodeId,
+        /// The branches (by first node) that may write.
+        branches: Vec<NodeId>,
+    },
+}
+
+fn list_ids(ids: &[NodeId]) -> String {
+    ids.iter()
+        .map(NodeId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn list_nodes(nodes: &[(NodeId, String)]) -> String {
@@ -97,6 +125,7 @@ impl AdmissionError {
             Self::BadVar { .. } => "bad_variable",
             Self::UnsupportedForEach { .. } => "unsupported_foreach",
             Self::UnknownNode { .. } => "unknown_node",
+            Self::WorkspaceSafety { .. } => "workspace_safety",
         }
     }
 }
@@ -108,8 +137,13 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
         .values()
         .filter(|n| match n.kind {
             NodeKind::Tool => n.tool.is_none(),
-            // A named terminal failure needs nothing executed.
-            NodeKind::Fail => false,
+            // A named terminal failure needs nothing executed; a legacy
+            // `join` node only waits.
+            NodeKind::Fail | NodeKind::Join => false,
+            NodeKind::Router => !matches!(
+                n.router_mode.as_deref(),
+                None | Some("fan_out_all" | "round_robin" | "condition")
+            ),
             _ => true,
         })
         .map(|n| {
@@ -170,6 +204,35 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
                 location: format!("edge {} -> {to} with {field}", edge.from),
                 message: e.to_string(),
             })?;
+        }
+    }
+    check_workspace_safety(workflow)
+}
+
+/// Upstream checks this when the fan-out runs; it depends only on the
+/// graph, so it is refused here, before a container starts.
+fn check_workspace_safety(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
+    let graph = GraphInfo::new(workflow);
+    if graph.max_parallel_branches() == Some(1) {
+        return Ok(());
+    }
+    for router in workflow.nodes.values().filter(|n| {
+        n.kind == NodeKind::Router && matches!(n.router_mode.as_deref(), None | Some("fan_out_all"))
+    }) {
+        let starts: Vec<&NodeId> = workflow
+            .edges_from(&router.id)
+            .filter_map(|e| match &e.to {
+                ir::Target::Node(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let join = graph.convergence(&router.id, &starts);
+        let branches = graph.mutating_branches(&starts, join.as_ref());
+        if branches.len() > 1 {
+            return Err(AdmissionError::WorkspaceSafety {
+                router: router.id.clone(),
+                branches,
+            });
         }
     }
     Ok(())

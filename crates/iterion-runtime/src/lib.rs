@@ -25,12 +25,17 @@ pub mod admission;
 pub mod boot;
 pub mod engine;
 pub mod events;
+mod exec;
+pub mod graph;
 pub mod owner;
+pub mod progress;
 pub mod reap;
 pub mod routing;
 pub mod sandbox_boot;
 pub mod secrets;
 pub mod template;
+mod tool;
+mod walk;
 
 pub use boot::{
     AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,

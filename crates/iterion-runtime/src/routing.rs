@@ -143,7 +143,7 @@ pub struct Taken<'w> {
     pub input: Map<String, Value>,
 }
 
-/// Loop counters of one run.
+/// Loop counters of one frame (the main path, or one branch).
 #[derive(Debug, Default, Clone)]
 pub struct Router {
     loops: BTreeMap<String, u32>,
@@ -155,8 +155,34 @@ impl Router {
         Self::default()
     }
 
-    /// Pick the first matching outgoing edge of `node` in source order,
-    /// count its loop, and build the next input.
+    /// A router continuing from `counters`.
+    pub fn with_counters(counters: BTreeMap<String, u32>) -> Self {
+        Self { loops: counters }
+    }
+
+    /// The loop counters now.
+    pub fn counters(&self) -> &BTreeMap<String, u32> {
+        &self.loops
+    }
+
+    /// Restart a loop's count (a fresh entry into it).
+    pub fn reset(&mut self, name: &str) {
+        self.loops.remove(name);
+    }
+
+    fn exhausted(&self, edge: &Edge) -> bool {
+        edge.loop_bound
+            .as_ref()
+            .is_some_and(|b| self.loops.get(&b.name).copied().unwrap_or(0) >= b.max)
+    }
+
+    /// Pick the outgoing edge of `node` for `output` (upstream
+    /// `evaluateEdgesWithLoopsRS`): the first conditional edge, in source
+    /// order, whose condition holds; else the `else` edge; else the first
+    /// unconditional edge. A loop edge whose loop is exhausted is skipped,
+    /// so an exit edge can take over; when nothing is left and a skipped
+    /// loop edge would have matched, the loop's bound is the error. Then
+    /// count its loop and build the next input.
     pub fn route<'w>(
         &mut self,
         workflow: &'w Workflow,
@@ -164,55 +190,100 @@ impl Router {
         scope: &Scope<'_>,
         output: &Value,
     ) -> Result<Taken<'w>, RouteError> {
-        // Source order among the non-`else` edges; an `else` edge is taken
-        // only when none of its siblings matched.
-        let edge = workflow
-            .edges_from(node)
-            .filter(|e| !e.is_else)
-            .find(|e| {
-                e.condition
-                    .as_ref()
-                    .is_none_or(|c| condition_holds(c, output))
-            })
-            .or_else(|| workflow.edges_from(node).find(|e| e.is_else))
-            .ok_or_else(|| RouteError::NoOutgoingEdge {
-                node: node.to_string(),
-            })?;
-        let iteration = match &edge.loop_bound {
-            Some(bound) => {
-                let count = self.loops.entry(bound.name.clone()).or_insert(0);
-                *count += 1;
-                if *count > bound.max {
-                    return Err(RouteError::LoopLimitExceeded {
-                        name: bound.name.clone(),
-                        max: bound.max,
-                    });
-                }
-                Some(*count)
+        let mut matched = None;
+        let mut otherwise = None;
+        let mut fallback = None;
+        let mut blocked: Option<&Edge> = None;
+        for e in workflow.edges_from(node) {
+            let holds = match (&e.condition, e.is_else) {
+                (Some(c), _) => condition_holds(c, output),
+                (None, _) => true,
+            };
+            if !holds {
+                continue;
             }
-            None => None,
-        };
-        let with_scope = Scope {
-            output: Some(output),
-            ..*scope
-        };
-        let mut input = Map::new();
-        for (field, expr) in &edge.with {
-            let value =
-                template::render_value(expr, &with_scope).map_err(|source| RouteError::With {
-                    from: edge.from.to_string(),
-                    to: target_name(&edge.to).to_owned(),
-                    field: field.clone(),
-                    source,
-                })?;
-            input.insert(field.clone(), value);
+            if self.exhausted(e) {
+                blocked.get_or_insert(e);
+                continue;
+            }
+            match (&e.condition, e.is_else) {
+                (Some(_), _) => {
+                    matched = Some(e);
+                    break;
+                }
+                (None, true) => {
+                    otherwise.get_or_insert(e);
+                }
+                (None, false) => {
+                    fallback.get_or_insert(e);
+                }
+            }
         }
+        let Some(edge) = matched.or(otherwise).or(fallback) else {
+            return Err(match blocked.and_then(|e| e.loop_bound.as_ref()) {
+                Some(bound) => RouteError::LoopLimitExceeded {
+                    name: bound.name.clone(),
+                    max: bound.max,
+                },
+                None => RouteError::NoOutgoingEdge {
+                    node: node.to_string(),
+                },
+            });
+        };
+        let iteration = edge.loop_bound.as_ref().map(|bound| {
+            let count = self.loops.entry(bound.name.clone()).or_insert(0);
+            *count += 1;
+            *count
+        });
+        let input = edge_input(edge, scope, output)?;
         Ok(Taken {
             edge,
             iteration,
             input,
         })
     }
+}
+
+/// The `round_robin` pick of a router (upstream `execRoundRobin`): its
+/// unconditional edges in source order, the `position`-th modulo their
+/// count. `None` when it has none.
+pub fn round_robin<'w>(
+    workflow: &'w Workflow,
+    router: &'w iterion_core::NodeId,
+    position: u32,
+) -> Option<(&'w Edge, u32)> {
+    let edges: Vec<&Edge> = workflow
+        .edges_from(router)
+        .filter(|e| e.condition.is_none() && !e.is_else)
+        .collect();
+    let n = u32::try_from(edges.len()).ok().filter(|n| *n > 0)?;
+    let index = position % n;
+    edges.get(index as usize).map(|e| (*e, index))
+}
+
+/// The next node's input: the edge's `with` mappings rendered against
+/// the source's `output` (and everything else `scope` holds).
+pub fn edge_input(
+    edge: &Edge,
+    scope: &Scope<'_>,
+    output: &Value,
+) -> Result<Map<String, Value>, RouteError> {
+    let with_scope = Scope {
+        output: Some(output),
+        ..*scope
+    };
+    let mut input = Map::new();
+    for (field, expr) in &edge.with {
+        let value =
+            template::render_value(expr, &with_scope).map_err(|source| RouteError::With {
+                from: edge.from.to_string(),
+                to: target_name(&edge.to).to_owned(),
+                field: field.clone(),
+                source,
+            })?;
+        input.insert(field.clone(), value);
+    }
+    Ok(input)
 }
 
 /// Display name of a target.
@@ -398,6 +469,7 @@ mod tests {
             worktree: None,
             budget: BTreeMap::new(),
             secrets: Vec::new(),
+            prompts: BTreeMap::new(),
             pos: Pos::default(),
         }
     }
@@ -507,6 +579,89 @@ mod tests {
                 max: 3
             })
         );
+    }
+
+    #[test]
+    fn a_conditional_edge_beats_an_earlier_unconditional_one() {
+        // upstream: conditional edges first, the first unconditional edge
+        // is only the fallback.
+        let wf = workflow(vec![
+            edge("a", Target::Fail, None),
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "ok".into(),
+                    negated: false,
+                }),
+            ),
+        ]);
+        let mut r = Router::new();
+        assert_eq!(route(&wf, &mut r, &json!({"ok": true})).expect("r"), "done");
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": false})).expect("r"),
+            "fail"
+        );
+    }
+
+    #[test]
+    fn an_exhausted_loop_edge_yields_to_the_exit() {
+        // verify -> fix when not pass as retry(2); verify -> done (exit)
+        let mut back = edge(
+            "a",
+            Target::Node(NodeId::new("a")),
+            Some(Condition::Field {
+                field: "pass".into(),
+                negated: true,
+            }),
+        );
+        back.loop_bound = Some(LoopBound {
+            name: "retry".into(),
+            max: 2,
+            unbounded: false,
+        });
+        let wf = workflow(vec![back, edge("a", Target::Done, None)]);
+        let mut r = Router::new();
+        let fail = json!({"pass": false});
+        assert_eq!(route(&wf, &mut r, &fail).expect("1"), "a");
+        assert_eq!(route(&wf, &mut r, &fail).expect("2"), "a");
+        assert_eq!(route(&wf, &mut r, &fail).expect("exit"), "done");
+        assert_eq!(r.counters().get("retry"), Some(&2));
+        r.reset("retry");
+        assert_eq!(route(&wf, &mut r, &fail).expect("fresh"), "a");
+    }
+
+    #[test]
+    fn round_robin_cycles_over_unconditional_edges() {
+        let wf = workflow(vec![
+            edge("a", Target::Node(NodeId::new("x")), None),
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "f".into(),
+                    negated: false,
+                }),
+            ),
+            edge("a", Target::Node(NodeId::new("y")), None),
+        ]);
+        let a = NodeId::new("a");
+        let picks: Vec<(String, u32)> = (0..4)
+            .map(|p| {
+                let (e, i) = round_robin(&wf, &a, p).expect("edge");
+                (target_name(&e.to).to_owned(), i)
+            })
+            .collect();
+        assert_eq!(
+            picks,
+            [
+                ("x".to_owned(), 0),
+                ("y".to_owned(), 1),
+                ("x".to_owned(), 0),
+                ("y".to_owned(), 1)
+            ]
+        );
+        assert!(round_robin(&wf, &NodeId::new("none"), 0).is_none());
     }
 
     #[test]

@@ -215,6 +215,19 @@ pub fn render_value(template: &str, scope: &Scope<'_>) -> Result<Value, Template
     Ok(Value::String(out))
 }
 
+/// Render a prompt body: every reference interpolated as its text form
+/// (no quoting: a prompt is not a shell; `{{!…}}` means the same).
+pub fn render_text(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
+    let mut out = String::with_capacity(template.len());
+    for piece in split(template)? {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Ref { reference, .. } => out.push_str(&value_text(lookup(reference, scope)?)),
+        }
+    }
+    Ok(out)
+}
+
 /// Check a template's syntax and namespaces without resolving values
 /// (admission runs this on every command and `with`).
 pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
@@ -298,6 +311,20 @@ mod tests {
         });
         assert!(check_syntax("{{vars}}").is_err());
         assert!(check_syntax("a {{ outputs.n.f }} {{!vars.x}}").is_ok());
+    }
+
+    #[test]
+    fn prompts_interpolate_without_quoting() {
+        with_scope(|s| {
+            assert_eq!(
+                render_text("Hi {{vars.name}}, n={{ vars.n }} {{!input.msg}}", s).expect("text"),
+                "Hi it's $(rm -rf /), n=3 a b"
+            );
+            assert!(matches!(
+                render_text("{{input.nope}}", s),
+                Err(TemplateError::Unresolved { .. })
+            ));
+        });
     }
 
     #[test]

@@ -7,22 +7,7 @@ use iterion_core::{FailureCode, NodeId, RunStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::Harness;
-
-fn compile(source: &str) -> iterion_dsl::ir::Workflow {
-    let compiled = iterion_dsl::compile_source(source, Path::new("test.iter"));
-    assert!(
-        !compiled.has_errors(),
-        "{}",
-        compiled
-            .diagnostics
-            .iter()
-            .map(|d| format!("{d:?}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    compiled.workflows.into_iter().next().expect("a workflow")
-}
+use crate::support::{Harness, compile};
 
 #[tokio::test]
 async fn the_failing_node_example_routes_to_fail() {
@@ -42,7 +27,7 @@ async fn the_failing_node_example_routes_to_fail() {
             "run_started",
             "node_started",
             "node_finished",
-            "edge_taken",
+            "edge_selected",
             "run_failed"
         ]
     );

@@ -5,6 +5,7 @@
 mod booting;
 mod docker;
 mod dsl;
+mod graph;
 mod memstore;
 mod reaper;
 mod runs;

@@ -1,0 +1,774 @@
+//! The graph walk: the main path and every parallel branch, node by node.
+//!
+//! A frame (the main path, one branch of a fan-out, one item of a
+//! foreach) executes its node, records the output, and follows the edge
+//! its output selects (`routing`), counting its loops. Routers decide by
+//! themselves: `fan_out_all` forks one branch per outgoing edge, runs them
+//! with bounded concurrency and joins them at their convergence node
+//! (`graph`); `round_robin` cycles through its edges; `condition` passes
+//! its input through and lets the edges' conditions pick. Every change is
+//! a [`ProgressStep`] (so the progress can be resumed), every decision an
+//! event (`edge_selected`, `branch_started`, `branch_finished`,
+//! `join_ready`), upstream's names.
+//!
+//! It does not run a node's command (`tool.rs`), talk to an agent backend
+//! (`agents.rs`), or decide a run's terminal status (the engine does).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use iterion_core::event::FailedBranch;
+use iterion_core::store::Failure;
+use iterion_core::{EventKind, FailureCode, NodeId};
+use iterion_dsl::ir::{self, Edge, NodeKind, Target};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::{NodeError, RunCx, Stop};
+use crate::graph::AwaitMode;
+use crate::progress::{FrameId, FrameStatus, ProgressStep};
+use crate::routing::{self, RouteError, Router, Taken};
+use crate::template::Scope;
+
+/// How a frame's walk ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FrameEnd {
+    /// Reached `done`.
+    Done,
+    /// A branch reached its join node.
+    Reached(NodeId),
+}
+
+type WalkFuture<'s> = Pin<Box<dyn Future<Output = Result<FrameEnd, Stop>> + Send + 's>>;
+
+/// Where a frame stands before its next node.
+struct Position {
+    at: Option<NodeId>,
+    input: Map<String, Value>,
+    stop_at: Option<NodeId>,
+}
+
+/// One branch to fork.
+struct Fork<'w> {
+    edge: &'w Edge,
+    /// The child frame (`None` for an edge straight to `done`/`fail`).
+    frame: Option<FrameId>,
+}
+
+impl<'a> RunCx<'a> {
+    /// Walk the workflow from its entry to `done` (or the first failure).
+    pub(crate) async fn run_graph(&self, cancel: &CancellationToken) -> Result<(), Stop> {
+        let main = FrameId::main();
+        // The entry node's input is the run's variables (upstream: declared
+        // defaults overlaid by `--var`), so `{{input.x}}` resolves there.
+        let input: Map<String, Value> = self
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.record(ProgressStep::FrameStarted {
+            frame: main.clone(),
+            parent: None,
+            at: self.workflow.entry.clone(),
+            input,
+            stop_at: None,
+        })?;
+        self.walk(&main, cancel).await.map(|_| ())
+    }
+
+    /// Walk one frame until it ends; its end is recorded.
+    fn walk<'s>(&'s self, frame: &'s FrameId, cancel: &'s CancellationToken) -> WalkFuture<'s> {
+        Box::pin(async move {
+            let result = self.walk_frame(frame, cancel).await;
+            let status = match &result {
+                Ok(FrameEnd::Reached(join)) => Some(FrameStatus::Reached { join: join.clone() }),
+                Ok(FrameEnd::Done) => None,
+                Err(Stop::Cancelled) => Some(FrameStatus::Cancelled),
+                Err(Stop::Failed(f)) => Some(FrameStatus::Failed {
+                    code: f.code,
+                    message: f.message.clone(),
+                }),
+            };
+            if let Some(status) = status
+                && let Err(e) = self.record(ProgressStep::Ended {
+                    frame: frame.clone(),
+                    status,
+                })
+            {
+                tracing::warn!(frame = %frame, error = %e, "could not record the end of a frame");
+            }
+            result
+        })
+    }
+
+    fn position(&self, frame: &FrameId) -> Result<Position, Stop> {
+        self.with_progress(|p| {
+            p.frame(frame).map(|f| Position {
+                at: f.at.clone(),
+                input: f.input.clone(),
+                stop_at: f.stop_at.clone(),
+            })
+        })
+        .ok_or_else(|| {
+            Stop::from(crate::progress::ProgressError::UnknownFrame {
+                frame: frame.clone(),
+            })
+        })
+    }
+
+    async fn walk_frame(
+        &self,
+        frame: &FrameId,
+        cancel: &CancellationToken,
+    ) -> Result<FrameEnd, Stop> {
+        loop {
+            if cancel.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            let pos = self.position(frame)?;
+            let Some(at) = pos.at else {
+                return Ok(FrameEnd::Done);
+            };
+            if pos.stop_at.as_ref() == Some(&at) {
+                return Ok(FrameEnd::Reached(at));
+            }
+            let Some(node) = self.workflow.nodes.get(&at) else {
+                return Err(failed(
+                    FailureCode::NodeFailed,
+                    format!("unknown node {at}"),
+                ));
+            };
+            self.emit_node(
+                frame,
+                &node.id,
+                EventKind::NodeStarted {
+                    kind: node.kind.as_str().into(),
+                },
+            );
+            let started = Instant::now();
+            let input = pos.input;
+            match (node.kind, node.router_mode.as_deref()) {
+                (NodeKind::Fail, _) => {
+                    let message = node
+                        .properties
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map_or_else(String::new, |m| format!(": {m}"));
+                    return Err(failed(
+                        FailureCode::WorkflowFailed,
+                        format!("reached fail node {}{message}", node.id),
+                    ));
+                }
+                (NodeKind::Router, None | Some("fan_out_all")) => {
+                    let output = Value::Object(input.clone());
+                    self.finished(frame, node, None, started, &output)?;
+                    let edges: Vec<&Edge> = self.workflow.edges_from(&node.id).collect();
+                    if let Some(end) = self
+                        .fan_out(frame, node, &edges, &input, &output, cancel)
+                        .await?
+                    {
+                        return Ok(end);
+                    }
+                }
+                (NodeKind::Router, Some("round_robin")) => {
+                    let output = Value::Object(input.clone());
+                    self.finished(frame, node, None, started, &output)?;
+                    if let Some(end) = self.round_robin(frame, node, &input, &output)? {
+                        return Ok(end);
+                    }
+                }
+                // A condition router and a legacy `join` node pass their
+                // input through; the edges' conditions read it.
+                (NodeKind::Router, Some("condition")) | (NodeKind::Join, _) => {
+                    self.check_join_requires(frame, node)?;
+                    let output = Value::Object(input.clone());
+                    self.finished(frame, node, None, started, &output)?;
+                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                        return Ok(end);
+                    }
+                }
+                (NodeKind::Tool, _) => {
+                    let visible = self.with_progress(|p| p.visible_outputs(frame));
+                    let scope = Scope {
+                        vars: &self.vars,
+                        input: &input,
+                        outputs: &visible,
+                        output: None,
+                    };
+                    let (exit_code, output) = match self.run_tool(frame, node, &scope, cancel).await
+                    {
+                        Ok(done) => done,
+                        Err(e) => return Err(self.node_failed(frame, node, e)),
+                    };
+                    self.finished(frame, node, Some(exit_code), started, &output)?;
+                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                        return Ok(end);
+                    }
+                }
+                (kind, mode) => {
+                    // Admission refuses these before anything starts; fail
+                    // closed should one slip through.
+                    let what = match mode {
+                        Some(m) => format!("router mode {m}"),
+                        None => kind.as_str().to_owned(),
+                    };
+                    let e = NodeError::failed(
+                        FailureCode::NodeFailed,
+                        format!("{what} nodes are not executed by this engine"),
+                    );
+                    return Err(self.node_failed(frame, node, e));
+                }
+            }
+        }
+    }
+
+    /// `node_finished` plus its progress step.
+    fn finished(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        exit_code: Option<i64>,
+        started: Instant,
+        output: &Value,
+    ) -> Result<(), Stop> {
+        self.emit_node(
+            frame,
+            &node.id,
+            EventKind::NodeFinished {
+                exit_code,
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                output: output.clone(),
+            },
+        );
+        self.record(ProgressStep::NodeFinished {
+            frame: frame.clone(),
+            node: node.id.clone(),
+            output: output.clone(),
+        })?;
+        Ok(())
+    }
+
+    /// `node_failed` for `e`, and the stop it means.
+    pub(crate) fn node_failed(&self, frame: &FrameId, node: &ir::Node, e: NodeError) -> Stop {
+        match e {
+            NodeError::Cancelled => {
+                self.emit_node(
+                    frame,
+                    &node.id,
+                    EventKind::NodeFailed {
+                        exit_code: None,
+                        error: "cancelled".into(),
+                        stderr_tail: String::new(),
+                    },
+                );
+                Stop::Cancelled
+            }
+            NodeError::Failed {
+                code,
+                exit_code,
+                error,
+                stderr_tail,
+            } => {
+                self.emit_node(
+                    frame,
+                    &node.id,
+                    EventKind::NodeFailed {
+                        exit_code,
+                        error: error.clone(),
+                        stderr_tail,
+                    },
+                );
+                Stop::Failed(Failure::new(code, format!("node {}: {error}", node.id)))
+            }
+        }
+    }
+
+    /// A legacy `join` node's `require: [a, b]`: each named node must have
+    /// produced an output by now.
+    fn check_join_requires(&self, frame: &FrameId, node: &ir::Node) -> Result<(), Stop> {
+        let Some(required) = node.properties.get("require").and_then(Value::as_array) else {
+            return Ok(());
+        };
+        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let missing: Vec<&str> = required
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|r| !visible.contains_key(&NodeId::new(*r)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let e = NodeError::failed(
+            FailureCode::NodeFailed,
+            format!(
+                "join requires outputs of {} that never arrived",
+                missing.join(", ")
+            ),
+        );
+        Err(self.node_failed(frame, node, e))
+    }
+
+    fn counters(
+        &self,
+        frame: &FrameId,
+    ) -> (
+        std::collections::BTreeMap<String, u32>,
+        std::collections::BTreeMap<NodeId, u32>,
+    ) {
+        self.with_progress(|p| {
+            p.frame(frame)
+                .map(|f| (f.loops.clone(), f.round_robin.clone()))
+                .unwrap_or_default()
+        })
+    }
+
+    /// Follow the edge `output` selects; `Some` when the frame ended.
+    fn advance(
+        &self,
+        frame: &FrameId,
+        node: &'a ir::Node,
+        input: &Map<String, Value>,
+        output: &Value,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let (loops, round_robin) = self.counters(frame);
+        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let scope = Scope {
+            vars: &self.vars,
+            input,
+            outputs: &visible,
+            output: None,
+        };
+        let mut router = Router::with_counters(loops);
+        let taken = router
+            .route(self.workflow, &node.id, &scope, output)
+            .map_err(route_failure)?;
+        for name in self.graph.loop_resets(taken.edge) {
+            router.reset(name);
+        }
+        self.take(frame, taken, None, router, round_robin)
+    }
+
+    /// Record the taken edge and move the frame along it.
+    fn take(
+        &self,
+        frame: &FrameId,
+        taken: Taken<'a>,
+        round_robin_index: Option<u32>,
+        router: Router,
+        round_robin: std::collections::BTreeMap<NodeId, u32>,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let edge = taken.edge;
+        self.emit_node(
+            frame,
+            &edge.from,
+            EventKind::EdgeSelected {
+                from: edge.from.to_string(),
+                to: routing::target_name(&edge.to).into(),
+                condition: edge.condition.as_ref().map(routing::condition_text),
+                loop_name: edge.loop_bound.as_ref().map(|l| l.name.clone()),
+                iteration: taken.iteration,
+                round_robin_index,
+                foreach: None,
+                items: None,
+            },
+        );
+        let to = match &edge.to {
+            Target::Fail => {
+                return Err(failed(
+                    FailureCode::WorkflowFailed,
+                    format!("node {} routed to fail", edge.from),
+                ));
+            }
+            Target::Done => None,
+            Target::Node(n) => Some(n.clone()),
+        };
+        let done = to.is_none();
+        self.record(ProgressStep::Advanced {
+            frame: frame.clone(),
+            to,
+            input: taken.input,
+            loops: router.counters().clone(),
+            round_robin,
+        })?;
+        Ok(done.then_some(FrameEnd::Done))
+    }
+
+    /// A `round_robin` router: the next of its unconditional edges.
+    fn round_robin(
+        &self,
+        frame: &FrameId,
+        node: &'a ir::Node,
+        input: &Map<String, Value>,
+        output: &Value,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let (loops, mut round_robin) = self.counters(frame);
+        let position = round_robin.get(&node.id).copied().unwrap_or(0);
+        let (edge, index) =
+            routing::round_robin(self.workflow, &node.id, position).ok_or_else(|| {
+                route_failure(RouteError::NoOutgoingEdge {
+                    node: node.id.to_string(),
+                })
+            })?;
+        round_robin.insert(node.id.clone(), position.saturating_add(1));
+        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let scope = Scope {
+            vars: &self.vars,
+            input,
+            outputs: &visible,
+            output: None,
+        };
+        let next_input = routing::edge_input(edge, &scope, output).map_err(route_failure)?;
+        let mut router = Router::with_counters(loops);
+        for name in self.graph.loop_resets(edge) {
+            router.reset(name);
+        }
+        let taken = Taken {
+            edge,
+            iteration: None,
+            input: next_input,
+        };
+        self.take(frame, taken, Some(index), router, round_robin)
+    }
+
+    /// A `fan_out_all` router (or an llm router's chosen subset): one
+    /// branch per edge, at most `max_parallel_branches` at once, joined
+    /// at their convergence node with its `await:` strategy (upstream
+    /// `execFanOut` / `processConvergence`). `Some` when the frame ended
+    /// (every branch reached `done`).
+    pub(crate) async fn fan_out(
+        &self,
+        frame: &FrameId,
+        router: &'a ir::Node,
+        edges: &[&'a Edge],
+        input: &Map<String, Value>,
+        output: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        if edges.is_empty() {
+            return Err(route_failure(RouteError::NoOutgoingEdge {
+                node: router.id.to_string(),
+            }));
+        }
+        let starts: Vec<&NodeId> = edges
+            .iter()
+            .filter_map(|e| match &e.to {
+                Target::Node(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let join = self.graph.convergence(&router.id, &starts);
+        let strategy = join
+            .as_ref()
+            .map_or(AwaitMode::WaitAll, |j| self.graph.await_mode(j));
+        let limit = self
+            .graph
+            .max_parallel_branches()
+            .unwrap_or(edges.len())
+            .clamp(1, edges.len());
+        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let scope = Scope {
+            vars: &self.vars,
+            input,
+            outputs: &visible,
+            output: None,
+        };
+        let mut inputs = Vec::with_capacity(edges.len());
+        for edge in edges {
+            inputs.push(routing::edge_input(edge, &scope, output).map_err(route_failure)?);
+        }
+        // Ids are allocated and the children started under one lock, so
+        // two fan-outs of the same router in parallel branches never
+        // collide.
+        let bases: Vec<String> = edges
+            .iter()
+            .map(|e| format!("branch_{}_{}", router.id, routing::target_name(&e.to)))
+            .collect();
+        let mut ids: Vec<FrameId> = Vec::new();
+        self.record_with(|p| {
+            ids = p.fresh_frame_ids(&bases);
+            let mut steps = vec![ProgressStep::Forked {
+                frame: frame.clone(),
+                fork: router.id.clone(),
+                children: Vec::new(),
+            }];
+            let mut children = Vec::new();
+            for ((edge, input), id) in edges.iter().zip(&inputs).zip(&ids) {
+                if let Target::Node(at) = &edge.to {
+                    children.push(id.clone());
+                    steps.push(ProgressStep::FrameStarted {
+                        frame: id.clone(),
+                        parent: Some(frame.clone()),
+                        at: at.clone(),
+                        input: input.clone(),
+                        stop_at: join.clone(),
+                    });
+                }
+            }
+            if let Some(ProgressStep::Forked { children: c, .. }) = steps.first_mut() {
+                *c = children;
+            }
+            steps
+        })?;
+        let forks: Vec<Fork<'a>> = edges
+            .iter()
+            .zip(ids)
+            .map(|(edge, id)| Fork {
+                edge,
+                frame: matches!(edge.to, Target::Node(_)).then_some(id),
+            })
+            .collect();
+        let slots = tokio::sync::Semaphore::new(limit);
+        let siblings = cancel.child_token();
+        let mut running = FuturesUnordered::new();
+        for (i, fork) in forks.iter().enumerate() {
+            let slots = &slots;
+            let siblings = &siblings;
+            running.push(async move {
+                let result = self.run_branch(frame, router, fork, slots, siblings).await;
+                (i, result)
+            });
+        }
+        let mut results: Vec<Option<Result<FrameEnd, Stop>>> = vec![None; forks.len()];
+        while let Some((i, result)) = running.next().await {
+            // Under wait_all one failure dooms the join: stop the others
+            // instead of paying for work that will be discarded.
+            if matches!(result, Err(Stop::Failed(_))) && strategy == AwaitMode::WaitAll {
+                siblings.cancel();
+            }
+            if let Some(slot) = results.get_mut(i) {
+                *slot = Some(result);
+            }
+        }
+        drop(running);
+        if cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        self.join(frame, &forks, results, join, strategy)
+    }
+
+    /// One branch: wait for a slot, then walk it.
+    async fn run_branch(
+        &self,
+        parent: &FrameId,
+        router: &ir::Node,
+        fork: &Fork<'a>,
+        slots: &tokio::sync::Semaphore,
+        siblings: &CancellationToken,
+    ) -> Result<FrameEnd, Stop> {
+        let Some(child) = &fork.frame else {
+            // An edge straight to a terminal: no node runs.
+            return match fork.edge.to {
+                Target::Fail => Err(failed(
+                    FailureCode::WorkflowFailed,
+                    format!("router {} routed a branch to fail", router.id),
+                )),
+                _ => Ok(FrameEnd::Done),
+            };
+        };
+        let permit = tokio::select! {
+            p = slots.acquire() => p.ok(),
+            () = siblings.cancelled() => None,
+        };
+        let Some(_permit) = permit else {
+            // Never started: record it so the progress has no live frame.
+            let _ = self.record(ProgressStep::Ended {
+                frame: child.clone(),
+                status: FrameStatus::Cancelled,
+            });
+            return Err(Stop::Cancelled);
+        };
+        // Started once it holds a slot, so overlapping started/finished
+        // pairs in the event stream show the real concurrency.
+        self.emit_node(
+            parent,
+            &router.id,
+            EventKind::BranchStarted {
+                branch_id: child.to_string(),
+                from: router.id.to_string(),
+                to: routing::target_name(&fork.edge.to).into(),
+                index: None,
+            },
+        );
+        let result = self.walk(child, siblings).await;
+        self.emit_branch_finished(parent, router, child, &result);
+        result
+    }
+
+    pub(crate) fn emit_branch_finished(
+        &self,
+        parent: &FrameId,
+        router: &ir::Node,
+        child: &FrameId,
+        result: &Result<FrameEnd, Stop>,
+    ) {
+        let (outcome, join_node, error) = match result {
+            Ok(FrameEnd::Reached(j)) => ("joined", Some(j.to_string()), None),
+            Ok(FrameEnd::Done) => ("done", None, None),
+            Err(Stop::Cancelled) => ("cancelled", None, Some("cancelled".to_owned())),
+            Err(Stop::Failed(f)) => ("failed", None, Some(f.message.clone())),
+        };
+        self.emit_node(
+            parent,
+            &router.id,
+            EventKind::BranchFinished {
+                branch_id: child.to_string(),
+                outcome: outcome.into(),
+                join_node,
+                error,
+            },
+        );
+    }
+
+    /// Apply the join's strategy to the branches' ends.
+    fn join(
+        &self,
+        frame: &FrameId,
+        forks: &[Fork<'a>],
+        results: Vec<Option<Result<FrameEnd, Stop>>>,
+        join: Option<NodeId>,
+        strategy: AwaitMode,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let mut merged: Vec<FrameId> = Vec::new();
+        let mut reached: Vec<FrameId> = Vec::new();
+        let mut failures: Vec<(String, Failure)> = Vec::new();
+        let mut failed_branches: Vec<FailedBranch> = Vec::new();
+        let mut all_done = true;
+        for (fork, result) in forks.iter().zip(results) {
+            let name = fork.frame.as_ref().map_or_else(
+                || routing::target_name(&fork.edge.to).to_owned(),
+                |f| f.to_string(),
+            );
+            match result {
+                Some(Ok(FrameEnd::Reached(_))) => {
+                    all_done = false;
+                    if let Some(f) = &fork.frame {
+                        reached.push(f.clone());
+                        merged.push(f.clone());
+                    }
+                }
+                Some(Ok(FrameEnd::Done)) => {
+                    if let Some(f) = &fork.frame {
+                        merged.push(f.clone());
+                    }
+                }
+                Some(Err(Stop::Failed(f))) => {
+                    all_done = false;
+                    failed_branches.push(FailedBranch {
+                        branch_id: name.clone(),
+                        error: f.message.clone(),
+                    });
+                    failures.push((name, f));
+                }
+                Some(Err(Stop::Cancelled)) | None => {
+                    all_done = false;
+                    failed_branches.push(FailedBranch {
+                        branch_id: name,
+                        error: "cancelled".into(),
+                    });
+                }
+            }
+        }
+        let first_failure = |failures: Vec<(String, Failure)>| match failures.into_iter().next() {
+            Some((branch, f)) => Stop::Failed(Failure::new(
+                f.code,
+                format!(
+                    "branch {branch} failed ({} join{}): {}",
+                    strategy.as_str(),
+                    join.as_ref()
+                        .map_or_else(String::new, |j| format!(" at {j}")),
+                    f.message
+                ),
+            )),
+            // Only cancels: a sibling's failure would be listed.
+            None => Stop::Cancelled,
+        };
+        if strategy == AwaitMode::WaitAll && !failed_branches.is_empty() {
+            return Err(first_failure(failures));
+        }
+        let Some(join) = join else {
+            if all_done || (!merged.is_empty() && reached.is_empty()) {
+                self.emit_join_ready(frame, None, strategy, forks.len(), failed_branches, true);
+                self.record(ProgressStep::Joined {
+                    frame: frame.clone(),
+                    at: None,
+                    input: Map::new(),
+                    merged,
+                })?;
+                return Ok(Some(FrameEnd::Done));
+            }
+            return Err(first_failure(failures));
+        };
+        // The join's input: what each arriving branch's edge handed over
+        // (its `with`, rendered in the branch), in branch order; failed
+        // branches are listed under `_failed_branches` (best_effort).
+        let mut input = Map::new();
+        self.with_progress(|p| {
+            for f in &reached {
+                if let Some(fp) = p.frame(f) {
+                    input.extend(fp.input.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        });
+        if !failed_branches.is_empty() {
+            input.insert(
+                "_failed_branches".into(),
+                serde_json::to_value(&failed_branches).unwrap_or(Value::Null),
+            );
+        }
+        self.emit_join_ready(
+            frame,
+            Some(&join),
+            strategy,
+            forks.len(),
+            failed_branches,
+            false,
+        );
+        self.record(ProgressStep::Joined {
+            frame: frame.clone(),
+            at: Some(join),
+            input,
+            merged,
+        })?;
+        Ok(None)
+    }
+
+    fn emit_join_ready(
+        &self,
+        frame: &FrameId,
+        join: Option<&NodeId>,
+        strategy: AwaitMode,
+        branches: usize,
+        failed_branches: Vec<FailedBranch>,
+        terminal: bool,
+    ) {
+        let kind = EventKind::JoinReady {
+            strategy: strategy.as_str().into(),
+            branches: branches as u64,
+            failed_branches,
+            terminal_join: terminal,
+        };
+        match join {
+            Some(j) => self.emit_node(frame, j, kind),
+            None => self
+                .events
+                .emit_draft(iterion_core::EventDraft::from(kind).in_branch(frame.branch_id())),
+        }
+    }
+}
+
+fn failed(code: FailureCode, message: String) -> Stop {
+    Stop::Failed(Failure::new(code, message))
+}
+
+/// The run failure a routing error means.
+fn route_failure(e: RouteError) -> Stop {
+    let code = match &e {
+        RouteError::NoOutgoingEdge { .. } => FailureCode::NoOutgoingEdge,
+        RouteError::LoopLimitExceeded { .. } => FailureCode::LoopLimitExceeded,
+        RouteError::With { .. } => FailureCode::NodeFailed,
+    };
+    failed(code, e.to_string())
+}
