@@ -523,8 +523,9 @@ impl DockerDriver {
                 "host.docker.internal".to_owned()
             };
             let url = format!("http://t:{token}@{proxy_host}:{proxy_port}");
+            res.proxy_host = Some(proxy_host.clone());
             // Upserted over the plan's env (facts §5.3, k8s: proxy env wins).
-            for key in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            for key in iterion_core::plan::PROXY_ENV_VARS {
                 env.insert(key.to_owned(), url.clone());
             }
             for key in ["NO_PROXY", "no_proxy"] {

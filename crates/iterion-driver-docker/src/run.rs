@@ -27,6 +27,9 @@ pub(crate) struct RunResources {
     pub(crate) network: Option<String>,
     pub(crate) bridge: Option<String>,
     pub(crate) volumes: Vec<String>,
+    /// Where the container reaches the egress proxy (its network's
+    /// gateway when confined, `host.docker.internal` otherwise).
+    pub(crate) proxy_host: Option<String>,
 }
 
 /// The live sandbox of one run.
@@ -143,6 +146,10 @@ impl SandboxRun for DockerRun {
 
     fn workdir(&self) -> &str {
         &self.workdir
+    }
+
+    fn egress_host(&self) -> Option<&str> {
+        self.res.proxy_host.as_deref()
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {

@@ -23,7 +23,7 @@ use iterion_sandbox::verdict::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
-use crate::events::{CurrentNode, EventTap, spawn_writer};
+use crate::events::{EventTap, spawn_writer};
 use crate::exec::{RunCx, Stop};
 use crate::owner;
 
@@ -119,7 +119,6 @@ pub struct Engine {
     booter: Arc<dyn SandboxBooter>,
     settings: EngineSettings,
     tap: Option<EventTap>,
-    current: CurrentNode,
 }
 
 impl std::fmt::Debug for Engine {
@@ -139,15 +138,7 @@ impl Engine {
             booter,
             settings: EngineSettings::default(),
             tap: None,
-            current: CurrentNode::default(),
         }
-    }
-
-    /// Publish which node's exec is running into `current` (the egress
-    /// proxy names that node in `network_blocked`).
-    pub fn with_current_node(mut self, current: CurrentNode) -> Self {
-        self.current = current;
-        self
     }
 
     /// Copy every persisted event to `tap` (live progress; never drives
@@ -330,7 +321,6 @@ impl Engine {
             events,
             &options.run_id,
             vars,
-            &self.current,
         );
         let stop = cx.run_graph(cancel).await;
         drop(cx);

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::boot::Booted;
 use crate::engine::EngineSettings;
-use crate::events::{CurrentNode, Emitter};
+use crate::events::Emitter;
 use crate::graph::GraphInfo;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
 
@@ -77,7 +77,6 @@ pub(crate) struct RunCx<'a> {
     pub events: &'a Emitter,
     pub run_id: &'a RunId,
     pub vars: BTreeMap<String, Value>,
-    pub(crate) current: &'a CurrentNode,
     pub(crate) shell: tokio::sync::OnceCell<&'static str>,
     pub(crate) scratch: tokio::sync::OnceCell<()>,
     pub(crate) scripts: AtomicU64,
@@ -92,7 +91,6 @@ impl<'a> RunCx<'a> {
         events: &'a Emitter,
         run_id: &'a RunId,
         vars: BTreeMap<String, Value>,
-        current: &'a CurrentNode,
     ) -> Self {
         Self {
             settings,
@@ -102,7 +100,6 @@ impl<'a> RunCx<'a> {
             events,
             run_id,
             vars,
-            current,
             shell: tokio::sync::OnceCell::new(),
             scratch: tokio::sync::OnceCell::new(),
             scripts: AtomicU64::new(0),
@@ -169,8 +166,10 @@ impl<'a> RunCx<'a> {
     }
 
     /// The environment of every exec a node makes: who it is, where the
-    /// workspace is, and the run's `as: env` secrets (on the exec, never
-    /// the container's create-time env, visible in `docker inspect`).
+    /// workspace is, the run's `as: env` secrets (on the exec, never the
+    /// container's create-time env, visible in `docker inspect`), and the
+    /// exec's own egress proxy credential (so `network_blocked` names this
+    /// node whatever else runs at the same time).
     pub(crate) fn exec_env(&self, node: &NodeId) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         env.insert("ITERION_NODE_ID".into(), node.to_string());
@@ -179,8 +178,12 @@ impl<'a> RunCx<'a> {
         // exec sees it — the container workspace in a sandbox, the host
         // workspace otherwise.
         env.insert("PROJECT_DIR".into(), self.booted.run().workdir().to_owned());
-        for (k, v) in &self.booted.secrets().env {
+        let secrets = self.booted.secrets();
+        for (k, v) in &secrets.env {
             env.insert(k.clone(), v.clone());
+        }
+        if let Some(egress) = &secrets.egress {
+            env.extend(egress.env_for(node));
         }
         env
     }

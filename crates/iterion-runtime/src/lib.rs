@@ -38,8 +38,9 @@ mod tool;
 mod walk;
 
 pub use boot::{
-    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,
+    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, ExecEgress, ExecSecrets,
+    HostBooter, SandboxBooter,
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
-pub use events::{CurrentNode, Emitter, EventTap, RunObserver};
+pub use events::{Emitter, EventTap, RunObserver};
 pub use sandbox_boot::{DriverCatalog, PolicyBooter, SandboxFlags};

@@ -150,7 +150,6 @@ impl RunCx<'_> {
             .exec(request)
             .await
             .map_err(NodeError::driver)?;
-        let _running = self.current.enter(&node.id);
         let secrets = self.booted.secrets();
         let mut log = NodeLog::new(
             &node.id,

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
 mod egress_e2e;
+mod graph_e2e;
 mod readback_e2e;
 mod run_e2e;
 mod secrets_e2e;
