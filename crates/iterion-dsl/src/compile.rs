@@ -1684,6 +1684,7 @@ fn compile_workflow(
     let mut edge_lines: Vec<EdgeLine> = Vec::new();
     let mut budget_iterations: Option<i64> = None;
     let mut seen: HashMap<String, Pos> = HashMap::new();
+    let mut properties: BTreeMap<String, Value> = BTreeMap::new();
 
     for l in &wline.children {
         if l.toks.iter().any(|t| t.tok == Tok::Arrow) {
@@ -1740,7 +1741,11 @@ fn compile_workflow(
             "attachments" | "mcp" | "resources" | "compaction" => {
                 let _ = ctx.props(&l.children, None, &p.key);
             }
-            _ => {}
+            _ => {
+                if let Some(v) = &p.value {
+                    properties.insert(p.key.clone(), v.to_json());
+                }
+            }
         }
     }
     for (prefix, l) in extra_edges {
@@ -2072,6 +2077,7 @@ fn compile_workflow(
         budget,
         secrets,
         prompts: BTreeMap::new(),
+        properties,
         pos: wpos,
     })
 }
@@ -2337,5 +2343,16 @@ mod prompt_tests {
             Some("You review {{vars.repo}}.\n  Keep indentation.")
         );
         assert_eq!(p.get("empty").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn workflow_properties_reach_the_ir() {
+        let src = "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  default_backend: \"claw\"\n  interaction: none\n  t -> done\n";
+        let c = crate::compile_source(src, Path::new("p.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let p = &c.workflows[0].properties;
+        assert_eq!(p.get("default_backend"), Some(&serde_json::json!("claw")));
+        assert_eq!(p.get("interaction"), Some(&serde_json::json!("none")));
+        assert!(!p.contains_key("entry"));
     }
 }

@@ -46,6 +46,10 @@ pub struct Workflow {
     /// inline prompt when it names none.
     #[serde(default)]
     pub prompts: BTreeMap<String, String>,
+    /// Every other workflow-level property as written (`default_backend`,
+    /// `interaction`, …), for the engine and the agent seam.
+    #[serde(default)]
+    pub properties: BTreeMap<String, Value>,
     /// Where the workflow is declared.
     pub pos: Pos,
 }

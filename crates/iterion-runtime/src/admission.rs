@@ -49,6 +49,16 @@ pub enum AdmissionError {
         /// The template error.
         message: String,
     },
+    /// Agent, judge or `mode: llm` router nodes, and no agent runner in
+    /// this engine.
+    #[error(
+        "agent, judge and llm router nodes need an agent backend, and none is wired into this engine yet; refused: {}",
+        list_nodes(.nodes)
+    )]
+    NoAgentRunner {
+        /// Node and kind, sorted by node.
+        nodes: Vec<(NodeId, String)>,
+    },
     /// `--var` names an undeclared variable.
     #[error("unknown variable {name:?} (declared: {declared:?})")]
     UnknownVar {
@@ -118,7 +128,7 @@ impl AdmissionError {
     /// Stable code, persisted as the admission code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::UnsupportedNodes { .. } => "unsupported_node_kind",
+            Self::UnsupportedNodes { .. } | Self::NoAgentRunner { .. } => "unsupported_node_kind",
             Self::UnsupportedCondition { .. } => "unsupported_condition",
             Self::BadTemplate { .. } => "bad_template",
             Self::UnknownVar { .. } => "unknown_variable",
@@ -130,11 +140,20 @@ impl AdmissionError {
     }
 }
 
-/// Check that every node and edge is executable here.
-pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
+/// Check that every node and edge is executable here; agent, judge and
+/// `mode: llm` router nodes need an agent runner (`agents`).
+pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), AdmissionError> {
+    if !agents {
+        let nodes: Vec<(NodeId, String)> =
+            crate::agents::agent_nodes(workflow).into_iter().collect();
+        if !nodes.is_empty() {
+            return Err(AdmissionError::NoAgentRunner { nodes });
+        }
+    }
     let unsupported: Vec<(NodeId, String)> = workflow
         .nodes
         .values()
+        .filter(|n| !crate::agents::is_agent_node(n))
         .filter(|n| match n.kind {
             NodeKind::Tool => n.tool.is_none(),
             // A named terminal failure needs nothing executed; a legacy
@@ -164,6 +183,12 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
         });
     }
     for node in workflow.nodes.values() {
+        for (what, text) in crate::agents::prompt_templates(workflow, node) {
+            check_syntax(text).map_err(|e| AdmissionError::BadTemplate {
+                location: format!("node {} {what} prompt", node.id),
+                message: e.to_string(),
+            })?;
+        }
         let (what, text) = match &node.tool {
             Some(ToolSpec::Command(c)) => ("command", c),
             Some(ToolSpec::Script { script, .. }) => ("script", script),

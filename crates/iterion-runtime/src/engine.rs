@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use iterion_core::agent::AgentRunner;
 use iterion_core::store::{Admission, AdmissionDecision, Failure, NewRun, RunRecord, Transition};
 use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
 use iterion_dsl::ir;
@@ -119,6 +120,7 @@ pub struct Engine {
     booter: Arc<dyn SandboxBooter>,
     settings: EngineSettings,
     tap: Option<EventTap>,
+    agents: Option<Arc<dyn AgentRunner>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -138,7 +140,15 @@ impl Engine {
             booter,
             settings: EngineSettings::default(),
             tap: None,
+            agents: None,
         }
+    }
+
+    /// Run agent, judge and `mode: llm` router nodes through `runner`
+    /// (without one they are refused at admission, by name).
+    pub fn with_agents(mut self, runner: Arc<dyn AgentRunner>) -> Self {
+        self.agents = Some(runner);
+        self
     }
 
     /// Copy every persisted event to `tap` (live progress; never drives
@@ -212,7 +222,7 @@ impl Engine {
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
         // ---- admission (seed step 3): ours first, then the policy's.
-        let checked = admission::check_workflow(&options.workflow)
+        let checked = admission::check_workflow(&options.workflow, self.agents.is_some())
             .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars));
         let (verdict, vars) = match checked {
             Err(e) => (
@@ -321,6 +331,7 @@ impl Engine {
             events,
             &options.run_id,
             vars,
+            self.agents.as_deref(),
         );
         let stop = cx.run_graph(cancel).await;
         drop(cx);

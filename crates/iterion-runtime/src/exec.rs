@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
+use iterion_core::agent::AgentRunner;
 use iterion_core::store::Failure;
 use iterion_core::{DriverError, EventDraft, EventKind, FailureCode, NodeId, RunId};
 use iterion_dsl::ir;
@@ -77,6 +78,7 @@ pub(crate) struct RunCx<'a> {
     pub events: &'a Emitter,
     pub run_id: &'a RunId,
     pub vars: BTreeMap<String, Value>,
+    pub agents: Option<&'a dyn AgentRunner>,
     pub(crate) shell: tokio::sync::OnceCell<&'static str>,
     pub(crate) scratch: tokio::sync::OnceCell<()>,
     pub(crate) scripts: AtomicU64,
@@ -91,6 +93,7 @@ impl<'a> RunCx<'a> {
         events: &'a Emitter,
         run_id: &'a RunId,
         vars: BTreeMap<String, Value>,
+        agents: Option<&'a dyn AgentRunner>,
     ) -> Self {
         Self {
             settings,
@@ -100,6 +103,7 @@ impl<'a> RunCx<'a> {
             events,
             run_id,
             vars,
+            agents,
             shell: tokio::sync::OnceCell::new(),
             scratch: tokio::sync::OnceCell::new(),
             scripts: AtomicU64::new(0),

@@ -397,6 +397,7 @@ mod tests {
             budget: BTreeMap::new(),
             secrets: Vec::new(),
             prompts: BTreeMap::new(),
+            properties: BTreeMap::new(),
             pos: Pos::default(),
         }
     }

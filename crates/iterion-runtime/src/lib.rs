@@ -22,6 +22,7 @@
 //! [`BootFlags`]. The engine does everything else.
 
 pub mod admission;
+pub mod agents;
 pub mod boot;
 pub mod engine;
 pub mod events;

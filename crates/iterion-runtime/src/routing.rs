@@ -170,6 +170,24 @@ impl Router {
         self.loops.remove(name);
     }
 
+    /// Count an edge a router picked by itself (round robin, llm): its
+    /// loop's iteration, or the loop's bound as the error once exhausted.
+    pub fn count(&mut self, edge: &Edge) -> Result<Option<u32>, RouteError> {
+        if self.exhausted(edge)
+            && let Some(bound) = &edge.loop_bound
+        {
+            return Err(RouteError::LoopLimitExceeded {
+                name: bound.name.clone(),
+                max: bound.max,
+            });
+        }
+        Ok(edge.loop_bound.as_ref().map(|bound| {
+            let count = self.loops.entry(bound.name.clone()).or_insert(0);
+            *count += 1;
+            *count
+        }))
+    }
+
     fn exhausted(&self, edge: &Edge) -> bool {
         edge.loop_bound
             .as_ref()
@@ -230,11 +248,7 @@ impl Router {
                 },
             });
         };
-        let iteration = edge.loop_bound.as_ref().map(|bound| {
-            let count = self.loops.entry(bound.name.clone()).or_insert(0);
-            *count += 1;
-            *count
-        });
+        let iteration = self.count(edge)?;
         let input = edge_input(edge, scope, output)?;
         Ok(Taken {
             edge,
@@ -385,6 +399,15 @@ pub fn parse_output(
         m.insert("result".into(), Value::String(trimmed.to_owned()));
         m
     });
+    check_output(object, schema)
+}
+
+/// Check a node's output object against its declared schema (every
+/// field present, of its type, within its enum); extra fields are kept.
+pub fn check_output(
+    object: Map<String, Value>,
+    schema: Option<&Schema>,
+) -> Result<Value, OutputError> {
     if let Some(schema) = schema {
         for field in &schema.fields {
             let value = object
@@ -399,13 +422,20 @@ pub fn parse_output(
                 });
             }
             if !field.enum_values.is_empty() {
-                let text = template::value_text(value);
-                if !field.enum_values.contains(&text) {
-                    return Err(OutputError::NotInEnum {
-                        field: field.name.clone(),
-                        value: text,
-                        allowed: field.enum_values.clone(),
-                    });
+                // A `string[]` enum constrains each item.
+                let items: Vec<&Value> = match (field.ty, value) {
+                    (FieldType::StringArray, Value::Array(items)) => items.iter().collect(),
+                    _ => vec![value],
+                };
+                for item in items {
+                    let text = template::value_text(item);
+                    if !field.enum_values.contains(&text) {
+                        return Err(OutputError::NotInEnum {
+                            field: field.name.clone(),
+                            value: text,
+                            allowed: field.enum_values.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -470,6 +500,7 @@ mod tests {
             budget: BTreeMap::new(),
             secrets: Vec::new(),
             prompts: BTreeMap::new(),
+            properties: BTreeMap::new(),
             pos: Pos::default(),
         }
     }

@@ -32,6 +32,7 @@ use crate::graph::AwaitMode;
 use crate::progress::{FrameId, FrameStatus, ProgressStep};
 use crate::routing::{self, RouteError, Router, Taken};
 use crate::template::Scope;
+use iterion_core::agent::AgentRole;
 
 /// How a frame's walk ended, when it did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,6 +209,38 @@ impl<'a> RunCx<'a> {
                         return Ok(end);
                     }
                 }
+                (NodeKind::Agent | NodeKind::Judge, _) => {
+                    let role = match node.kind {
+                        NodeKind::Judge => AgentRole::Judge,
+                        _ => AgentRole::Agent,
+                    };
+                    let output = self.agent_output(frame, node, &input, role, cancel).await?;
+                    self.finished(frame, node, None, started, &output)?;
+                    // A judge's verdict routes like any output: `when`.
+                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                        return Ok(end);
+                    }
+                }
+                (NodeKind::Router, Some("llm")) => {
+                    let edges: Vec<&Edge> = self.workflow.edges_from(&node.id).collect();
+                    let mut candidates: Vec<String> = Vec::new();
+                    for e in &edges {
+                        let t = routing::target_name(&e.to).to_owned();
+                        if !candidates.contains(&t) {
+                            candidates.push(t);
+                        }
+                    }
+                    let multi = node.properties.get("multi").and_then(Value::as_bool) == Some(true);
+                    let role = AgentRole::Router { multi, candidates };
+                    let output = self.agent_output(frame, node, &input, role, cancel).await?;
+                    self.finished(frame, node, None, started, &output)?;
+                    if let Some(end) = self
+                        .llm_route(frame, node, &edges, &input, &output, multi, cancel)
+                        .await?
+                    {
+                        return Ok(end);
+                    }
+                }
                 (kind, mode) => {
                     // Admission refuses these before anything starts; fail
                     // closed should one slip through.
@@ -223,6 +256,117 @@ impl<'a> RunCx<'a> {
                 }
             }
         }
+    }
+
+    /// An agent-seam node's output, or the stop its failure means.
+    async fn agent_output(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        input: &Map<String, Value>,
+        role: AgentRole,
+        cancel: &CancellationToken,
+    ) -> Result<Value, Stop> {
+        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let scope = Scope {
+            vars: &self.vars,
+            input,
+            outputs: &visible,
+            output: None,
+        };
+        match self.run_agent(frame, node, &scope, role, cancel).await {
+            Ok(output) => Ok(output),
+            Err(e) => Err(self.node_failed(frame, node, e)),
+        }
+    }
+
+    /// Follow a `mode: llm` router's choice (upstream `execLLMRouter`):
+    /// one route is taken like an edge; several run as parallel branches
+    /// joined like a fan-out, after the same workspace-safety check.
+    #[allow(clippy::too_many_arguments)]
+    async fn llm_route(
+        &self,
+        frame: &FrameId,
+        router: &'a ir::Node,
+        edges: &[&'a Edge],
+        input: &Map<String, Value>,
+        output: &Value,
+        multi: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let chosen: Vec<&str> = if multi {
+            output
+                .get("selected_routes")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default()
+        } else {
+            output
+                .get("selected_route")
+                .and_then(Value::as_str)
+                .into_iter()
+                .collect()
+        };
+        let picked: Vec<&'a Edge> = edges
+            .iter()
+            .copied()
+            .filter(|e| chosen.contains(&routing::target_name(&e.to)))
+            .collect();
+        if picked.is_empty() {
+            let e = NodeError::failed(
+                FailureCode::NodeFailed,
+                format!("llm router chose no route among its edges ({chosen:?})"),
+            );
+            return Err(self.node_failed(frame, router, e));
+        }
+        if !multi {
+            let (loops, round_robin) = self.counters(frame);
+            let visible = self.with_progress(|p| p.visible_outputs(frame));
+            let scope = Scope {
+                vars: &self.vars,
+                input,
+                outputs: &visible,
+                output: None,
+            };
+            let edge = picked[0];
+            let next = routing::edge_input(edge, &scope, output).map_err(route_failure)?;
+            let mut counters = Router::with_counters(loops);
+            let iteration = counters.count(edge).map_err(route_failure)?;
+            for name in self.graph.loop_resets(edge) {
+                counters.reset(name);
+            }
+            let taken = Taken {
+                edge,
+                iteration,
+                input: next,
+            };
+            return self.take(frame, taken, None, counters, round_robin);
+        }
+        let starts: Vec<&NodeId> = picked
+            .iter()
+            .filter_map(|e| match &e.to {
+                Target::Node(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let join = self.graph.convergence(&router.id, &starts);
+        let writers = self.graph.mutating_branches(&starts, join.as_ref());
+        if writers.len() > 1 && self.graph.max_parallel_branches() != Some(1) {
+            let e = NodeError::failed(
+                FailureCode::NodeFailed,
+                format!(
+                    "workspace safety: the chosen branches {} may all write the workspace",
+                    writers
+                        .iter()
+                        .map(NodeId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+            return Err(self.node_failed(frame, router, e));
+        }
+        self.fan_out(frame, router, &picked, input, output, cancel)
+            .await
     }
 
     /// `node_finished` plus its progress step.
@@ -422,12 +566,13 @@ impl<'a> RunCx<'a> {
         };
         let next_input = routing::edge_input(edge, &scope, output).map_err(route_failure)?;
         let mut router = Router::with_counters(loops);
+        let iteration = router.count(edge).map_err(route_failure)?;
         for name in self.graph.loop_resets(edge) {
             router.reset(name);
         }
         let taken = Taken {
             edge,
-            iteration: None,
+            iteration,
             input: next_input,
         };
         self.take(frame, taken, Some(index), router, round_robin)

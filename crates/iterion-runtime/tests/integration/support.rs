@@ -104,6 +104,7 @@ pub fn workflow(entry: &str, nodes: Vec<Node>, edges: Vec<Edge>) -> Workflow {
         budget: BTreeMap::new(),
         secrets: Vec::new(),
         prompts: BTreeMap::new(),
+        properties: BTreeMap::new(),
         pos: Pos::default(),
     }
 }
@@ -148,6 +149,12 @@ impl Harness {
             workspace: tempfile::tempdir().unwrap(),
             _store_dir: store_dir,
         }
+    }
+
+    /// The same harness whose engine runs agent nodes through `runner`.
+    pub fn with_agents(mut self, runner: Arc<dyn iterion_core::agent::AgentRunner>) -> Self {
+        self.engine = Engine::new(Arc::clone(&self.store), self.booter.clone()).with_agents(runner);
+        self
     }
 
     pub fn options(&self, wf: Workflow) -> RunOptions {
