@@ -77,13 +77,17 @@ pub enum AdmissionError {
         /// Given text.
         value: String,
     },
-    /// `as foreach …` edges.
-    #[error("edge {from} -> {to}: foreach loops are not executed by this engine")]
-    UnsupportedForEach {
+    /// An `as foreach …` edge this engine cannot run.
+    #[error("edge {from} -> {to}: foreach {name} {reason}")]
+    BadForeach {
         /// Source node.
         from: NodeId,
         /// Target.
         to: String,
+        /// Loop name.
+        name: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The entry or an edge names a node that does not exist.
     #[error("workflow references unknown node {node}")]
@@ -133,7 +137,7 @@ impl AdmissionError {
             Self::BadTemplate { .. } => "bad_template",
             Self::UnknownVar { .. } => "unknown_variable",
             Self::BadVar { .. } => "bad_variable",
-            Self::UnsupportedForEach { .. } => "unsupported_foreach",
+            Self::BadForeach { .. } => "bad_foreach",
             Self::UnknownNode { .. } => "unknown_node",
             Self::WorkspaceSafety { .. } => "workspace_safety",
         }
@@ -209,11 +213,8 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
                 return Err(AdmissionError::UnknownNode { node: n.clone() });
             }
         }
-        if edge.foreach.is_some() {
-            return Err(AdmissionError::UnsupportedForEach {
-                from: edge.from.clone(),
-                to,
-            });
+        if let Some(each) = &edge.foreach {
+            check_foreach(workflow, edge, each, &to)?;
         }
         if let Some(ir::Condition::Expr(expr)) = &edge.condition
             && parse_expr(expr).is_none()
@@ -232,6 +233,38 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
         }
     }
     check_workspace_safety(workflow)
+}
+
+/// A foreach runs its target once per item and joins the items where the
+/// body converges: both must exist, and the collection must be a
+/// template the engine can read.
+fn check_foreach(
+    workflow: &ir::Workflow,
+    edge: &ir::Edge,
+    each: &ir::ForEach,
+    to: &str,
+) -> Result<(), AdmissionError> {
+    let bad = |reason: String| AdmissionError::BadForeach {
+        from: edge.from.clone(),
+        to: to.to_owned(),
+        name: each.name.clone(),
+        reason,
+    };
+    let ir::Target::Node(body) = &edge.to else {
+        return Err(bad("must target a node".into()));
+    };
+    check_syntax(&crate::branches::foreach_expr(&each.collection))
+        .map_err(|e| bad(format!("collection {:?}: {e}", each.collection)))?;
+    if GraphInfo::new(workflow)
+        .convergence(&edge.from, &[body])
+        .is_none()
+    {
+        return Err(bad(
+            "has no node its items join at: declare `await: wait_all` (or `best_effort`) on the node that gathers them"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Upstream checks this when the fan-out runs; it depends only on the

@@ -24,6 +24,7 @@
 pub mod admission;
 pub mod agents;
 pub mod boot;
+mod branches;
 pub mod engine;
 pub mod events;
 mod exec;

@@ -11,16 +11,14 @@
 //! event (`edge_selected`, `branch_started`, `branch_finished`,
 //! `join_ready`), upstream's names.
 //!
-//! It does not run a node's command (`tool.rs`), talk to an agent backend
-//! (`agents.rs`), or decide a run's terminal status (the engine does).
+//! It does not run a node's command (`tool.rs`), fork or join branches
+//! (`branches.rs`), talk to an agent backend (`agents.rs`), or decide a
+//! run's terminal status (the engine does).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
-use iterion_core::event::FailedBranch;
 use iterion_core::store::Failure;
 use iterion_core::{EventKind, FailureCode, NodeId};
 use iterion_dsl::ir::{self, Edge, NodeKind, Target};
@@ -28,7 +26,6 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{NodeError, RunCx, Stop};
-use crate::graph::AwaitMode;
 use crate::progress::{FrameId, FrameStatus, ProgressStep};
 use crate::routing::{self, RouteError, Router, Taken};
 use crate::template::Scope;
@@ -50,13 +47,6 @@ struct Position {
     at: Option<NodeId>,
     input: Map<String, Value>,
     stop_at: Option<NodeId>,
-}
-
-/// One branch to fork.
-struct Fork<'w> {
-    edge: &'w Edge,
-    /// The child frame (`None` for an edge straight to `done`/`fail`).
-    frame: Option<FrameId>,
 }
 
 impl<'a> RunCx<'a> {
@@ -81,7 +71,11 @@ impl<'a> RunCx<'a> {
     }
 
     /// Walk one frame until it ends; its end is recorded.
-    fn walk<'s>(&'s self, frame: &'s FrameId, cancel: &'s CancellationToken) -> WalkFuture<'s> {
+    pub(crate) fn walk<'s>(
+        &'s self,
+        frame: &'s FrameId,
+        cancel: &'s CancellationToken,
+    ) -> WalkFuture<'s> {
         Box::pin(async move {
             let result = self.walk_frame(frame, cancel).await;
             let status = match &result {
@@ -187,7 +181,7 @@ impl<'a> RunCx<'a> {
                     self.check_join_requires(frame, node)?;
                     let output = Value::Object(input.clone());
                     self.finished(frame, node, None, started, &output)?;
-                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
                         return Ok(end);
                     }
                 }
@@ -205,7 +199,7 @@ impl<'a> RunCx<'a> {
                         Err(e) => return Err(self.node_failed(frame, node, e)),
                     };
                     self.finished(frame, node, Some(exit_code), started, &output)?;
-                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
                         return Ok(end);
                     }
                 }
@@ -217,7 +211,7 @@ impl<'a> RunCx<'a> {
                     let output = self.agent_output(frame, node, &input, role, cancel).await?;
                     self.finished(frame, node, None, started, &output)?;
                     // A judge's verdict routes like any output: `when`.
-                    if let Some(end) = self.advance(frame, node, &input, &output)? {
+                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
                         return Ok(end);
                     }
                 }
@@ -470,12 +464,13 @@ impl<'a> RunCx<'a> {
     }
 
     /// Follow the edge `output` selects; `Some` when the frame ended.
-    fn advance(
+    async fn advance(
         &self,
         frame: &FrameId,
         node: &'a ir::Node,
         input: &Map<String, Value>,
         output: &Value,
+        cancel: &CancellationToken,
     ) -> Result<Option<FrameEnd>, Stop> {
         let (loops, round_robin) = self.counters(frame);
         let visible = self.with_progress(|p| p.visible_outputs(frame));
@@ -491,6 +486,11 @@ impl<'a> RunCx<'a> {
             .map_err(route_failure)?;
         for name in self.graph.loop_resets(taken.edge) {
             router.reset(name);
+        }
+        if taken.edge.foreach.is_some() {
+            return self
+                .foreach(frame, node, taken, input, output, cancel)
+                .await;
         }
         self.take(frame, taken, None, router, round_robin)
     }
@@ -577,339 +577,14 @@ impl<'a> RunCx<'a> {
         };
         self.take(frame, taken, Some(index), router, round_robin)
     }
-
-    /// A `fan_out_all` router (or an llm router's chosen subset): one
-    /// branch per edge, at most `max_parallel_branches` at once, joined
-    /// at their convergence node with its `await:` strategy (upstream
-    /// `execFanOut` / `processConvergence`). `Some` when the frame ended
-    /// (every branch reached `done`).
-    pub(crate) async fn fan_out(
-        &self,
-        frame: &FrameId,
-        router: &'a ir::Node,
-        edges: &[&'a Edge],
-        input: &Map<String, Value>,
-        output: &Value,
-        cancel: &CancellationToken,
-    ) -> Result<Option<FrameEnd>, Stop> {
-        if edges.is_empty() {
-            return Err(route_failure(RouteError::NoOutgoingEdge {
-                node: router.id.to_string(),
-            }));
-        }
-        let starts: Vec<&NodeId> = edges
-            .iter()
-            .filter_map(|e| match &e.to {
-                Target::Node(n) => Some(n),
-                _ => None,
-            })
-            .collect();
-        let join = self.graph.convergence(&router.id, &starts);
-        let strategy = join
-            .as_ref()
-            .map_or(AwaitMode::WaitAll, |j| self.graph.await_mode(j));
-        let limit = self
-            .graph
-            .max_parallel_branches()
-            .unwrap_or(edges.len())
-            .clamp(1, edges.len());
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
-        let scope = Scope {
-            vars: &self.vars,
-            input,
-            outputs: &visible,
-            output: None,
-        };
-        let mut inputs = Vec::with_capacity(edges.len());
-        for edge in edges {
-            inputs.push(routing::edge_input(edge, &scope, output).map_err(route_failure)?);
-        }
-        // Ids are allocated and the children started under one lock, so
-        // two fan-outs of the same router in parallel branches never
-        // collide.
-        let bases: Vec<String> = edges
-            .iter()
-            .map(|e| format!("branch_{}_{}", router.id, routing::target_name(&e.to)))
-            .collect();
-        let mut ids: Vec<FrameId> = Vec::new();
-        self.record_with(|p| {
-            ids = p.fresh_frame_ids(&bases);
-            let mut steps = vec![ProgressStep::Forked {
-                frame: frame.clone(),
-                fork: router.id.clone(),
-                children: Vec::new(),
-            }];
-            let mut children = Vec::new();
-            for ((edge, input), id) in edges.iter().zip(&inputs).zip(&ids) {
-                if let Target::Node(at) = &edge.to {
-                    children.push(id.clone());
-                    steps.push(ProgressStep::FrameStarted {
-                        frame: id.clone(),
-                        parent: Some(frame.clone()),
-                        at: at.clone(),
-                        input: input.clone(),
-                        stop_at: join.clone(),
-                    });
-                }
-            }
-            if let Some(ProgressStep::Forked { children: c, .. }) = steps.first_mut() {
-                *c = children;
-            }
-            steps
-        })?;
-        let forks: Vec<Fork<'a>> = edges
-            .iter()
-            .zip(ids)
-            .map(|(edge, id)| Fork {
-                edge,
-                frame: matches!(edge.to, Target::Node(_)).then_some(id),
-            })
-            .collect();
-        let slots = tokio::sync::Semaphore::new(limit);
-        let siblings = cancel.child_token();
-        let mut running = FuturesUnordered::new();
-        for (i, fork) in forks.iter().enumerate() {
-            let slots = &slots;
-            let siblings = &siblings;
-            running.push(async move {
-                let result = self.run_branch(frame, router, fork, slots, siblings).await;
-                (i, result)
-            });
-        }
-        let mut results: Vec<Option<Result<FrameEnd, Stop>>> = vec![None; forks.len()];
-        while let Some((i, result)) = running.next().await {
-            // Under wait_all one failure dooms the join: stop the others
-            // instead of paying for work that will be discarded.
-            if matches!(result, Err(Stop::Failed(_))) && strategy == AwaitMode::WaitAll {
-                siblings.cancel();
-            }
-            if let Some(slot) = results.get_mut(i) {
-                *slot = Some(result);
-            }
-        }
-        drop(running);
-        if cancel.is_cancelled() {
-            return Err(Stop::Cancelled);
-        }
-        self.join(frame, &forks, results, join, strategy)
-    }
-
-    /// One branch: wait for a slot, then walk it.
-    async fn run_branch(
-        &self,
-        parent: &FrameId,
-        router: &ir::Node,
-        fork: &Fork<'a>,
-        slots: &tokio::sync::Semaphore,
-        siblings: &CancellationToken,
-    ) -> Result<FrameEnd, Stop> {
-        let Some(child) = &fork.frame else {
-            // An edge straight to a terminal: no node runs.
-            return match fork.edge.to {
-                Target::Fail => Err(failed(
-                    FailureCode::WorkflowFailed,
-                    format!("router {} routed a branch to fail", router.id),
-                )),
-                _ => Ok(FrameEnd::Done),
-            };
-        };
-        let permit = tokio::select! {
-            p = slots.acquire() => p.ok(),
-            () = siblings.cancelled() => None,
-        };
-        let Some(_permit) = permit else {
-            // Never started: record it so the progress has no live frame.
-            let _ = self.record(ProgressStep::Ended {
-                frame: child.clone(),
-                status: FrameStatus::Cancelled,
-            });
-            return Err(Stop::Cancelled);
-        };
-        // Started once it holds a slot, so overlapping started/finished
-        // pairs in the event stream show the real concurrency.
-        self.emit_node(
-            parent,
-            &router.id,
-            EventKind::BranchStarted {
-                branch_id: child.to_string(),
-                from: router.id.to_string(),
-                to: routing::target_name(&fork.edge.to).into(),
-                index: None,
-            },
-        );
-        let result = self.walk(child, siblings).await;
-        self.emit_branch_finished(parent, router, child, &result);
-        result
-    }
-
-    pub(crate) fn emit_branch_finished(
-        &self,
-        parent: &FrameId,
-        router: &ir::Node,
-        child: &FrameId,
-        result: &Result<FrameEnd, Stop>,
-    ) {
-        let (outcome, join_node, error) = match result {
-            Ok(FrameEnd::Reached(j)) => ("joined", Some(j.to_string()), None),
-            Ok(FrameEnd::Done) => ("done", None, None),
-            Err(Stop::Cancelled) => ("cancelled", None, Some("cancelled".to_owned())),
-            Err(Stop::Failed(f)) => ("failed", None, Some(f.message.clone())),
-        };
-        self.emit_node(
-            parent,
-            &router.id,
-            EventKind::BranchFinished {
-                branch_id: child.to_string(),
-                outcome: outcome.into(),
-                join_node,
-                error,
-            },
-        );
-    }
-
-    /// Apply the join's strategy to the branches' ends.
-    fn join(
-        &self,
-        frame: &FrameId,
-        forks: &[Fork<'a>],
-        results: Vec<Option<Result<FrameEnd, Stop>>>,
-        join: Option<NodeId>,
-        strategy: AwaitMode,
-    ) -> Result<Option<FrameEnd>, Stop> {
-        let mut merged: Vec<FrameId> = Vec::new();
-        let mut reached: Vec<FrameId> = Vec::new();
-        let mut failures: Vec<(String, Failure)> = Vec::new();
-        let mut failed_branches: Vec<FailedBranch> = Vec::new();
-        let mut all_done = true;
-        for (fork, result) in forks.iter().zip(results) {
-            let name = fork.frame.as_ref().map_or_else(
-                || routing::target_name(&fork.edge.to).to_owned(),
-                |f| f.to_string(),
-            );
-            match result {
-                Some(Ok(FrameEnd::Reached(_))) => {
-                    all_done = false;
-                    if let Some(f) = &fork.frame {
-                        reached.push(f.clone());
-                        merged.push(f.clone());
-                    }
-                }
-                Some(Ok(FrameEnd::Done)) => {
-                    if let Some(f) = &fork.frame {
-                        merged.push(f.clone());
-                    }
-                }
-                Some(Err(Stop::Failed(f))) => {
-                    all_done = false;
-                    failed_branches.push(FailedBranch {
-                        branch_id: name.clone(),
-                        error: f.message.clone(),
-                    });
-                    failures.push((name, f));
-                }
-                Some(Err(Stop::Cancelled)) | None => {
-                    all_done = false;
-                    failed_branches.push(FailedBranch {
-                        branch_id: name,
-                        error: "cancelled".into(),
-                    });
-                }
-            }
-        }
-        let first_failure = |failures: Vec<(String, Failure)>| match failures.into_iter().next() {
-            Some((branch, f)) => Stop::Failed(Failure::new(
-                f.code,
-                format!(
-                    "branch {branch} failed ({} join{}): {}",
-                    strategy.as_str(),
-                    join.as_ref()
-                        .map_or_else(String::new, |j| format!(" at {j}")),
-                    f.message
-                ),
-            )),
-            // Only cancels: a sibling's failure would be listed.
-            None => Stop::Cancelled,
-        };
-        if strategy == AwaitMode::WaitAll && !failed_branches.is_empty() {
-            return Err(first_failure(failures));
-        }
-        let Some(join) = join else {
-            if all_done || (!merged.is_empty() && reached.is_empty()) {
-                self.emit_join_ready(frame, None, strategy, forks.len(), failed_branches, true);
-                self.record(ProgressStep::Joined {
-                    frame: frame.clone(),
-                    at: None,
-                    input: Map::new(),
-                    merged,
-                })?;
-                return Ok(Some(FrameEnd::Done));
-            }
-            return Err(first_failure(failures));
-        };
-        // The join's input: what each arriving branch's edge handed over
-        // (its `with`, rendered in the branch), in branch order; failed
-        // branches are listed under `_failed_branches` (best_effort).
-        let mut input = Map::new();
-        self.with_progress(|p| {
-            for f in &reached {
-                if let Some(fp) = p.frame(f) {
-                    input.extend(fp.input.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-            }
-        });
-        if !failed_branches.is_empty() {
-            input.insert(
-                "_failed_branches".into(),
-                serde_json::to_value(&failed_branches).unwrap_or(Value::Null),
-            );
-        }
-        self.emit_join_ready(
-            frame,
-            Some(&join),
-            strategy,
-            forks.len(),
-            failed_branches,
-            false,
-        );
-        self.record(ProgressStep::Joined {
-            frame: frame.clone(),
-            at: Some(join),
-            input,
-            merged,
-        })?;
-        Ok(None)
-    }
-
-    fn emit_join_ready(
-        &self,
-        frame: &FrameId,
-        join: Option<&NodeId>,
-        strategy: AwaitMode,
-        branches: usize,
-        failed_branches: Vec<FailedBranch>,
-        terminal: bool,
-    ) {
-        let kind = EventKind::JoinReady {
-            strategy: strategy.as_str().into(),
-            branches: branches as u64,
-            failed_branches,
-            terminal_join: terminal,
-        };
-        match join {
-            Some(j) => self.emit_node(frame, j, kind),
-            None => self
-                .events
-                .emit_draft(iterion_core::EventDraft::from(kind).in_branch(frame.branch_id())),
-        }
-    }
 }
 
-fn failed(code: FailureCode, message: String) -> Stop {
+pub(crate) fn failed(code: FailureCode, message: String) -> Stop {
     Stop::Failed(Failure::new(code, message))
 }
 
 /// The run failure a routing error means.
-fn route_failure(e: RouteError) -> Stop {
+pub(crate) fn route_failure(e: RouteError) -> Stop {
     let code = match &e {
         RouteError::NoOutgoingEdge { .. } => FailureCode::NoOutgoingEdge,
         RouteError::LoopLimitExceeded { .. } => FailureCode::LoopLimitExceeded,

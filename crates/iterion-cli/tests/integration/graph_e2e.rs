@@ -368,3 +368,86 @@ fn docker_parallel_denials_name_their_node() {
 fn podman_parallel_denials_name_their_node() {
     parallel_denials(Engine::Podman);
 }
+
+/// `as foreach` over a JSON array a node printed: the body runs in the
+/// container once per item, in order, and the join gets every result.
+fn foreach_items(engine: Engine) {
+    let text = format!(
+        r#"schema list_out:
+  files: json
+
+schema item_out:
+  file: string
+  host: string
+
+tool split:
+  command: `echo '{{"files": ["one", "two", "three"]}}'`
+  output: list_out
+
+tool work:
+  command: `echo {{{{input.f}}}} > {{{{input.f}}}}.done; printf '{{"file": "%s", "host": "%s"}}' {{{{input.f}}}} "$(cat /proc/sys/kernel/hostname)"`
+  output: item_out
+
+tool gather:
+  command: "echo {{{{input.files}}}}"
+  await: wait_all
+
+workflow each:
+{sandbox}  entry: split
+  split -> work as foreach files(f in "output.files")
+  work -> gather
+  gather -> done
+"#,
+        sandbox = sandbox_block(&busybox(), ""),
+    );
+    let sb = Sandbox::new(engine);
+    let file = sb.write("each.iter", &text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}",
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    assert_eq!(max_open(&events), 1, "{engine:?}: items ran one at a time");
+    let indexes: Vec<u64> = of_type(&events, "branch_started")
+        .iter()
+        .map(|e| e["data"]["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    let results: Value =
+        serde_json::from_str(output(&events, "gather")["result"].as_str().unwrap()).unwrap();
+    let files: Vec<&str> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["one", "two", "three"]);
+    let hosts: BTreeSet<&str> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts.len(), 1, "{engine:?}: one container for every item");
+    for f in ["one.done", "two.done", "three.done"] {
+        assert!(sb.workspace().join(f).exists(), "{engine:?}: {f}");
+    }
+    assert!(
+        !container_exists(engine, &run_id),
+        "{engine:?}: container left"
+    );
+}
+
+#[test]
+fn docker_foreach_over_a_json_array() {
+    foreach_items(Engine::Docker);
+}
+
+#[test]
+fn podman_foreach_over_a_json_array() {
+    foreach_items(Engine::Podman);
+}

@@ -512,3 +512,137 @@ workflow w:
     let out = h.run(compile(&serial)).await;
     assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
 }
+
+const FOREACH: &str = r#"
+schema list_out:
+  files: json
+
+schema item_out:
+  file: string
+  n: int
+
+tool split:
+  command: `echo '{"files": LIST}'`
+  output: list_out
+
+tool work:
+  command: `[ {{input.f}} != FAIL ] || exit 5; echo {{input.f}} > {{input.f}}.done; printf '{"file": "%s", "n": %s}' {{input.f}} {{input._index}}`
+  output: item_out
+
+tool gather:
+  command: "echo {{input.files}}"
+  await: wait_all
+
+workflow each:
+  entry: split
+  split -> work as foreach files(f in "output.files")
+  work -> gather
+  gather -> done
+"#;
+
+fn foreach_source(list: &str, fail: &str) -> String {
+    FOREACH.replace("LIST", list).replace("FAIL", fail)
+}
+
+#[tokio::test]
+async fn foreach_runs_its_body_per_item_then_joins() {
+    let h = Harness::new();
+    let out = h
+        .run(compile(&foreach_source(r#"["x", "y", "z"]"#, "none")))
+        .await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    for f in ["x.done", "y.done", "z.done"] {
+        assert!(h.workspace.path().join(f).exists(), "{f}");
+    }
+    let events = h.events(&out.run_id).await;
+    // One item after the other.
+    assert_eq!(max_open_branches(&events), 1);
+    let started = h.of_kind(&out.run_id, "branch_started").await;
+    let indexes: Vec<u64> = started
+        .iter()
+        .map(|e| e.data["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    assert_eq!(started[0].data["branch_id"], "foreach_files_0");
+    let selected = h.of_kind(&out.run_id, "edge_selected").await;
+    let each = selected
+        .iter()
+        .find(|e| e.data["foreach"] == "files")
+        .unwrap();
+    assert_eq!(each.data["items"], 3);
+    // The join receives every item's result, in item order.
+    let gather = node_events(&events, "node_finished", "gather");
+    let text = gather[0].data["output"]["result"].as_str().unwrap();
+    let results: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        results,
+        json!([
+            {"file": "x", "n": 0},
+            {"file": "y", "n": 1},
+            {"file": "z", "n": 2}
+        ])
+    );
+    let progress = RunProgress::replay(&h.checkpoints(&out.run_id).await).unwrap();
+    let last = progress.frame(&FrameId::new("foreach_files_2")).unwrap();
+    assert_eq!(last.history, [NodeId::new("work")]);
+    assert_eq!(
+        last.status,
+        FrameStatus::Reached {
+            join: NodeId::new("gather")
+        }
+    );
+    let main = progress.frame(&FrameId::main()).unwrap();
+    assert_eq!(
+        main.outputs[&NodeId::new("work")],
+        json!({"file": "z", "n": 2})
+    );
+    assert_eq!(main.status, FrameStatus::Done);
+}
+
+#[tokio::test]
+async fn a_failing_foreach_item_stops_the_loop_under_wait_all() {
+    let h = Harness::new();
+    let out = h
+        .run(compile(&foreach_source(r#"["x", "bad", "z"]"#, "bad")))
+        .await;
+    assert_eq!(out.status, RunStatus::Failed);
+    let failure = out.failure.unwrap();
+    assert_eq!(failure.code, FailureCode::NodeFailed);
+    assert!(
+        failure.message.contains("item 1 of foreach files"),
+        "{}",
+        failure.message
+    );
+    assert!(h.workspace.path().join("x.done").exists());
+    assert!(!h.workspace.path().join("z.done").exists());
+}
+
+#[tokio::test]
+async fn an_empty_collection_joins_at_once_and_a_non_array_fails() {
+    let h = Harness::new();
+    let out = h.run(compile(&foreach_source("[]", "none"))).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let events = h.events(&out.run_id).await;
+    assert!(node_events(&events, "node_started", "work").is_empty());
+    let gather = node_events(&events, "node_finished", "gather");
+    assert_eq!(gather[0].data["output"]["result"], "[]");
+
+    let out = h.run(compile(&foreach_source(r#""x""#, "none"))).await;
+    let failure = out.failure.unwrap();
+    assert_eq!(failure.code, FailureCode::NodeFailed);
+    assert!(
+        failure.message.contains("is not an array"),
+        "{}",
+        failure.message
+    );
+}
+
+#[tokio::test]
+async fn a_foreach_without_a_join_is_refused_at_admission() {
+    let h = Harness::new();
+    let source = foreach_source("[]", "none").replace("  await: wait_all\n", "");
+    let out = h.run(compile(&source)).await;
+    assert_eq!(out.failure.unwrap().code, FailureCode::LaunchFailed);
+    let rec = h.store.load_run(&out.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.admission.unwrap().code.as_deref(), Some("bad_foreach"));
+}
