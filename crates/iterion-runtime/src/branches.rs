@@ -67,7 +67,7 @@ impl<'a> RunCx<'a> {
             .max_parallel_branches()
             .unwrap_or(edges.len())
             .clamp(1, edges.len());
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
             input,
@@ -384,7 +384,7 @@ impl<'a> RunCx<'a> {
                 ),
             ));
         };
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
             input,

@@ -21,6 +21,7 @@ use crate::engine::EngineSettings;
 use crate::events::Emitter;
 use crate::graph::GraphInfo;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
+use crate::template::LOOPS_KEY;
 
 /// Why node execution stopped short of `done`.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,6 +159,44 @@ impl<'a> RunCx<'a> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&p)
+    }
+
+    /// What a node of `frame` reads besides vars and its input: the
+    /// outputs and artifacts it sees, and every declared loop's state
+    /// (`{{loop.NAME.iteration|max|previous_output}}`), the frame's own
+    /// counters over its ancestors' (a branch inside a loop reads the
+    /// loop it runs in, upstream).
+    pub(crate) fn visible(&self, frame: &FrameId) -> BTreeMap<NodeId, Value> {
+        self.with_progress(|p| {
+            let mut out = p.visible_outputs(frame);
+            let mut chain = Vec::new();
+            let mut cur = p.frame(frame);
+            while let Some(f) = cur {
+                chain.push(f);
+                cur = f.parent.as_ref().and_then(|id| p.frame(id));
+            }
+            let mut loops = serde_json::Map::new();
+            for (name, max) in self.graph.loop_maxima() {
+                let own = chain.iter().find(|f| f.loops.contains_key(name));
+                let iteration = own.and_then(|f| f.loops.get(name)).copied().unwrap_or(0);
+                let previous = own
+                    .and_then(|f| f.loop_previous.get(name))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                loops.insert(
+                    name.to_owned(),
+                    serde_json::json!({
+                        "iteration": iteration,
+                        "max": max,
+                        "previous_output": previous,
+                    }),
+                );
+            }
+            if !loops.is_empty() {
+                out.insert(NodeId::new(LOOPS_KEY), Value::Object(loops));
+            }
+            out
+        })
     }
 
     /// Emit an event about `node`, tagged with the frame's branch.

@@ -196,6 +196,18 @@ impl<'w> GraphInfo<'w> {
             .collect()
     }
 
+    /// Every declared `as NAME(N)` loop with its bound.
+    pub fn loop_maxima(&self) -> impl Iterator<Item = (&'w str, u32)> + '_ {
+        let workflow = self.workflow;
+        self.loops.keys().filter_map(move |name| {
+            workflow
+                .edges
+                .iter()
+                .find_map(|e| e.loop_bound.as_ref().filter(|b| b.name == *name))
+                .map(|b| (*name, b.max))
+        })
+    }
+
     /// The shape of a loop, when the workflow declares it.
     pub fn loop_shape(&self, name: &str) -> Option<&LoopShape> {
         self.loops.get(name)

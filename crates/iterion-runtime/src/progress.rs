@@ -20,6 +20,8 @@ use iterion_core::{FailureCode, NodeId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::template::ARTIFACTS_KEY;
+
 /// Version of the step format (`run_checkpoint.version`).
 pub const PROGRESS_VERSION: u32 = 1;
 
@@ -111,6 +113,17 @@ pub struct FrameProgress {
     pub loops: BTreeMap<String, u32>,
     /// Round-robin positions by router, local to the frame.
     pub round_robin: BTreeMap<NodeId, u32>,
+    /// Published artifacts (`publish:` name → latest output).
+    #[serde(default)]
+    pub artifacts: BTreeMap<String, Value>,
+    /// Per loop, the source's output at the previous traversal of its
+    /// back-edge (`{{loop.NAME.previous_output}}`).
+    #[serde(default)]
+    pub loop_previous: BTreeMap<String, Value>,
+    /// Per loop, the source's output at the latest traversal (becomes
+    /// `previous` at the next one).
+    #[serde(default)]
+    pub loop_current: BTreeMap<String, Value>,
     /// Status.
     pub status: FrameStatus,
 }
@@ -140,6 +153,9 @@ pub enum ProgressStep {
         node: NodeId,
         /// Its output.
         output: Value,
+        /// The artifact name it publishes the output as (`publish:`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        publish: Option<String>,
     },
     /// The frame moved on along an edge (`to: None` = `done`).
     Advanced {
@@ -153,6 +169,9 @@ pub enum ProgressStep {
         loops: BTreeMap<String, u32>,
         /// Round-robin positions after the edge.
         round_robin: BTreeMap<NodeId, u32>,
+        /// The loop whose back-edge this was, with the source's output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        looped: Option<(String, Value)>,
     },
     /// The frame suspends at a fork until `children` end.
     Forked {
@@ -272,6 +291,9 @@ impl RunProgress {
                         history: Vec::new(),
                         loops: BTreeMap::new(),
                         round_robin: BTreeMap::new(),
+                        artifacts: BTreeMap::new(),
+                        loop_previous: BTreeMap::new(),
+                        loop_current: BTreeMap::new(),
                         status: FrameStatus::Running,
                     },
                 );
@@ -280,10 +302,14 @@ impl RunProgress {
                 frame,
                 node,
                 output,
+                publish,
             } => {
                 let f = self.frame_mut(frame)?;
                 f.outputs.insert(node.clone(), output.clone());
                 f.history.push(node.clone());
+                if let Some(name) = publish {
+                    f.artifacts.insert(name.clone(), output.clone());
+                }
             }
             ProgressStep::Advanced {
                 frame,
@@ -291,12 +317,23 @@ impl RunProgress {
                 input,
                 loops,
                 round_robin,
+                looped,
             } => {
                 let f = self.frame_mut(frame)?;
                 f.at = to.clone();
                 f.input = input.clone();
+                // A loop counter that went back to zero is a fresh instance
+                // of the loop: it has no previous output.
+                f.loop_previous.retain(|name, _| loops.contains_key(name));
+                f.loop_current.retain(|name, _| loops.contains_key(name));
                 f.loops = loops.clone();
                 f.round_robin = round_robin.clone();
+                if let Some((name, output)) = looped {
+                    if let Some(current) = f.loop_current.remove(name) {
+                        f.loop_previous.insert(name.clone(), current);
+                    }
+                    f.loop_current.insert(name.clone(), output.clone());
+                }
                 if to.is_none() {
                     f.status = FrameStatus::Done;
                 }
@@ -319,6 +356,7 @@ impl RunProgress {
                 merged,
             } => {
                 let mut outputs = Vec::new();
+                let mut artifacts = Vec::new();
                 for child in merged {
                     let c = self
                         .frames
@@ -327,9 +365,11 @@ impl RunProgress {
                             frame: child.clone(),
                         })?;
                     outputs.extend(c.outputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    artifacts.extend(c.artifacts.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
                 let f = self.frame_mut(frame)?;
                 f.outputs.extend(outputs);
+                f.artifacts.extend(artifacts);
                 f.at = at.clone();
                 f.input = input.clone();
                 f.status = match at {
@@ -349,7 +389,8 @@ impl RunProgress {
     }
 
     /// Outputs a node of `frame` sees: its ancestors' (as of the fork)
-    /// overlaid by its own.
+    /// overlaid by its own, with the published artifacts under
+    /// [`ARTIFACTS_KEY`] (what `{{outputs.…}}`/`{{artifacts.…}}` read).
     pub fn visible_outputs(&self, frame: &FrameId) -> BTreeMap<NodeId, Value> {
         let mut chain = Vec::new();
         let mut cur = self.frames.get(frame);
@@ -358,8 +399,13 @@ impl RunProgress {
             cur = f.parent.as_ref().and_then(|p| self.frames.get(p));
         }
         let mut out = BTreeMap::new();
+        let mut artifacts = Map::new();
         for f in chain.into_iter().rev() {
             out.extend(f.outputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+            artifacts.extend(f.artifacts.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if !artifacts.is_empty() {
+            out.insert(NodeId::new(ARTIFACTS_KEY), Value::Object(artifacts));
         }
         out
     }
@@ -411,6 +457,7 @@ mod tests {
                 frame: main.clone(),
                 node: id("r"),
                 output: json!({}),
+                publish: None,
             },
             ProgressStep::Forked {
                 frame: main.clone(),
@@ -435,6 +482,7 @@ mod tests {
                 frame: a.clone(),
                 node: id("a"),
                 output: json!({"x": 1}),
+                publish: Some("doc".into()),
             },
             ProgressStep::Advanced {
                 frame: a.clone(),
@@ -442,6 +490,7 @@ mod tests {
                 input: obj(json!({"from_a": 1})),
                 loops: BTreeMap::new(),
                 round_robin: BTreeMap::new(),
+                looped: None,
             },
             ProgressStep::Ended {
                 frame: a.clone(),
@@ -473,9 +522,15 @@ mod tests {
         let b = p.frame(&FrameId::new("branch_r_b")).unwrap();
         assert!(matches!(b.status, FrameStatus::Failed { .. }));
         assert_eq!(b.at, None);
-        // A branch sees its parent's outputs under its own.
+        // A branch sees its parent's outputs under its own; what it
+        // published is merged into the parent at the join.
         let seen = p.visible_outputs(&FrameId::new("branch_r_a"));
-        assert_eq!(seen.len(), 2);
+        assert_eq!(seen.len(), 3);
+        assert_eq!(main.artifacts.get("doc"), Some(&json!({"x": 1})));
+        assert_eq!(
+            p.visible_outputs(&FrameId::main())[&NodeId::new(ARTIFACTS_KEY)],
+            json!({"doc": {"x": 1}})
+        );
     }
 
     #[test]
@@ -498,6 +553,7 @@ mod tests {
                 frame: FrameId::main(),
                 node: id("a"),
                 output: json!({}),
+                publish: None,
             }),
             Err(ProgressError::UnknownFrame { .. })
         ));
@@ -515,6 +571,39 @@ mod tests {
                 FrameId::new("x_2")
             ]
         );
+    }
+
+    #[test]
+    fn loop_outputs_rotate_one_traversal_behind() {
+        let main = FrameId::main();
+        let mut p = RunProgress::new();
+        p.apply(&fan_out_steps()[0]).unwrap();
+        let back = |n: u32, out: Value| ProgressStep::Advanced {
+            frame: main.clone(),
+            to: Some(id("r")),
+            input: Map::new(),
+            loops: BTreeMap::from([("again".to_owned(), n)]),
+            round_robin: BTreeMap::new(),
+            looped: Some(("again".into(), out)),
+        };
+        p.apply(&back(1, json!({"n": 1}))).unwrap();
+        assert!(p.frame(&main).unwrap().loop_previous.is_empty());
+        p.apply(&back(2, json!({"n": 2}))).unwrap();
+        assert_eq!(
+            p.frame(&main).unwrap().loop_previous["again"],
+            json!({"n": 1})
+        );
+        // Re-entered afresh (counter reset): no previous output.
+        p.apply(&ProgressStep::Advanced {
+            frame: main.clone(),
+            to: Some(id("r")),
+            input: Map::new(),
+            loops: BTreeMap::new(),
+            round_robin: BTreeMap::new(),
+            looped: None,
+        })
+        .unwrap();
+        assert!(p.frame(&main).unwrap().loop_previous.is_empty());
     }
 
     proptest! {

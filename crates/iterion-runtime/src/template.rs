@@ -7,6 +7,12 @@
 //! node's output, and an expression that is exactly one reference keeps the
 //! value's JSON type. A reference that does not resolve is an error, never
 //! an empty string.
+//!
+//! `{{artifacts.NAME}}` reads the latest output a node published as
+//! `NAME` (`publish:`), `{{loop.NAME.iteration|max|previous_output}}` the
+//! state of a loop as upstream. Both ride in [`Scope::outputs`] under keys
+//! no node id can take ([`ARTIFACTS_KEY`], [`LOOPS_KEY`]), so every caller
+//! that already hands over the outputs it sees hands these over too.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +32,7 @@ pub enum TemplateError {
     },
     /// A namespace other than vars/input/outputs/output.
     #[error(
-        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD or output.FIELD"
+        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD, output.FIELD, artifacts.NAME or loop.NAME.FIELD"
     )]
     UnknownNamespace {
         /// The reference.
@@ -49,6 +55,14 @@ impl TemplateError {
     }
 }
 
+/// The `outputs` entry holding published artifacts (name → output). A
+/// NUL byte: never part of a node id, which is an identifier.
+pub const ARTIFACTS_KEY: &str = "\u{0}artifacts";
+
+/// The `outputs` entry holding loop state (name → `{iteration, max,
+/// previous_output}`).
+pub const LOOPS_KEY: &str = "\u{0}loop";
+
 /// What references resolve against.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {
@@ -56,7 +70,8 @@ pub struct Scope<'a> {
     pub vars: &'a BTreeMap<String, Value>,
     /// The node's input (built by the incoming edge's `with`).
     pub input: &'a Map<String, Value>,
-    /// Outputs of every node that ran so far (last execution wins).
+    /// Outputs of every node that ran so far (last execution wins), plus
+    /// the artifacts and loop entries ([`ARTIFACTS_KEY`], [`LOOPS_KEY`]).
     pub outputs: &'a BTreeMap<NodeId, Value>,
     /// The source node's output (only inside `with`).
     pub output: Option<&'a Value>,
@@ -158,6 +173,26 @@ fn lookup<'s>(reference: &str, scope: &Scope<'s>) -> Result<&'s Value, TemplateE
             ),
             tail,
         ),
+        ("artifacts", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(ARTIFACTS_KEY))
+                    .and_then(|a| a.get(*name))
+                    .ok_or_else(|| unresolved("no node has published that artifact yet"))?,
+            ),
+            tail,
+        ),
+        ("loop", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(LOOPS_KEY))
+                    .and_then(|l| l.get(*name))
+                    .ok_or_else(|| unresolved("no such loop"))?,
+            ),
+            tail,
+        ),
         ("output", tail) => (
             Some(
                 scope
@@ -236,7 +271,8 @@ pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
             let ns = reference.split('.').next().unwrap_or_default();
             let parts = reference.split('.').count();
             let ok = match ns {
-                "vars" | "input" | "outputs" => parts >= 2,
+                "vars" | "input" | "outputs" | "artifacts" => parts >= 2,
+                "loop" => parts >= 3,
                 "output" => true,
                 _ => false,
             };

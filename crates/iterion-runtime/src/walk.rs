@@ -186,7 +186,7 @@ impl<'a> RunCx<'a> {
                     }
                 }
                 (NodeKind::Tool, _) => {
-                    let visible = self.with_progress(|p| p.visible_outputs(frame));
+                    let visible = self.visible(frame);
                     let scope = Scope {
                         vars: &self.vars,
                         input: &input,
@@ -261,7 +261,7 @@ impl<'a> RunCx<'a> {
         role: AgentRole,
         cancel: &CancellationToken,
     ) -> Result<Value, Stop> {
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
             input,
@@ -315,7 +315,7 @@ impl<'a> RunCx<'a> {
         }
         if !multi {
             let (loops, round_robin) = self.counters(frame);
-            let visible = self.with_progress(|p| p.visible_outputs(frame));
+            let visible = self.visible(frame);
             let scope = Scope {
                 vars: &self.vars,
                 input,
@@ -334,7 +334,7 @@ impl<'a> RunCx<'a> {
                 iteration,
                 input: next,
             };
-            return self.take(frame, taken, None, counters, round_robin);
+            return self.take(frame, taken, None, counters, round_robin, output);
         }
         let starts: Vec<&NodeId> = picked
             .iter()
@@ -385,6 +385,11 @@ impl<'a> RunCx<'a> {
             frame: frame.clone(),
             node: node.id.clone(),
             output: output.clone(),
+            publish: node
+                .properties
+                .get("publish")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         })?;
         Ok(())
     }
@@ -430,7 +435,7 @@ impl<'a> RunCx<'a> {
         let Some(required) = node.properties.get("require").and_then(Value::as_array) else {
             return Ok(());
         };
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let missing: Vec<&str> = required
             .iter()
             .filter_map(Value::as_str)
@@ -473,7 +478,7 @@ impl<'a> RunCx<'a> {
         cancel: &CancellationToken,
     ) -> Result<Option<FrameEnd>, Stop> {
         let (loops, round_robin) = self.counters(frame);
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
             input,
@@ -492,7 +497,7 @@ impl<'a> RunCx<'a> {
                 .foreach(frame, node, taken, input, output, cancel)
                 .await;
         }
-        self.take(frame, taken, None, router, round_robin)
+        self.take(frame, taken, None, router, round_robin, output)
     }
 
     /// Record the taken edge and move the frame along it.
@@ -503,6 +508,7 @@ impl<'a> RunCx<'a> {
         round_robin_index: Option<u32>,
         router: Router,
         round_robin: std::collections::BTreeMap<NodeId, u32>,
+        output: &Value,
     ) -> Result<Option<FrameEnd>, Stop> {
         let edge = taken.edge;
         self.emit_node(
@@ -536,6 +542,10 @@ impl<'a> RunCx<'a> {
             input: taken.input,
             loops: router.counters().clone(),
             round_robin,
+            looped: edge
+                .loop_bound
+                .as_ref()
+                .map(|b| (b.name.clone(), output.clone())),
         })?;
         Ok(done.then_some(FrameEnd::Done))
     }
@@ -557,7 +567,7 @@ impl<'a> RunCx<'a> {
                 })
             })?;
         round_robin.insert(node.id.clone(), position.saturating_add(1));
-        let visible = self.with_progress(|p| p.visible_outputs(frame));
+        let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
             input,
@@ -575,7 +585,7 @@ impl<'a> RunCx<'a> {
             iteration,
             input: next_input,
         };
-        self.take(frame, taken, Some(index), router, round_robin)
+        self.take(frame, taken, Some(index), router, round_robin, output)
     }
 }
 

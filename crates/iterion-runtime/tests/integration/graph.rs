@@ -646,3 +646,39 @@ async fn a_foreach_without_a_join_is_refused_at_admission() {
     let rec = h.store.load_run(&out.run_id).await.unwrap().unwrap();
     assert_eq!(rec.admission.unwrap().code.as_deref(), Some("bad_foreach"));
 }
+
+#[tokio::test]
+async fn artifacts_and_loop_state_are_readable_in_templates() {
+    let h = Harness::new();
+    let source = r#"
+schema n_out:
+  n: int
+
+schema v_out:
+  pass: bool
+
+tool draft:
+  command: `n=$(($(cat n 2>/dev/null || echo 0)+1)); echo $n > n; printf '{"n": %s}' $n`
+  output: n_out
+  publish: doc_draft
+
+tool verify:
+  command: `printf '%s %s %s %s\n' {{loop.again.iteration}} {{loop.again.max}} {{loop.again.previous_output}} {{artifacts.doc_draft.n}} >> trace.txt; if [ {{artifacts.doc_draft.n}} -ge 3 ]; then echo '{"pass": true}'; else echo '{"pass": false}'; fi`
+  output: v_out
+
+workflow w:
+  entry: draft
+  draft -> verify
+  verify -> draft when not pass as again(5)
+  verify -> done when pass
+"#;
+    let out = h.run(compile(source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let trace = std::fs::read_to_string(h.workspace.path().join("trace.txt")).unwrap();
+    // previous_output is one traversal behind (null until the second
+    // crossing of the back-edge), as upstream.
+    assert_eq!(trace, "0 5 null 1\n1 5 null 2\n2 5 {\"pass\":false} 3\n");
+    let progress = RunProgress::replay(&h.checkpoints(&out.run_id).await).unwrap();
+    let main = progress.frame(&FrameId::main()).unwrap();
+    assert_eq!(main.artifacts["doc_draft"], json!({"n": 3}));
+}
