@@ -3,9 +3,11 @@
 //! Owns one run's life: admission (what this engine can execute, then the
 //! sandbox policy's verdict), the `queued → running → terminal` state
 //! machine under compare-and-set, boot and teardown through a
-//! [`SandboxBooter`], tool-node execution with bounded output, edge
-//! evaluation and loop bounds, the single event writer of a run, and the
-//! reaper's orchestration (lease + store + the one predicate).
+//! [`SandboxBooter`], the graph walk (routers, parallel branches and their
+//! joins, loops, foreach: `walk`, `branches`, `graph`) with its resumable
+//! [`progress`], tool-node execution with bounded output, the engine's
+//! side of the agent seam (`agents`), the single event writer of a run, and
+//! the reaper's orchestration (lease + store + the one predicate).
 //!
 //! It does not decide which sandbox a run gets (the booter does, with the
 //! policy of `iterion-sandbox`), talk to a container engine (drivers do),

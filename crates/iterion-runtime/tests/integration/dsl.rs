@@ -90,3 +90,32 @@ async fn a_loop_bound_written_in_the_language_is_enforced() {
     assert_eq!(out.status, RunStatus::Failed);
     assert_eq!(out.failure.unwrap().code, FailureCode::LoopLimitExceeded);
 }
+
+#[tokio::test]
+async fn the_parallel_example_runs_its_branches_join_and_loops() {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/parallel.iter"),
+    )
+    .unwrap();
+    let h = Harness::new();
+    let out = h.run(compile(&source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let kinds = h.kinds(&out.run_id).await;
+    let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    // Three reviewers, then three foreach items; two joins.
+    assert_eq!(count("branch_started"), 6);
+    assert_eq!(count("join_ready"), 2);
+    let fixes = std::fs::read_to_string(h.workspace.path().join("fixes.log")).unwrap();
+    assert_eq!(fixes, "a\nb\n");
+    let events = h.events(&out.run_id).await;
+    let published = events
+        .iter()
+        .find(|e| e.kind == "node_finished" && e.node_id == Some(NodeId::new("published")))
+        .unwrap();
+    let notes: serde_json::Value =
+        serde_json::from_str(published.data["output"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        notes,
+        json!([{"file": "lint.note"}, {"file": "test.note"}, {"file": "docs.note"}])
+    );
+}
