@@ -277,13 +277,8 @@ fn check_workspace_safety(workflow: &ir::Workflow) -> Result<(), AdmissionError>
     for router in workflow.nodes.values().filter(|n| {
         n.kind == NodeKind::Router && matches!(n.router_mode.as_deref(), None | Some("fan_out_all"))
     }) {
-        let starts: Vec<&NodeId> = workflow
-            .edges_from(&router.id)
-            .filter_map(|e| match &e.to {
-                ir::Target::Node(n) => Some(n),
-                _ => None,
-            })
-            .collect();
+        let edges: Vec<&ir::Edge> = workflow.edges_from(&router.id).collect();
+        let starts = crate::walk::node_targets(&edges);
         let join = graph.convergence(&router.id, &starts);
         let branches = graph.mutating_branches(&starts, join.as_ref());
         if branches.len() > 1 {

@@ -22,7 +22,7 @@ use crate::graph::AwaitMode;
 use crate::progress::{FrameId, FrameStatus, ProgressStep};
 use crate::routing::{self, RouteError, Taken};
 use crate::template::{self, Scope};
-use crate::walk::{FrameEnd, failed, route_failure};
+use crate::walk::{FrameEnd, failed, node_targets, route_failure};
 
 /// One branch to fork.
 struct Fork<'w> {
@@ -51,13 +51,7 @@ impl<'a> RunCx<'a> {
                 node: router.id.to_string(),
             }));
         }
-        let starts: Vec<&NodeId> = edges
-            .iter()
-            .filter_map(|e| match &e.to {
-                Target::Node(n) => Some(n),
-                _ => None,
-            })
-            .collect();
+        let starts = node_targets(edges);
         let join = self.graph.convergence(&router.id, &starts);
         let strategy = join
             .as_ref()
@@ -300,23 +294,7 @@ impl<'a> RunCx<'a> {
             }
             return Err(first_failure(failures));
         };
-        // The join's input: what each arriving branch's edge handed over
-        // (its `with`, rendered in the branch), in branch order; failed
-        // branches are listed under `_failed_branches` (best_effort).
-        let mut input = Map::new();
-        self.with_progress(|p| {
-            for f in &reached {
-                if let Some(fp) = p.frame(f) {
-                    input.extend(fp.input.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-            }
-        });
-        if !failed_branches.is_empty() {
-            input.insert(
-                "_failed_branches".into(),
-                serde_json::to_value(&failed_branches).unwrap_or(Value::Null),
-            );
-        }
+        let input = self.join_input(&reached, &join, &failed_branches);
         self.emit_join_ready(
             frame,
             Some(&join),
@@ -332,6 +310,34 @@ impl<'a> RunCx<'a> {
             merged,
         })?;
         Ok(None)
+    }
+
+    /// The join node's input: what each branch that reached it handed
+    /// over (its edge's `with`, rendered in the branch), in branch order;
+    /// failed branches listed under `_failed_branches` (best_effort).
+    fn join_input(
+        &self,
+        reached: &[FrameId],
+        join: &NodeId,
+        failed_branches: &[FailedBranch],
+    ) -> Map<String, Value> {
+        let mut input = Map::new();
+        self.with_progress(|p| {
+            for f in reached {
+                if let Some(fp) = p.frame(f)
+                    && fp.at.as_ref() == Some(join)
+                {
+                    input.extend(fp.input.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        });
+        if !failed_branches.is_empty() {
+            input.insert(
+                "_failed_branches".into(),
+                serde_json::to_value(failed_branches).unwrap_or(Value::Null),
+            );
+        }
+        input
     }
 
     fn emit_join_ready(
@@ -500,23 +506,8 @@ impl<'a> RunCx<'a> {
                 }),
             }
         }
-        let mut join_input = Map::new();
-        self.with_progress(|p| {
-            for f in &reached {
-                if let Some(fp) = p.frame(f)
-                    && fp.at.as_ref() == Some(&join)
-                {
-                    join_input.extend(fp.input.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-            }
-        });
+        let mut join_input = self.join_input(&reached, &join, &failed_branches);
         join_input.insert(each.name.clone(), Value::Array(results));
-        if !failed_branches.is_empty() {
-            join_input.insert(
-                "_failed_branches".into(),
-                serde_json::to_value(&failed_branches).unwrap_or(Value::Null),
-            );
-        }
         self.emit_join_ready(
             frame,
             Some(&join),

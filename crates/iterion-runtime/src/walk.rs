@@ -314,35 +314,10 @@ impl<'a> RunCx<'a> {
             return Err(self.node_failed(frame, router, e));
         }
         if !multi {
-            let (loops, round_robin) = self.counters(frame);
-            let visible = self.visible(frame);
-            let scope = Scope {
-                vars: &self.vars,
-                input,
-                outputs: &visible,
-                output: None,
-            };
-            let edge = picked[0];
-            let next = routing::edge_input(edge, &scope, output).map_err(route_failure)?;
-            let mut counters = Router::with_counters(loops);
-            let iteration = counters.count(edge).map_err(route_failure)?;
-            for name in self.graph.loop_resets(edge) {
-                counters.reset(name);
-            }
-            let taken = Taken {
-                edge,
-                iteration,
-                input: next,
-            };
-            return self.take(frame, taken, None, counters, round_robin, output);
+            let (_, round_robin) = self.counters(frame);
+            return self.take_picked(frame, picked[0], None, round_robin, input, output);
         }
-        let starts: Vec<&NodeId> = picked
-            .iter()
-            .filter_map(|e| match &e.to {
-                Target::Node(n) => Some(n),
-                _ => None,
-            })
-            .collect();
+        let starts = node_targets(&picked);
         let join = self.graph.convergence(&router.id, &starts);
         let writers = self.graph.mutating_branches(&starts, join.as_ref());
         if writers.len() > 1 && self.graph.max_parallel_branches() != Some(1) {
@@ -558,7 +533,7 @@ impl<'a> RunCx<'a> {
         input: &Map<String, Value>,
         output: &Value,
     ) -> Result<Option<FrameEnd>, Stop> {
-        let (loops, mut round_robin) = self.counters(frame);
+        let (_, mut round_robin) = self.counters(frame);
         let position = round_robin.get(&node.id).copied().unwrap_or(0);
         let (edge, index) =
             routing::round_robin(self.workflow, &node.id, position).ok_or_else(|| {
@@ -567,6 +542,21 @@ impl<'a> RunCx<'a> {
                 })
             })?;
         round_robin.insert(node.id.clone(), position.saturating_add(1));
+        self.take_picked(frame, edge, Some(index), round_robin, input, output)
+    }
+
+    /// Take an edge a router picked by itself (round robin, llm): its
+    /// `with` rendered against the router's output, its loop counted.
+    fn take_picked(
+        &self,
+        frame: &FrameId,
+        edge: &'a Edge,
+        round_robin_index: Option<u32>,
+        round_robin: std::collections::BTreeMap<NodeId, u32>,
+        input: &Map<String, Value>,
+        output: &Value,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        let (loops, _) = self.counters(frame);
         let visible = self.visible(frame);
         let scope = Scope {
             vars: &self.vars,
@@ -585,8 +575,19 @@ impl<'a> RunCx<'a> {
             iteration,
             input: next_input,
         };
-        self.take(frame, taken, Some(index), router, round_robin, output)
+        self.take(frame, taken, round_robin_index, router, round_robin, output)
     }
+}
+
+/// The nodes a set of edges leads to (edges to `done`/`fail` lead to none).
+pub(crate) fn node_targets<'w>(edges: &[&'w Edge]) -> Vec<&'w NodeId> {
+    edges
+        .iter()
+        .filter_map(|e| match &e.to {
+            Target::Node(n) => Some(n),
+            _ => None,
+        })
+        .collect()
 }
 
 pub(crate) fn failed(code: FailureCode, message: String) -> Stop {

@@ -37,6 +37,23 @@ fn sandbox_block(image: &str, extra: &str) -> String {
     format!("  sandbox:\n    image: \"{image}\"\n    host_state: none\n{extra}")
 }
 
+/// Run `text` on `engine` and expect it to finish: the sandbox (the
+/// workspace stays alive with it), the run id and its events.
+fn run_finished(engine: Engine, name: &str, text: &str) -> (Sandbox, String, Vec<Value>) {
+    let sb = Sandbox::new(engine);
+    let file = sb.write(name, text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}",
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    (sb, run_id, events)
+}
+
 /// Most branches open at once, in event order.
 fn max_open(events: &[Value]) -> usize {
     let mut open = BTreeSet::new();
@@ -132,17 +149,7 @@ workflow graph_e2e:
         w3 = writer("w3", 2),
         sandbox = sandbox_block(&busybox(), ""),
     );
-    let sb = Sandbox::new(engine);
-    let file = sb.write("graph.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}",
-        res.stderr
-    );
-    let events = sb.events(&run_id);
+    let (sb, run_id, events) = run_finished(engine, "graph.iter", &text);
     assert_eq!(of_type(&events, "sandbox_started").len(), 1, "{engine:?}");
 
     // Round robin: a then b, across the loop.
@@ -312,12 +319,7 @@ workflow denials:
             "    network:\n      mode: allowlist\n      rules: [\"allowed.invalid\"]\n"
         ),
     );
-    let sb = Sandbox::new(engine);
-    let file = sb.write("denials.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(res.code, Some(0), "{engine:?}: {}", res.stderr);
-    let events = sb.events(&run_id);
+    let (_sb, run_id, events) = run_finished(engine, "denials.iter", &text);
     // Both branches were open while both denials happened: each waited
     // for the other's attempt before finishing.
     assert_eq!(max_open(&events), 2, "{engine:?}");
@@ -400,17 +402,7 @@ workflow each:
 "#,
         sandbox = sandbox_block(&busybox(), ""),
     );
-    let sb = Sandbox::new(engine);
-    let file = sb.write("each.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}",
-        res.stderr
-    );
-    let events = sb.events(&run_id);
+    let (sb, run_id, events) = run_finished(engine, "each.iter", &text);
     assert_eq!(max_open(&events), 1, "{engine:?}: items ran one at a time");
     let indexes: Vec<u64> = of_type(&events, "branch_started")
         .iter()

@@ -5,13 +5,12 @@
 //! of `engine_test.go`.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use iterion_core::{EventRecord, FailureCode, NodeId, RunStatus};
 use iterion_runtime::progress::{FrameId, FrameStatus, RunProgress};
 use serde_json::json;
 
-use crate::support::{Harness, compile};
+use crate::support::{Harness, assert_process_gone, compile};
 
 /// A tool branch that marks itself and waits (bounded) until `need`
 /// branches have marked: it can only finish if that many run at once.
@@ -229,18 +228,7 @@ workflow w:
         .trim()
         .parse()
         .unwrap();
-    let mut stat = String::new();
-    for _ in 0..500 {
-        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        stat.is_empty() || stat.contains(") Z "),
-        "sleep survived: {stat}"
-    );
+    assert_process_gone(pid).await;
     let last = events.last().unwrap();
     assert_eq!(last.kind, "run_failed");
     let progress = RunProgress::replay(&h.checkpoints(&out.run_id).await).unwrap();

@@ -218,20 +218,7 @@ async fn cancellation_kills_the_running_node() {
     let pid = watcher.await.unwrap();
     assert_eq!(out.status, RunStatus::Cancelled);
     assert_eq!(out.failure.unwrap().code, FailureCode::Cancelled);
-    // SIGKILL lands asynchronously: wait (bounded, far below the sleep's
-    // 100 s) until the process is gone or a zombie awaiting its reaper.
-    let mut stat = String::new();
-    for _ in 0..500 {
-        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        stat.is_empty() || stat.contains(") Z "),
-        "sleep survived: {stat}"
-    );
+    assert_process_gone(pid).await;
     let kinds = h.kinds(&out.run_id).await;
     assert_eq!(kinds.last().unwrap(), "run_cancelled");
     assert!(kinds.contains(&"node_failed".to_owned()));

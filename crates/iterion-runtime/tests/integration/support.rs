@@ -31,6 +31,21 @@ pub fn compile(source: &str) -> Workflow {
     compiled.workflows.into_iter().next().expect("a workflow")
 }
 
+/// Wait (bounded, far below any test sleep) until `pid` is gone or a
+/// zombie awaiting its reaper — SIGKILL lands asynchronously — and fail if
+/// it is still running.
+pub async fn assert_process_gone(pid: u32) {
+    let mut stat = String::new();
+    for _ in 0..500 {
+        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("process {pid} survived: {stat}");
+}
+
 /// The embedded SQLite store in a fresh directory (kept alive by the
 /// returned guard).
 pub fn store() -> (Arc<dyn RunStore>, tempfile::TempDir) {
