@@ -670,3 +670,62 @@ workflow w:
     let main = progress.frame(&FrameId::main()).unwrap();
     assert_eq!(main.artifacts["doc_draft"], json!({"n": 3}));
 }
+
+#[tokio::test]
+async fn cancelling_a_run_kills_every_running_branch() {
+    let h = Harness::new();
+    let source = r#"
+router fan:
+  mode: fan_out_all
+
+tool one:
+  command: "sleep 100 & echo $! > one.pid; wait"
+  parallel_safe: true
+
+tool two:
+  command: "sleep 100 & echo $! > two.pid; wait"
+  parallel_safe: true
+
+tool j:
+  command: "true"
+
+workflow w:
+  entry: fan
+  fan -> one
+  fan -> two
+  one -> j
+  two -> j
+  j -> done
+"#;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    let ws = h.workspace.path().to_path_buf();
+    let watcher = tokio::spawn(async move {
+        let read = |f: &str| {
+            std::fs::read_to_string(ws.join(f))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+        };
+        loop {
+            if let (Some(a), Some(b)) = (read("one.pid"), read("two.pid")) {
+                trigger.cancel();
+                return [a, b];
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    let out = h.run_with(h.options(compile(source)), cancel).await;
+    let pids = watcher.await.unwrap();
+    assert_eq!(out.status, RunStatus::Cancelled);
+    for pid in pids {
+        assert_process_gone(pid).await;
+    }
+    let outcomes: Vec<String> = h
+        .of_kind(&out.run_id, "branch_finished")
+        .await
+        .iter()
+        .map(|e| e.data["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(outcomes, ["cancelled", "cancelled"]);
+    assert_eq!(h.kinds(&out.run_id).await.last().unwrap(), "run_cancelled");
+}
