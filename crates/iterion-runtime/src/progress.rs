@@ -218,6 +218,24 @@ pub enum ProgressError {
         /// The frame.
         frame: FrameId,
     },
+    /// A checkpoint written by a format this engine does not read.
+    #[error(
+        "run_checkpoint event {seq} has format version {version}; this engine reads {PROGRESS_VERSION}"
+    )]
+    UnsupportedVersion {
+        /// The event's seq.
+        seq: u64,
+        /// Its version.
+        version: u64,
+    },
+    /// A checkpoint whose step does not parse.
+    #[error("run_checkpoint event {seq} does not hold a progress step: {message}")]
+    BadStep {
+        /// The event's seq.
+        seq: u64,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Everything a run has done so far.
@@ -245,6 +263,33 @@ impl RunProgress {
         let mut p = Self::new();
         for s in steps {
             p.apply(s)?;
+        }
+        Ok(p)
+    }
+
+    /// Rebuild a run's progress from its event stream: its
+    /// `run_checkpoint` events, in order (what `iterion resume` starts
+    /// from). A checkpoint of another format version is refused, never
+    /// half-read.
+    pub fn from_events<'e>(
+        events: impl IntoIterator<Item = &'e iterion_core::EventRecord>,
+    ) -> Result<Self, ProgressError> {
+        let mut p = Self::new();
+        for e in events.into_iter().filter(|e| e.kind == "run_checkpoint") {
+            let version = e.data.get("version").and_then(Value::as_u64).unwrap_or(0);
+            if version != u64::from(PROGRESS_VERSION) {
+                return Err(ProgressError::UnsupportedVersion {
+                    seq: e.seq,
+                    version,
+                });
+            }
+            let step: ProgressStep =
+                serde_json::from_value(e.data.get("step").cloned().unwrap_or(Value::Null))
+                    .map_err(|err| ProgressError::BadStep {
+                        seq: e.seq,
+                        message: err.to_string(),
+                    })?;
+            p.apply(&step)?;
         }
         Ok(p)
     }
@@ -571,6 +616,39 @@ mod tests {
                 FrameId::new("x_2")
             ]
         );
+    }
+
+    #[test]
+    fn events_fold_and_foreign_versions_are_refused() {
+        let record = |seq: u64, version: u32, step: &ProgressStep| iterion_core::EventRecord {
+            seq,
+            timestamp: time::OffsetDateTime::UNIX_EPOCH,
+            kind: "run_checkpoint".into(),
+            run_id: iterion_core::RunId::generate(),
+            node_id: None,
+            data: json!({"version": version, "step": step}),
+        };
+        let steps = fan_out_steps();
+        let events: Vec<_> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| record(i as u64 + 1, PROGRESS_VERSION, s))
+            .collect();
+        assert_eq!(
+            RunProgress::from_events(&events).unwrap(),
+            RunProgress::replay(&steps).unwrap()
+        );
+        let newer = [record(1, PROGRESS_VERSION + 1, &steps[0])];
+        assert!(matches!(
+            RunProgress::from_events(&newer),
+            Err(ProgressError::UnsupportedVersion { seq: 1, .. })
+        ));
+        let mut garbled = record(1, PROGRESS_VERSION, &steps[0]);
+        garbled.data["step"] = json!({"op": "teleported"});
+        assert!(matches!(
+            RunProgress::from_events(&[garbled]),
+            Err(ProgressError::BadStep { .. })
+        ));
     }
 
     #[test]

@@ -130,6 +130,7 @@ async fn three_branches_write_files_and_the_join_reads_them() {
     // The persisted progress folds into the final state: main done with
     // every output merged, each branch parked at the join.
     let progress = RunProgress::replay(&h.checkpoints(&out.run_id).await).unwrap();
+    assert_eq!(RunProgress::from_events(&events).unwrap(), progress);
     let main = progress.frame(&FrameId::main()).unwrap();
     assert_eq!(main.status, FrameStatus::Done);
     for n in ["fan", "w1", "w2", "w3", "gather"] {
