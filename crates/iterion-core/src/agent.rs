@@ -6,8 +6,8 @@
 //! loop, `claude_code` adapter, in-box runner) resolves the backend, runs
 //! the conversation — its shell tools exec'd into the run's sandbox
 //! through [`SandboxRun`] — and answers with a structured output, its token
-//! usage, and the [`AgentEvent`]s it streamed on the way (persisted by the
-//! engine as run events, upstream's names). It does not choose the next
+//! usage, and the events it streamed on the way ([`AgentEvents`], persisted
+//! by the engine as run events, upstream's names). It does not choose the next
 //! node (the engine routes on the output) nor decide where the run's
 //! sandbox is (the booter did).
 //!
@@ -207,86 +207,15 @@ impl AgentError {
     }
 }
 
-/// What an agent streams while it works (upstream's event names, facts
-/// §8 / upstream-notes-2); the engine persists each as a run event about
-/// the node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", content = "data", rename_all = "snake_case")]
-#[allow(missing_docs)] // payload fields follow upstream's hooks
-pub enum AgentEvent {
-    DelegateStarted {
-        backend: String,
-    },
-    DelegateFinished {
-        backend: String,
-        duration_ms: u64,
-        tokens: u64,
-    },
-    DelegateError {
-        backend: String,
-        error: String,
-    },
-    LlmRequest {
-        model: String,
-        message_count: u64,
-        tool_count: u64,
-    },
-    LlmRetry {
-        attempt: u32,
-        delay_ms: u64,
-        status_code: Option<u16>,
-        error: String,
-    },
-    LlmStepFinished {
-        step: u32,
-        input_tokens: u64,
-        output_tokens: u64,
-        finish_reason: String,
-        tool_calls: u32,
-    },
-    ToolStarted {
-        tool: String,
-        tool_use_id: Option<String>,
-        input_size: u64,
-    },
-    ToolCalled {
-        tool: String,
-        tool_use_id: Option<String>,
-        duration_ms: u64,
-    },
-    ToolError {
-        tool: String,
-        tool_use_id: Option<String>,
-        duration_ms: u64,
-        error: String,
-    },
-}
-
-impl From<AgentEvent> for EventDraft {
-    fn from(event: AgentEvent) -> Self {
-        match serde_json::to_value(&event) {
-            Ok(Value::Object(mut obj)) => EventDraft {
-                kind: match obj.remove("type") {
-                    Some(Value::String(s)) => s,
-                    _ => "agent_event".to_owned(),
-                },
-                node_id: None,
-                data: obj.remove("data").unwrap_or(Value::Object(Map::new())),
-            },
-            _ => EventDraft {
-                kind: "agent_event".to_owned(),
-                node_id: None,
-                data: Value::Null,
-            },
-        }
-    }
-}
-
-/// Where an agent's events go (the engine tags them with the node and its
-/// branch and persists them in order).
+/// Where an agent's events go: the engine tags each with the node and its
+/// branch, masks the run's secret values in it, and persists them in
+/// order. Events carry upstream's names (`llm_request`,
+/// `llm_step_finished`, `llm_retry`, `tool_started`, `tool_called`,
+/// `tool_error`, `delegate_started`/`_finished`/`_error`, …); a typed
+/// [`EventKind`](crate::EventKind) converts with `.into()`.
 pub trait AgentEvents: Send + Sync {
     /// Record one event.
-    fn emit(&self, event: AgentEvent);
+    fn emit(&self, event: EventDraft);
 }
 
 /// Where and how the call runs.
@@ -329,28 +258,6 @@ pub trait AgentRunner: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn agent_events_keep_upstream_names() {
-        let d: EventDraft = AgentEvent::LlmStepFinished {
-            step: 2,
-            input_tokens: 10,
-            output_tokens: 3,
-            finish_reason: "tool_use".into(),
-            tool_calls: 1,
-        }
-        .into();
-        assert_eq!(d.kind, "llm_step_finished");
-        assert_eq!(d.data["input_tokens"], 10);
-        let d: EventDraft = AgentEvent::ToolError {
-            tool: "bash".into(),
-            tool_use_id: None,
-            duration_ms: 4,
-            error: "exit 1".into(),
-        }
-        .into();
-        assert_eq!(d.kind, "tool_error");
-    }
 
     #[test]
     fn session_words() {

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::{
-    AgentContext, AgentError, AgentEvent, AgentEvents, AgentRequest, AgentRole, SessionMode,
+    AgentContext, AgentError, AgentEvents, AgentRequest, AgentRole, SessionMode,
 };
 use iterion_core::{DriverError, FailureCode, NodeId};
 use iterion_dsl::ir::{self, FieldType, NodeKind, Schema};
@@ -237,8 +237,8 @@ struct NodeEvents {
 }
 
 impl AgentEvents for NodeEvents {
-    fn emit(&self, event: AgentEvent) {
-        let mut draft = EventDraft::from(event).for_node(self.node.clone());
+    fn emit(&self, event: EventDraft) {
+        let mut draft = event.for_node(self.node.clone());
         self.redactor.redact_value(&mut draft.data);
         self.emitter
             .emit_draft(draft.in_branch(self.branch.as_deref()));

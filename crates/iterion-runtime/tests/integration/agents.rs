@@ -9,14 +9,22 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iterion_core::agent::{
-    AgentContext, AgentError, AgentEvent, AgentOutcome, AgentRequest, AgentRole, AgentRunner,
-    AgentUsage, SessionMode,
+    AgentContext, AgentError, AgentOutcome, AgentRequest, AgentRole, AgentRunner, AgentUsage,
+    SessionMode,
 };
 use iterion_core::driver::{OutputLimits, collect_output};
 use iterion_core::{DriverError, ExecRequest, FailureCode, NodeId, RunStatus};
 use serde_json::{Value, json};
 
 use crate::support::{Harness, compile};
+
+fn event(kind: &str, data: Value) -> iterion_core::EventDraft {
+    iterion_core::EventDraft {
+        kind: kind.into(),
+        node_id: None,
+        data,
+    }
+}
 
 type Answer = dyn Fn(&AgentRequest, usize) -> Result<Value, AgentError> + Send + Sync;
 
@@ -61,9 +69,8 @@ impl AgentRunner for Scripted {
             all.push(request.clone());
             all.iter().filter(|r| r.node == request.node).count()
         };
-        cx.events.emit(AgentEvent::DelegateStarted {
-            backend: "scripted".into(),
-        });
+        cx.events
+            .emit(event("delegate_started", json!({"backend": "scripted"})));
         if request.tools.iter().any(|t| t == "bash") {
             let mut req =
                 ExecRequest::new(["sh", "-c", "echo \"$ITERION_NODE_ID\" >> agent_execs.txt"]);
@@ -78,13 +85,10 @@ impl AgentRunner for Scripted {
                 .await
                 .map_err(|source| AgentError::Sandbox { source })?;
         }
-        cx.events.emit(AgentEvent::LlmStepFinished {
-            step: 1,
-            input_tokens: 100,
-            output_tokens: 20,
-            finish_reason: "end_turn".into(),
-            tool_calls: 0,
-        });
+        cx.events.emit(event(
+            "llm_step_finished",
+            json!({"step": 1, "input_tokens": 100, "output_tokens": 20, "finish_reason": "end_turn"}),
+        ));
         let output = (self.answer)(&request, nth)?;
         let Value::Object(output) = output else {
             return Err(AgentError::Output {
