@@ -730,3 +730,49 @@ workflow w:
     assert_eq!(outcomes, ["cancelled", "cancelled"]);
     assert_eq!(h.kinds(&out.run_id).await.last().unwrap(), "run_cancelled");
 }
+
+#[tokio::test]
+async fn a_legacy_join_node_waits_for_its_required_branches() {
+    let h = Harness::new();
+    let source = r#"
+router fan:
+  mode: fan_out_all
+
+tool a:
+  command: "echo a"
+  parallel_safe: true
+
+tool b:
+  command: "echo b"
+  parallel_safe: true
+
+join meet:
+  strategy: wait_all
+  require: [a, b]
+
+tool after:
+  command: "echo {{outputs.a.result}}{{outputs.b.result}}"
+
+workflow w:
+  entry: fan
+  fan -> a
+  fan -> b
+  a -> meet
+  b -> meet
+  meet -> after
+  after -> done
+"#;
+    let out = h.run(compile(source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let join = h.of_kind(&out.run_id, "join_ready").await;
+    assert_eq!(join[0].node_id, Some(NodeId::new("meet")));
+    let events = h.events(&out.run_id).await;
+    let after = node_events(&events, "node_finished", "after");
+    assert_eq!(after[0].data["output"]["result"], "ab");
+    // A requirement that never ran fails the join, by name.
+    let missing = source.replace("require: [a, b]", "require: [a, ghost]");
+    let out = h.run(compile(&missing)).await;
+    let failure = out.failure.unwrap();
+    assert_eq!(failure.code, FailureCode::NodeFailed);
+    assert!(failure.message.contains("ghost"), "{}", failure.message);
+}
