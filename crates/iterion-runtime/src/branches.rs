@@ -364,8 +364,8 @@ impl<'a> RunCx<'a> {
     }
 
     /// An `as foreach NAME(ITEM in "collection")` edge: its target runs
-    /// once per item of the collection (a JSON array, read with the
-    /// source's output as `output`), one item after the other, each item
+    /// once per item of the collection (a JSON array; `input.x` is the
+    /// source's output, as in `with`), one item after the other, each item
     /// a branch whose input is the edge's `with` plus `ITEM` and
     /// `_index`; the items join at the node where the body converges
     /// (its `await:` strategy, as a fan-out), which receives `NAME`: the
@@ -391,11 +391,17 @@ impl<'a> RunCx<'a> {
             ));
         };
         let visible = self.visible(frame);
-        let scope = Scope {
+        let base = Scope {
             vars: &self.vars,
             input,
             outputs: &visible,
+            output: None,
+        };
+        let effective = routing::edge_scope_input(&base, output);
+        let scope = Scope {
+            input: &effective,
             output: Some(output),
+            ..base
         };
         let expr = foreach_expr(&each.collection);
         let items = match template::render_value(&expr, &scope) {
@@ -527,7 +533,7 @@ impl<'a> RunCx<'a> {
 }
 
 /// A foreach collection as a template: `"{{outputs.x.items}}"` as is, a
-/// bare reference (`output.files`) wrapped.
+/// bare reference (`outputs.split.files`) wrapped.
 pub(crate) fn foreach_expr(collection: &str) -> String {
     if collection.contains("{{") {
         collection.to_owned()

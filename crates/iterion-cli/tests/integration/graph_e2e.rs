@@ -133,15 +133,15 @@ workflow graph_e2e:
   a -> count
   b -> count
   count -> rr when more as cycle(3)
-  count -> decide when not more with {{ again: "{{{{output.more}}}}" }}
+  count -> decide when not more with {{ again: "{{{{input.more}}}}" }}
   decide -> fan when not again
   decide -> fail when again
   fan -> w1
   fan -> w2
   fan -> w3
-  w1 -> gather with {{ h1: "{{{{output.host}}}}" }}
-  w2 -> gather with {{ h2: "{{{{output.host}}}}" }}
-  w3 -> gather with {{ h3: "{{{{output.host}}}}" }}
+  w1 -> gather with {{ h1: "{{{{input.host}}}}" }}
+  w2 -> gather with {{ h2: "{{{{input.host}}}}" }}
+  w3 -> gather with {{ h3: "{{{{input.host}}}}" }}
   gather -> done
 "#,
         w1 = writer("w1", 2),
@@ -396,7 +396,7 @@ tool gather:
 
 workflow each:
 {sandbox}  entry: split
-  split -> work as foreach files(f in "output.files")
+  split -> work as foreach files(f in "outputs.split.files")
   work -> gather
   gather -> done
 "#,

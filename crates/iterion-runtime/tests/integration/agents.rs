@@ -144,7 +144,7 @@ judge review:
 workflow refine:
   entry: fix
   default_backend: "claw"
-  fix -> review with { summary: "{{output.summary}}", _session_id: "{{output._session_id}}" }
+  fix -> review with { summary: "{{input.summary}}", _session_id: "{{outputs.fix._session_id}}" }
   review -> fix when not approved as refine(3)
   review -> done when approved
 "#;

@@ -51,9 +51,9 @@ workflow fan3:
   fan -> w1
   fan -> w2
   fan -> w3
-  w1 -> gather with {{ a: "{{{{output.file}}}}" }}
-  w2 -> gather with {{ b: "{{{{output.file}}}}" }}
-  w3 -> gather with {{ c: "{{{{output.file}}}}" }}
+  w1 -> gather with {{ a: "{{{{input.file}}}}" }}
+  w2 -> gather with {{ b: "{{{{input.file}}}}" }}
+  w3 -> gather with {{ c: "{{{{input.file}}}}" }}
   gather -> done
 "#,
         w1 = barrier_tool("w1", need),
@@ -267,8 +267,8 @@ workflow w:
   entry: fan
   fan -> fine
   fan -> bad
-  fine -> gather with { got: "{{output.v}}" }
-  bad -> gather with { got: "{{output.v}}" }
+  fine -> gather with { got: "{{input.v}}" }
+  bad -> gather with { got: "{{input.v}}" }
   gather -> done
 "#;
     let out = h.run(compile(source)).await;
@@ -369,7 +369,7 @@ tool no:
 
 workflow w:
   entry: probe
-  probe -> decide with { ok: "{{output.ok}}" }
+  probe -> decide with { ok: "{{outputs.probe.ok}}" }
   decide -> yes when ok
   decide -> no when not ok
   yes -> done
@@ -524,7 +524,7 @@ tool gather:
 
 workflow each:
   entry: split
-  split -> work as foreach files(f in "output.files")
+  split -> work as foreach files(f in "outputs.split.files")
   work -> gather
   gather -> done
 "#;
