@@ -1,7 +1,7 @@
 //! What this engine can execute, checked before anything starts.
 //!
 //! A workflow naming a node kind this engine does not run (agents, judges,
-//! llm routers, humans, compute), a `when "…"` it cannot evaluate, a
+//! llm routers without an agent runner, humans), a `when "…"` or `compute` expression it cannot evaluate, a
 //! malformed template, a `--var` that does not fit its declaration, or a
 //! fan-out whose parallel branches would race on the workspace is refused
 //! at admission with a typed error naming the culprits — never discovered
@@ -22,7 +22,7 @@ use crate::template::check_syntax;
 pub enum AdmissionError {
     /// Node kinds this engine does not execute.
     #[error(
-        "this engine executes tool, router (fan_out_all, round_robin, condition), join and fail nodes only; refused: {}",
+        "this engine executes tool, compute, router (fan_out_all, round_robin, condition), join and fail nodes only; refused: {}",
         list_nodes(.nodes)
     )]
     UnsupportedNodes {
@@ -58,6 +58,14 @@ pub enum AdmissionError {
     NoAgentRunner {
         /// Node and kind, sorted by node.
         nodes: Vec<(NodeId, String)>,
+    },
+    /// A compute node whose expressions cannot be evaluated.
+    #[error("compute node {node} {message}")]
+    BadExpression {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        message: String,
     },
     /// `--var` names an undeclared variable.
     #[error("unknown variable {name:?} (declared: {declared:?})")]
@@ -140,6 +148,7 @@ impl AdmissionError {
             Self::BadForeach { .. } => "bad_foreach",
             Self::UnknownNode { .. } => "unknown_node",
             Self::WorkspaceSafety { .. } => "workspace_safety",
+            Self::BadExpression { .. } => "bad_expression",
         }
     }
 }
@@ -161,8 +170,8 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
         .filter(|n| match n.kind {
             NodeKind::Tool => n.tool.is_none(),
             // A named terminal failure needs nothing executed; a legacy
-            // `join` node only waits.
-            NodeKind::Fail | NodeKind::Join => false,
+            // `join` node only waits; compute runs in the engine.
+            NodeKind::Fail | NodeKind::Join | NodeKind::Compute => false,
             NodeKind::Router => !matches!(
                 n.router_mode.as_deref(),
                 None | Some("fan_out_all" | "round_robin" | "condition")
@@ -187,6 +196,14 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
         });
     }
     for node in workflow.nodes.values() {
+        if node.kind == NodeKind::Compute {
+            crate::compute::check_expressions(node).map_err(|message| {
+                AdmissionError::BadExpression {
+                    node: node.id.clone(),
+                    message,
+                }
+            })?;
+        }
         for (what, text) in crate::agents::prompt_templates(workflow, node) {
             check_syntax(text).map_err(|e| AdmissionError::BadTemplate {
                 location: format!("node {} {what} prompt", node.id),

@@ -70,7 +70,9 @@ impl<'a> RunCx<'a> {
         };
         let mut inputs = Vec::with_capacity(edges.len());
         for edge in edges {
-            inputs.push(routing::edge_input(edge, &scope, output).map_err(route_failure)?);
+            inputs.push(
+                routing::edge_input(self.workflow, edge, &scope, output).map_err(route_failure)?,
+            );
         }
         // Ids are allocated and the children started under one lock, so
         // two fan-outs of the same router in parallel branches never

@@ -27,6 +27,7 @@ pub mod admission;
 pub mod agents;
 pub mod boot;
 mod branches;
+pub mod compute;
 pub mod engine;
 pub mod events;
 mod exec;

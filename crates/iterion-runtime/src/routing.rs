@@ -214,13 +214,43 @@ impl Router {
             });
         };
         let iteration = self.count(edge)?;
-        let input = edge_input(edge, scope, output)?;
+        let input = edge_input(workflow, edge, scope, output)?;
         Ok(Taken {
             edge,
             iteration,
             input,
         })
     }
+}
+
+/// The edges a `fan_out_all` router forks along: every plain edge, each
+/// `when` edge whose condition holds on the router's output, and an
+/// `else` edge when none of those conditions held. (Upstream forked along
+/// every edge, conditions ignored, so `-> x when has_npm` ran `x` even
+/// without npm.)
+pub fn fan_out_edges<'w>(
+    workflow: &'w Workflow,
+    router: &'w iterion_core::NodeId,
+    scope: &Scope<'_>,
+    output: &Value,
+) -> Vec<&'w Edge> {
+    let mut picked = Vec::new();
+    let mut any_condition = false;
+    for e in workflow.edges_from(router) {
+        match &e.condition {
+            Some(c) if condition_holds(c, output, scope) => {
+                any_condition = true;
+                picked.push(e);
+            }
+            Some(_) => {}
+            None if e.is_else => {}
+            None => picked.push(e),
+        }
+    }
+    if !any_condition {
+        picked.extend(workflow.edges_from(router).filter(|e| e.is_else));
+    }
+    picked
 }
 
 /// The `round_robin` pick of a router (upstream `execRoundRobin`): its
@@ -257,12 +287,27 @@ pub fn edge_scope_input(scope: &Scope<'_>, output: &Value) -> Map<String, Value>
 
 /// The next node's input: the edge's `with` mappings rendered against
 /// the source's output (`{{input.x}}`, [`edge_scope_input`]; `{{output.x}}`
-/// too, for IR built by hand) and everything else `scope` holds.
+/// too, for IR built by hand) and everything else `scope` holds. A router
+/// reached by an edge without `with` gets the source's output: routers
+/// pass their input through, and their edges' conditions then read the
+/// node that routed to them (upstream's documented reading: "boolean
+/// fields in the upstream node's output"; its code passed an empty input).
 pub fn edge_input(
+    workflow: &Workflow,
     edge: &Edge,
     scope: &Scope<'_>,
     output: &Value,
 ) -> Result<Map<String, Value>, RouteError> {
+    if edge.with.is_empty()
+        && let Target::Node(to) = &edge.to
+        && workflow
+            .nodes
+            .get(to)
+            .is_some_and(|n| n.kind == iterion_dsl::ir::NodeKind::Router)
+        && let Value::Object(fields) = output
+    {
+        return Ok(fields.clone());
+    }
     let input = edge_scope_input(scope, output);
     let with_scope = Scope {
         input: &input,

@@ -160,7 +160,14 @@ impl<'a> RunCx<'a> {
                 (NodeKind::Router, None | Some("fan_out_all")) => {
                     let output = Value::Object(input.clone());
                     self.finished(frame, node, None, started, &output)?;
-                    let edges: Vec<&Edge> = self.workflow.edges_from(&node.id).collect();
+                    let visible = self.visible(frame);
+                    let scope = Scope {
+                        vars: &self.vars,
+                        input: &input,
+                        outputs: &visible,
+                        output: None,
+                    };
+                    let edges = routing::fan_out_edges(self.workflow, &node.id, &scope, &output);
                     if let Some(end) = self
                         .fan_out(frame, node, &edges, &input, &output, cancel)
                         .await?
@@ -199,6 +206,16 @@ impl<'a> RunCx<'a> {
                         Err(e) => return Err(self.node_failed(frame, node, e)),
                     };
                     self.finished(frame, node, Some(exit_code), started, &output)?;
+                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
+                        return Ok(end);
+                    }
+                }
+                (NodeKind::Compute, _) => {
+                    let output = match self.run_compute(frame, node, &input) {
+                        Ok(output) => output,
+                        Err(e) => return Err(self.node_failed(frame, node, e)),
+                    };
+                    self.finished(frame, node, None, started, &output)?;
                     if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
                         return Ok(end);
                     }
@@ -564,7 +581,8 @@ impl<'a> RunCx<'a> {
             outputs: &visible,
             output: None,
         };
-        let next_input = routing::edge_input(edge, &scope, output).map_err(route_failure)?;
+        let next_input =
+            routing::edge_input(self.workflow, edge, &scope, output).map_err(route_failure)?;
         let mut router = Router::with_counters(loops);
         let iteration = router.count(edge).map_err(route_failure)?;
         for name in self.graph.loop_resets(edge) {

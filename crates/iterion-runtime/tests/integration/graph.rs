@@ -776,3 +776,169 @@ workflow w:
     assert_eq!(failure.code, FailureCode::NodeFailed);
     assert!(failure.message.contains("ghost"), "{}", failure.message);
 }
+
+#[tokio::test]
+async fn a_compute_node_evaluates_its_expressions_and_routes() {
+    let h = Harness::new();
+    let source = r#"
+vars:
+  target: int = 3
+
+schema scan_out:
+  findings: json
+  severity: string
+
+schema verdict_out:
+  count: int
+  blocking: bool
+  label: string
+
+tool scan:
+  command: `echo '{"findings": ["a", "b", "c"], "severity": "high"}'`
+  output: scan_out
+
+compute judge_scan:
+  output: verdict_out
+  expr:
+    count: "length(input.findings)"
+    blocking: "input.severity == 'high' && length(input.findings) >= vars.target"
+    label: "if(length(outputs.scan.findings) > 2, 'many', 'few')"
+
+tool block:
+  command: "echo blocked {{outputs.judge_scan.count}}"
+
+tool pass:
+  command: "echo pass"
+
+workflow w:
+  entry: scan
+  scan -> judge_scan with { findings: "{{input.findings}}", severity: "{{input.severity}}" }
+  judge_scan -> block when blocking
+  judge_scan -> pass when not blocking
+  block -> done
+  pass -> done
+"#;
+    let out = h.run(compile(source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let events = h.events(&out.run_id).await;
+    let judged = node_events(&events, "node_finished", "judge_scan");
+    assert_eq!(
+        judged[0].data["output"],
+        json!({"count": 3, "blocking": true, "label": "many"})
+    );
+    let block = node_events(&events, "node_finished", "block");
+    assert_eq!(block[0].data["output"]["result"], "blocked 3");
+    assert!(node_events(&events, "node_started", "pass").is_empty());
+}
+
+#[tokio::test]
+async fn a_compute_type_error_fails_the_node_by_field() {
+    let h = Harness::new();
+    let source = r#"
+schema n_out:
+  n: int
+
+tool t:
+  command: `echo '{"n": 1}'`
+  output: n_out
+
+compute c:
+  expr:
+    bad: "input.n / 0"
+
+workflow w:
+  entry: t
+  t -> c with { n: "{{input.n}}" }
+  c -> done
+"#;
+    let out = h.run(compile(source)).await;
+    let failure = out.failure.unwrap();
+    assert_eq!(failure.code, FailureCode::NodeFailed);
+    assert!(failure.message.contains("field bad"), "{}", failure.message);
+}
+
+#[tokio::test]
+async fn a_fan_out_forks_along_the_edges_whose_condition_holds() {
+    let h = Harness::new();
+    let source = r#"
+schema deps_out:
+  has_npm: bool
+  has_go: bool
+
+tool enumerate:
+  command: `echo '{"has_npm": true, "has_go": false}'`
+  output: deps_out
+
+router fan:
+  mode: fan_out_all
+
+tool js:
+  command: "touch js.ran"
+  parallel_safe: true
+
+tool go:
+  command: "touch go.ran"
+  parallel_safe: true
+
+tool generic:
+  command: "touch generic.ran"
+  parallel_safe: true
+
+tool j:
+  command: "true"
+  await: wait_all
+
+workflow w:
+  entry: enumerate
+  enumerate -> fan
+  fan -> js when has_npm
+  fan -> go when has_go
+  fan -> generic
+  js -> j
+  go -> j
+  generic -> j
+  j -> done
+"#;
+    let out = h.run(compile(source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    // The router passed its predecessor's output through (no `with`), and
+    // only the branches whose condition held on it ran.
+    assert!(h.workspace.path().join("js.ran").exists());
+    assert!(h.workspace.path().join("generic.ran").exists());
+    assert!(!h.workspace.path().join("go.ran").exists());
+    assert_eq!(h.of_kind(&out.run_id, "branch_started").await.len(), 2);
+    let join = h.of_kind(&out.run_id, "join_ready").await;
+    assert_eq!(join[0].data["branches"], 2);
+}
+
+#[tokio::test]
+async fn a_condition_router_without_with_reads_its_predecessor() {
+    let h = Harness::new();
+    let source = r#"
+schema verdict_out:
+  approved: bool
+
+tool judge:
+  command: `echo '{"approved": true}'`
+  output: verdict_out
+
+router decision:
+  mode: condition
+
+tool fix:
+  command: "touch fixed"
+
+workflow w:
+  entry: judge
+  judge -> decision
+  decision -> fix when not approved
+  decision -> done when approved
+  fix -> done
+"#;
+    let out = h.run(compile(source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    assert!(!h.workspace.path().join("fixed").exists());
+    let events = h.events(&out.run_id).await;
+    let decided = node_events(&events, "node_finished", "decision");
+    assert_eq!(decided[0].data["output"], json!({"approved": true}));
+}
