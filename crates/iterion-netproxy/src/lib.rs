@@ -10,6 +10,7 @@
 
 mod credentials;
 mod error;
+mod literal;
 mod policy;
 pub mod preset;
 mod proxy;
@@ -24,8 +25,8 @@ pub use policy::{
 };
 pub use proxy::{
     BlockReason, BlockedCallback, BlockedRequest, DEFAULT_DIAL_TIMEOUT,
-    DEFAULT_HEADER_READ_TIMEOUT, EGRESS_HEADER, EgressProxy, ProxyHandle, ProxyOptions,
-    strip_hop_by_hop,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, EGRESS_HEADER, EgressProxy,
+    LIMIT_NOTICE_INTERVAL, LimitCallback, LimitNotice, ProxyHandle, ProxyOptions, strip_hop_by_hop,
 };
 pub use resolver::{Resolver, StaticResolver, SystemResolver};
 pub use token::ProxyToken;
