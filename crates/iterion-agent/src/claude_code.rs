@@ -29,6 +29,7 @@ use crate::env::EnvSnapshot;
 use crate::error::{AgentError, bounded};
 use crate::events::AgentEventSink;
 use crate::provider::Usage;
+use crate::provider::anthropic::usage_of;
 use crate::runner::protocol::{Line, LineSplitter};
 use crate::schema::OutputSchema;
 use crate::task::{AgentOutcome, AgentTask, SessionSpec};
@@ -112,6 +113,11 @@ pub fn cli_args(task: &AgentTask, sandboxed: bool) -> Vec<String> {
         args.push("--allowedTools".to_owned());
         args.push(names.join(","));
     }
+    if let Some(steps) = task.tool_max_steps.filter(|n| *n > 0) {
+        // Upstream maps tool_max_steps to the CLI's turn bound.
+        args.push("--max-turns".to_owned());
+        args.push(steps.to_string());
+    }
     if let Some(schema) = &task.output_schema {
         args.push("--json-schema".to_owned());
         args.push(schema.to_string());
@@ -190,17 +196,8 @@ pub(crate) async fn run(
         CliPlace::Sandbox { run, .. } => {
             let mut argv = vec![CLAUDE_CLI.to_owned()];
             argv.extend(args);
-            let req = ExecRequest {
-                argv,
-                env: cli_env(task, credentials, None, true),
-                attach_stdin: true,
-                keep_stdin_open: true,
-                ..ExecRequest::default()
-            };
-            run.exec(req).await.map_err(|source| AgentError::Sandbox {
-                operation: "exec the claude CLI".to_owned(),
-                source,
-            })?
+            let env = cli_env(task, credentials, None, true);
+            crate::runner::launcher::exec_attached(*run, argv, env, "exec the claude CLI").await?
         }
         CliPlace::Host { workspace } => {
             let cli = crate::backend::find_on_path(host_env, CLAUDE_CLI).ok_or_else(|| {
@@ -379,19 +376,11 @@ async fn drive(
                     if !text.is_empty() {
                         last_text = text;
                     }
-                    let usage = m.get("usage");
-                    let n = |k: &str| {
-                        usage
-                            .and_then(|u| u.get(k))
-                            .and_then(Value::as_u64)
-                            .unwrap_or(0)
-                    };
+                    let usage = m.get("usage").map(usage_of).unwrap_or_default();
                     sink.emit(EventKind::LlmStepFinished {
                         step: steps,
-                        input_tokens: n("input_tokens")
-                            + n("cache_read_input_tokens")
-                            + n("cache_creation_input_tokens"),
-                        output_tokens: n("output_tokens"),
+                        input_tokens: usage.input_tokens,
+                        output_tokens: usage.output_tokens,
                         finish_reason: m
                             .get("stop_reason")
                             .and_then(Value::as_str)
@@ -462,11 +451,20 @@ async fn drive(
         });
     };
     let _ = session.wait().await;
-    outcome(&result, schema, steps, last_text, redactor).map_err(Failure::Typed)
+    outcome(
+        &result,
+        task.tool_max_steps,
+        schema,
+        steps,
+        last_text,
+        redactor,
+    )
+    .map_err(Failure::Typed)
 }
 
 fn outcome(
     result: &Value,
+    max_turns: Option<u32>,
     schema: Option<&OutputSchema>,
     steps: u32,
     last_text: String,
@@ -481,6 +479,11 @@ fn outcome(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    if subtype == "error_max_turns" {
+        return Err(AgentError::ToolMaxStepsExceeded {
+            max: max_turns.unwrap_or_default(),
+        });
+    }
     if subtype != "success"
         || result
             .get("is_error")
@@ -500,18 +503,9 @@ fn outcome(
             message: redactor.redact(&bounded(&message, 2000)),
         });
     }
-    let n = |k: &str| {
-        result
-            .pointer(&format!("/usage/{k}"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
     let usage = Usage {
-        input_tokens: n("input_tokens")
-            + n("cache_read_input_tokens")
-            + n("cache_creation_input_tokens"),
-        output_tokens: n("output_tokens"),
         cost_usd: result.get("total_cost_usd").and_then(Value::as_f64),
+        ..result.get("usage").map(usage_of).unwrap_or_default()
     };
     let output = match schema {
         Some(schema) => {
@@ -562,6 +556,7 @@ mod tests {
         t.model = Some("anthropic/claude-sonnet-4-6".into());
         t.tools = vec!["bash".into(), "Read".into()];
         t.output_schema = Some(json!({"type": "object"}));
+        t.tool_max_steps = Some(7);
         t.session = SessionSpec::Inherit {
             session_id: Some("abc".into()),
             messages: vec![],
@@ -581,6 +576,7 @@ mod tests {
         assert!(joined.contains("--allowedTools Bash,Read"));
         assert!(joined.contains("--json-schema {\"type\":\"object\"}"));
         assert!(joined.contains("--resume abc"));
+        assert!(joined.contains("--max-turns 7"));
     }
 
     #[test]
@@ -613,21 +609,27 @@ mod tests {
             "structured_output":{"verdict":"pass"}});
         let schema = OutputSchema::compile(&json!({"type":"object","required":["verdict"]}))
             .expect("schema");
-        let o = outcome(&ok, Some(&schema), 0, String::new(), &r).expect("ok");
+        let o = outcome(&ok, None, Some(&schema), 0, String::new(), &r).expect("ok");
         assert_eq!(o.output["verdict"], "pass");
         assert_eq!(o.session_id.as_deref(), Some("s1"));
         assert_eq!(o.usage.cost_usd, Some(0.01));
         let bad = json!({"type":"result","subtype":"success","is_error":false,"result":"x","structured_output":{"v":1}});
         assert_eq!(
-            outcome(&bad, Some(&schema), 0, String::new(), &r)
+            outcome(&bad, None, Some(&schema), 0, String::new(), &r)
                 .expect_err("mismatch")
                 .code(),
             "AGENT_SCHEMA_MISMATCH"
         );
         let turns = json!({"type":"result","subtype":"error_max_turns","is_error":true});
-        let e = outcome(&turns, None, 0, String::new(), &r).expect_err("turns");
+        let e = outcome(&turns, Some(3), None, 0, String::new(), &r).expect_err("turns");
         assert!(
-            matches!(e, AgentError::ClaudeCode { ref subtype, .. } if subtype == "error_max_turns")
+            matches!(e, AgentError::ToolMaxStepsExceeded { max: 3 }),
+            "{e}"
+        );
+        let exec = json!({"type":"result","subtype":"error_during_execution","is_error":true});
+        let e = outcome(&exec, None, None, 0, String::new(), &r).expect_err("exec");
+        assert!(
+            matches!(e, AgentError::ClaudeCode { ref subtype, .. } if subtype == "error_during_execution")
         );
     }
 }

@@ -74,7 +74,9 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
-fn usage_into(u: &Value, usage: &mut Usage) {
+/// Merge an Anthropic `usage` object into `usage` (fields absent keep
+/// their value: a stream reports input and output in different events).
+pub(crate) fn usage_into(u: &Value, usage: &mut Usage) {
     let n = |k: &str| u.get(k).and_then(Value::as_u64);
     if let Some(i) = n("input_tokens") {
         // Cached prompt tokens are prompt tokens too.
@@ -116,6 +118,13 @@ fn block(v: &Value) -> Result<Option<Block>, Decoded> {
         // thinking, redacted_thinking, server tools: not part of the answer.
         _ => None,
     })
+}
+
+/// An Anthropic `usage` object (the claude CLI reports the same shape).
+pub(crate) fn usage_of(u: &Value) -> Usage {
+    let mut usage = Usage::default();
+    usage_into(u, &mut usage);
+    usage
 }
 
 /// A whole (non-streamed) response.
@@ -353,25 +362,7 @@ mod tests {
         ChatRequest {
             model: "claude-x".into(),
             system: Some("sys".into()),
-            messages: vec![
-                Message::user_text("hi"),
-                Message {
-                    role: Role::Assistant,
-                    content: vec![Block::ToolUse {
-                        id: "t1".into(),
-                        name: "bash".into(),
-                        input: json!({"command": "true"}),
-                    }],
-                },
-                Message {
-                    role: Role::User,
-                    content: vec![Block::ToolResult {
-                        tool_use_id: "t1".into(),
-                        content: "ok".into(),
-                        is_error: false,
-                    }],
-                },
-            ],
+            messages: crate::provider::tests::sample_conversation(false),
             tools: vec![ToolSpec {
                 name: "bash".into(),
                 description: "d".into(),

@@ -448,8 +448,33 @@ fn error_message(body: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A prompt, one tool call and its result: the fixture both wire
+    /// formats' request tests encode.
+    pub(crate) fn sample_conversation(result_is_error: bool) -> Vec<Message> {
+        vec![
+            Message::user_text("hi"),
+            Message {
+                role: Role::Assistant,
+                content: vec![Block::ToolUse {
+                    id: "t1".into(),
+                    name: "bash".into(),
+                    input: json!({"command": "true"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: "ok".into(),
+                    is_error: result_is_error,
+                }],
+            },
+        ]
+    }
 
     #[test]
     fn error_message_prefers_json_message() {

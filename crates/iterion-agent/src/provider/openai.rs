@@ -319,25 +319,7 @@ mod tests {
         let req = ChatRequest {
             model: "gpt-x".into(),
             system: Some("sys".into()),
-            messages: vec![
-                Message::user_text("hi"),
-                Message {
-                    role: Role::Assistant,
-                    content: vec![Block::ToolUse {
-                        id: "c1".into(),
-                        name: "bash".into(),
-                        input: json!({"command": "ls"}),
-                    }],
-                },
-                Message {
-                    role: Role::User,
-                    content: vec![Block::ToolResult {
-                        tool_use_id: "c1".into(),
-                        content: "boom".into(),
-                        is_error: true,
-                    }],
-                },
-            ],
+            messages: crate::provider::tests::sample_conversation(true),
             tools: vec![],
             max_tokens: 10,
             max_tokens_explicit: false,
@@ -348,10 +330,10 @@ mod tests {
         assert_eq!(b["messages"][0]["role"], "system");
         assert_eq!(
             b["messages"][2]["tool_calls"][0]["function"]["arguments"],
-            "{\"command\":\"ls\"}"
+            "{\"command\":\"true\"}"
         );
         assert_eq!(b["messages"][3]["role"], "tool");
-        assert_eq!(b["messages"][3]["content"], "Error: boom");
+        assert_eq!(b["messages"][3]["content"], "Error: ok");
         assert!(b.get("max_tokens").is_none());
     }
 

@@ -147,18 +147,30 @@ pub(crate) async fn start_in_sandbox(
     run: &dyn SandboxRun,
     env: BTreeMap<String, String>,
 ) -> Result<Box<dyn ExecSession>, AgentError> {
+    let argv = vec![
+        RUNNER_CONTAINER_PATH.to_owned(),
+        RUNNER_SUBCOMMAND.to_owned(),
+    ];
+    exec_attached(run, argv, env, "exec the claw runner").await
+}
+
+/// Exec `argv` with stdin attached and held open (an agent speaking a
+/// stdio protocol), `env` on this exec only.
+pub(crate) async fn exec_attached(
+    run: &dyn SandboxRun,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    operation: &str,
+) -> Result<Box<dyn ExecSession>, AgentError> {
     let req = ExecRequest {
-        argv: vec![
-            RUNNER_CONTAINER_PATH.to_owned(),
-            RUNNER_SUBCOMMAND.to_owned(),
-        ],
+        argv,
         env,
         attach_stdin: true,
         keep_stdin_open: true,
         ..ExecRequest::default()
     };
     run.exec(req).await.map_err(|source| AgentError::Sandbox {
-        operation: "exec the claw runner".to_owned(),
+        operation: operation.to_owned(),
         source,
     })
 }

@@ -38,16 +38,12 @@ async fn tool_loop_then_schema_answer_on_every_wire() {
                 Turn::text("{\"verdict\": \"pass\", \"files\": 1}"),
             ])
             .await;
-            let ws = tempfile::tempdir().unwrap();
-            let env = env_for(&p, wire);
-            let events = Events::default();
             let mut t = task(wire, "make a file and report");
             t.tools = vec!["bash".into(), "read_file".into()];
             t.output_schema = Some(verdict_schema());
             t.stream = stream;
-            let out = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-                .await
-                .unwrap_or_else(|e| panic!("{wire:?} stream={stream}: {e}"));
+            let HostRun { ws, events, result } = claw_on_host(&p, wire, &t).await;
+            let out = result.unwrap_or_else(|e| panic!("{wire:?} stream={stream}: {e}"));
             assert_eq!(
                 out.output,
                 json!({"verdict": "pass", "files": 1}),
@@ -115,14 +111,9 @@ async fn tool_loop_then_schema_answer_on_every_wire() {
 async fn schema_without_tools_is_native_structured_output() {
     for wire in [Wire::Anthropic, Wire::OpenAi] {
         let p = ScriptedProvider::start(vec![Turn::Answer(json!({"verdict": "fail"}))]).await;
-        let ws = tempfile::tempdir().unwrap();
-        let env = env_for(&p, wire);
-        let events = Events::default();
         let mut t = task(wire, "judge");
         t.output_schema = Some(verdict_schema());
-        let out = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-            .await
-            .expect("ok");
+        let out = claw_on_host(&p, wire, &t).await.result.expect("ok");
         assert_eq!(out.output, json!({"verdict": "fail"}));
         let call = &p.model_calls()[0];
         match wire {
@@ -153,14 +144,9 @@ async fn schema_repair_turn_then_typed_mismatch() {
             Turn::Answer(json!({"verdict": "pass"})),
         ])
         .await;
-        let ws = tempfile::tempdir().unwrap();
-        let env = env_for(&p, wire);
-        let events = Events::default();
         let mut t = task(wire, "judge");
         t.output_schema = Some(verdict_schema());
-        let out = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-            .await
-            .expect("repaired");
+        let out = claw_on_host(&p, wire, &t).await.result.expect("repaired");
         assert_eq!(out.output["verdict"], "pass");
         assert!(out.formatting_pass_used);
         // The repair turn told the model what was wrong.
@@ -177,11 +163,8 @@ async fn schema_repair_turn_then_typed_mismatch() {
             Turn::Answer(json!({"verdict": "pass"})),
         ])
         .await;
-        let env = env_for(&p, wire);
-        let events = Events::default();
-        let err = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-            .await
-            .expect_err("mismatch");
+        let HostRun { events, result, .. } = claw_on_host(&p, wire, &t).await;
+        let err = result.expect_err("mismatch");
         assert_eq!(err.code(), "AGENT_SCHEMA_MISMATCH", "{err}");
         assert_eq!(p.model_calls().len(), 2);
         assert_eq!(events.names().last(), Some(&"delegate_error"));
@@ -197,14 +180,12 @@ async fn tools_then_prose_gets_one_json_only_turn() {
         Turn::Answer(json!({"verdict": "pass"})),
     ])
     .await;
-    let ws = tempfile::tempdir().unwrap();
-    let env = env_for(&p, Wire::Anthropic);
-    let events = Events::default();
     let mut t = task(Wire::Anthropic, "look");
     t.tools = vec!["glob".into()];
     t.output_schema = Some(verdict_schema());
-    let out = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
+    let out = claw_on_host(&p, Wire::Anthropic, &t)
         .await
+        .result
         .expect("ok");
     assert_eq!(out.output["verdict"], "pass");
     assert!(out.formatting_pass_used);
@@ -221,17 +202,8 @@ async fn retries_429_twice_then_succeeds() {
             Turn::text("finally"),
         ])
         .await;
-        let ws = tempfile::tempdir().unwrap();
-        let env = env_for(&p, wire);
-        let events = Events::default();
-        let out = run_agent(
-            &task(wire, "hi"),
-            BackendName::Claw,
-            host(&ws),
-            &ctx(&env, &events),
-        )
-        .await
-        .expect("ok");
+        let HostRun { events, result, .. } = claw_on_host(&p, wire, &task(wire, "hi")).await;
+        let out = result.expect("ok");
         assert_eq!(out.text, "finally");
         let retries: Vec<_> = events
             .all()
@@ -258,17 +230,10 @@ async fn retries_are_bounded_and_typed() {
         Turn::text("too late"),
     ])
     .await;
-    let ws = tempfile::tempdir().unwrap();
-    let env = env_for(&p, Wire::Anthropic);
-    let events = Events::default();
-    let err = run_agent(
-        &task(Wire::Anthropic, "hi"),
-        BackendName::Claw,
-        host(&ws),
-        &ctx(&env, &events),
-    )
-    .await
-    .expect_err("exhausted");
+    let err = claw_on_host(&p, Wire::Anthropic, &task(Wire::Anthropic, "hi"))
+        .await
+        .result
+        .expect_err("exhausted");
     assert!(
         matches!(
             err,
@@ -287,15 +252,10 @@ async fn retries_are_bounded_and_typed() {
         Turn::text("x"),
     ])
     .await;
-    let env = env_for(&p, Wire::Anthropic);
-    let err = run_agent(
-        &task(Wire::Anthropic, "hi"),
-        BackendName::Claw,
-        host(&ws),
-        &ctx(&env, &events),
-    )
-    .await
-    .expect_err("400");
+    let err = claw_on_host(&p, Wire::Anthropic, &task(Wire::Anthropic, "hi"))
+        .await
+        .result
+        .expect_err("400");
     assert!(
         matches!(err, AgentError::ProviderStatus { status: 400, .. }),
         "{err}"
@@ -311,15 +271,11 @@ async fn tool_max_steps_is_enforced() {
         Turn::tool("bash", json!({"command": "true"})),
     ])
     .await;
-    let ws = tempfile::tempdir().unwrap();
-    let env = env_for(&p, Wire::OpenAi);
-    let events = Events::default();
     let mut t = task(Wire::OpenAi, "loop forever");
     t.tools = vec!["bash".into()];
     t.tool_max_steps = Some(2);
-    let err = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-        .await
-        .expect_err("steps");
+    let HostRun { events, result, .. } = claw_on_host(&p, Wire::OpenAi, &t).await;
+    let err = result.expect_err("steps");
     assert!(
         matches!(err, AgentError::ToolMaxStepsExceeded { max: 2 }),
         "{err}"
@@ -334,13 +290,11 @@ async fn provider_garbage_is_typed() {
     for wire in [Wire::Anthropic, Wire::OpenAi] {
         for stream in [true, false] {
             let p = ScriptedProvider::start(vec![Turn::Garbage]).await;
-            let ws = tempfile::tempdir().unwrap();
-            let env = env_for(&p, wire);
-            let events = Events::default();
             let mut t = task(wire, "hi");
             t.stream = stream;
-            let err = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
+            let err = claw_on_host(&p, wire, &t)
                 .await
+                .result
                 .expect_err("garbage");
             assert_eq!(
                 err.code(),
@@ -424,9 +378,6 @@ async fn budget_warns_then_stops_the_node() {
         Turn::text("done"),
     ])
     .await;
-    let ws = tempfile::tempdir().unwrap();
-    let env = env_for(&p, Wire::Anthropic);
-    let events = Events::default();
     let mut t = task(Wire::Anthropic, "spend");
     t.tools = vec!["bash".into()];
     // Each scripted answer costs 120 tokens: 120 ≥ 80 % of 150 warns,
@@ -435,9 +386,8 @@ async fn budget_warns_then_stops_the_node() {
         max_tokens: Some(150),
         ..BudgetSpec::default()
     });
-    let err = run_agent(&t, BackendName::Claw, host(&ws), &ctx(&env, &events))
-        .await
-        .expect_err("budget");
+    let HostRun { events, result, .. } = claw_on_host(&p, Wire::Anthropic, &t).await;
+    let err = result.expect_err("budget");
     assert!(
         matches!(err, AgentError::BudgetExceeded { ref dimension, .. } if dimension == "tokens"),
         "{err}"

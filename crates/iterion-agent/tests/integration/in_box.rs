@@ -113,6 +113,15 @@ pub async fn boxed(
     start(d, tag, plan).await
 }
 
+/// The sandbox of `s`, the runner already at its path.
+fn mounted<'a>(s: &'a Started, image: Option<&str>) -> AgentPlacement<'a> {
+    AgentPlacement::Sandbox {
+        run: &*s.run,
+        runner: RunnerBinary::InSandbox,
+        image: image.map(ToOwned::to_owned),
+    }
+}
+
 /// The provider's URL as the box sees it (a name only the proxy resolves).
 pub fn provider_env(p: &ScriptedProvider) -> EnvSnapshot {
     EnvSnapshot::new()
@@ -254,11 +263,7 @@ async fn dockerd_provider_missing_from_the_allowlist_fails_typed() {
     let err = run_agent(
         &t,
         BackendName::Claw,
-        AgentPlacement::Sandbox {
-            run: &*s.run,
-            runner: RunnerBinary::InSandbox,
-            image: None,
-        },
+        mounted(&s, None),
         &ctx(&env, &events),
     )
     .await
@@ -301,11 +306,7 @@ async fn claude_in_box(engine: Engine) {
     let out = run_agent(
         &t,
         BackendName::ClaudeCode,
-        AgentPlacement::Sandbox {
-            run: &*s.run,
-            runner: RunnerBinary::InSandbox,
-            image: Some(SLIM.to_owned()),
-        },
+        mounted(&s, Some(SLIM)),
         &ctx(&env, &events),
     )
     .await
@@ -357,11 +358,7 @@ async fn dockerd_claude_cli_missing_from_the_image_is_typed() {
     let err = run_agent(
         &task(Wire::Anthropic, "x"),
         BackendName::ClaudeCode,
-        AgentPlacement::Sandbox {
-            run: &*s.run,
-            runner: RunnerBinary::InSandbox,
-            image: Some(BUSYBOX.to_owned()),
-        },
+        mounted(&s, Some(BUSYBOX)),
         &ctx(&env, &events),
     )
     .await
@@ -381,11 +378,7 @@ async fn dockerd_codex_in_a_sandbox_is_refused() {
     let err = run_agent(
         &task(Wire::Anthropic, "x"),
         BackendName::Codex,
-        AgentPlacement::Sandbox {
-            run: &*s.run,
-            runner: RunnerBinary::InSandbox,
-            image: None,
-        },
+        mounted(&s, None),
         &ctx(&env, &events),
     )
     .await

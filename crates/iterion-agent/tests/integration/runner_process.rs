@@ -63,6 +63,21 @@ async fn collect(mut p: HostProcess) -> (Vec<WireMessage>, i64) {
     (msgs, code)
 }
 
+/// The runner's one message when the channel broke: a typed error in a
+/// `result`, exit code 2.
+async fn protocol_failure(p: HostProcess) -> AgentError {
+    let (mut msgs, code) = collect(p).await;
+    assert_eq!(code, 2);
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    let Some(WireMessage::Result { data }) = msgs.pop() else {
+        panic!("not a result")
+    };
+    match *data {
+        iterion_agent::runner::protocol::RunnerResult::Err(e) => e,
+        iterion_agent::runner::protocol::RunnerResult::Ok(o) => panic!("ok? {o:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runner_runs_the_loop_and_keeps_the_key_from_tools() {
     let p = ScriptedProvider::start(vec![
@@ -160,14 +175,7 @@ async fn malformed_line_to_the_runner_is_a_typed_result() {
     p.write_stdin(Bytes::from_static(b"this is not json\n"))
         .await
         .expect("write");
-    let (msgs, code) = collect(p).await;
-    assert_eq!(code, 2);
-    let [WireMessage::Result { data }] = msgs.as_slice() else {
-        panic!("{msgs:?}")
-    };
-    let iterion_agent::runner::protocol::RunnerResult::Err(e) = &**data else {
-        panic!("ok?")
-    };
+    let e = protocol_failure(p).await;
     assert_eq!(e.code(), "AGENT_RUNNER_PROTOCOL", "{e}");
 }
 
@@ -178,16 +186,9 @@ async fn oversize_line_to_the_runner_is_a_typed_result() {
     let mut line = vec![b'x'; MAX_LINE_BYTES + 1];
     line.push(b'\n');
     p.write_stdin(Bytes::from(line)).await.expect("write");
-    let (msgs, code) = collect(p).await;
-    assert_eq!(code, 2);
-    let [WireMessage::Result { data }] = msgs.as_slice() else {
-        panic!("{msgs:?}")
-    };
-    let iterion_agent::runner::protocol::RunnerResult::Err(e) = &**data else {
-        panic!("ok?")
-    };
+    let e = protocol_failure(p).await;
     assert!(
-        matches!(e, AgentError::RunnerLineTooLong { direction, .. } if direction == "host_to_runner"),
+        matches!(&e, AgentError::RunnerLineTooLong { direction, .. } if direction == "host_to_runner"),
         "{e}"
     );
 }

@@ -4,7 +4,10 @@
 use std::sync::Mutex;
 
 use iterion_agent::backend::HostFacts;
-use iterion_agent::{AgentContext, AgentEventSink, AgentTask, EnvSnapshot, RetrySettings};
+use iterion_agent::{
+    AgentContext, AgentError, AgentEventSink, AgentOutcome, AgentPlacement, AgentTask, BackendName,
+    EnvSnapshot, RetrySettings, run_agent,
+};
 use iterion_core::EventKind;
 use iterion_testkit::provider::ScriptedProvider;
 use tokio_util::sync::CancellationToken;
@@ -81,4 +84,26 @@ pub fn ctx<'a>(env: &'a EnvSnapshot, events: &'a Events) -> AgentContext<'a> {
         launcher: None,
         cancel: CancellationToken::new(),
     }
+}
+
+/// One claw node run on the host against a scripted provider.
+pub struct HostRun {
+    /// Its workspace (kept alive for inspection).
+    pub ws: tempfile::TempDir,
+    /// Its events.
+    pub events: Events,
+    /// Its end.
+    pub result: Result<AgentOutcome, AgentError>,
+}
+
+/// Run `t` as a claw node on the host, its provider at `p`.
+pub async fn claw_on_host(p: &ScriptedProvider, wire: Wire, t: &AgentTask) -> HostRun {
+    let ws = tempfile::tempdir().unwrap();
+    let env = env_for(p, wire);
+    let events = Events::default();
+    let placement = AgentPlacement::Host {
+        workspace: ws.path().to_path_buf(),
+    };
+    let result = run_agent(t, BackendName::Claw, placement, &ctx(&env, &events)).await;
+    HostRun { ws, events, result }
 }
