@@ -10,3 +10,4 @@ mod run_e2e;
 mod secrets_e2e;
 mod store_schema_e2e;
 mod support;
+mod validate_bounds;
