@@ -450,7 +450,7 @@ async fn drive(
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
         });
     };
-    let _ = session.wait().await;
+    crate::runner::launcher::finish_after_result(session).await;
     outcome(
         &result,
         task.tool_max_steps,

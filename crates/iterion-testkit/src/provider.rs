@@ -68,6 +68,8 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The raw body.
     pub raw: String,
+    /// When the request head arrived.
+    pub received_at: std::time::Instant,
     /// Time the provider spent answering (head received → response built).
     pub service: std::time::Duration,
 }
@@ -220,9 +222,17 @@ impl ScriptedProvider {
             .collect()
     }
 
-    /// The provider's own service time of each model call, in order.
-    pub fn service_times(&self) -> Vec<std::time::Duration> {
-        self.model_calls().iter().map(|r| r.service).collect()
+    /// The client's side of each round after the first: from the moment
+    /// the provider answered one model call to the arrival of the next
+    /// (parse, tools, next request, the network in between).
+    pub fn client_gaps(&self) -> Vec<std::time::Duration> {
+        self.model_calls()
+            .windows(2)
+            .map(|w| {
+                w[1].received_at
+                    .saturating_duration_since(w[0].received_at + w[0].service)
+            })
+            .collect()
     }
 }
 
@@ -260,6 +270,7 @@ async fn handle(
         headers,
         body: body.clone(),
         raw,
+        received_at: received,
         service: std::time::Duration::ZERO,
     };
     let is_model = recorded.is_model_call();

@@ -277,11 +277,11 @@ async fn drive_inner(
     let _ = session.close_stdin().await;
     match result {
         Some(RunnerResult::Ok(outcome)) => {
-            let _ = session.wait().await;
+            finish_after_result(session).await;
             Ok(outcome)
         }
         Some(RunnerResult::Err(e)) => {
-            let _ = session.wait().await;
+            finish_after_result(session).await;
             Err(e)
         }
         None => {
@@ -303,6 +303,20 @@ async fn drive_inner(
         }
     }
 }
+
+/// After its last message a process has [`EXIT_GRACE`] to exit; then it
+/// is killed (the node's outcome is already known).
+pub(crate) async fn finish_after_result(session: &mut dyn ExecSession) {
+    if tokio::time::timeout(EXIT_GRACE, session.wait())
+        .await
+        .is_err()
+    {
+        let _ = session.kill().await;
+    }
+}
+
+/// How long a process may linger after its final message.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn send(session: &mut dyn ExecSession, msg: &WireMessage) -> Result<(), AgentError> {
     let line = encode(msg, Direction::HostToRunner)?;

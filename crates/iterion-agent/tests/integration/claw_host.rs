@@ -443,3 +443,32 @@ async fn codex_is_a_typed_refusal() {
     assert_eq!(err.code(), "AGENT_CODEX_REFUSED");
     assert!(err.to_string().contains("not built"), "{err}");
 }
+
+/// `session: inherit` on claw: the previous node's conversation is
+/// replayed before this node's prompt.
+#[tokio::test]
+async fn session_inherit_replays_the_previous_conversation() {
+    let p = ScriptedProvider::start(vec![Turn::text("noted"), Turn::text("zebra")]).await;
+    let first = claw_on_host(&p, Wire::OpenAi, &task(Wire::OpenAi, "Remember zebra-99."))
+        .await
+        .result
+        .expect("first");
+    let mut second = task(Wire::OpenAi, "Which word?");
+    second.session = iterion_agent::SessionSpec::Inherit {
+        session_id: None,
+        messages: first.messages,
+    };
+    let out = claw_on_host(&p, Wire::OpenAi, &second)
+        .await
+        .result
+        .expect("second");
+    assert_eq!(out.text, "zebra");
+    let msgs = p.model_calls()[1].body["messages"].clone();
+    let texts: Vec<&str> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(texts, vec!["Remember zebra-99.", "noted", "Which word?"]);
+}

@@ -102,13 +102,14 @@ pub async fn boxed(
     extra: Vec<Mount>,
     proxy: &ProxyHandle,
     token: &ProxyToken,
+    enforce: bool,
 ) -> Started {
     let mut plan = base_plan(image);
     plan.mounts.extend(extra);
     plan.egress = Some(EgressAttachment {
         proxy_port: proxy.local_addr().port(),
         token: token.expose().to_owned(),
-        enforce: true,
+        enforce,
     });
     start(d, tag, plan).await
 }
@@ -135,7 +136,7 @@ pub fn provider_env(p: &ScriptedProvider) -> EnvSnapshot {
         .with("AWS_SECRET_ACCESS_KEY", "aws-secret-never-forwarded")
 }
 
-async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str) {
+async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str, enforce: bool) {
     let d = driver(engine, binds).await;
     let p = ScriptedProvider::start(vec![
         Turn::tool(
@@ -156,7 +157,13 @@ async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str) {
             RunnerBinary::InSandbox,
         ),
     };
-    let s = boxed(&d, image, "claw", extra, &px, &token).await;
+    let s = boxed(&d, image, "claw", extra, &px, &token, enforce).await;
+    if !enforce {
+        // An advisory proxy is addressed by name: the static runner must
+        // resolve it from /etc/hosts, without glibc's NSS.
+        let proxy_env = Started::stdout(&s.sh("echo $HTTPS_PROXY").await);
+        assert!(proxy_env.contains("@host.docker.internal:"), "{proxy_env}");
+    }
     let env = provider_env(&p);
     let events = Events::default();
     let mut t = task(Wire::Anthropic, "prove where you run");
@@ -222,22 +229,27 @@ async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dockerd_claw_runs_in_the_box_busybox_bind() {
-    claw_in_box(Engine::Docker, BindsMode::default(), BUSYBOX).await;
+    claw_in_box(Engine::Docker, BindsMode::default(), BUSYBOX, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dockerd_claw_runs_in_the_box_bindless_copy() {
-    claw_in_box(Engine::Docker, BindsMode::None, BUSYBOX).await;
+    claw_in_box(Engine::Docker, BindsMode::None, BUSYBOX, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn podman_claw_runs_in_the_box_slim_bind() {
-    claw_in_box(Engine::Podman, BindsMode::default(), SLIM).await;
+    claw_in_box(Engine::Podman, BindsMode::default(), SLIM, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn podman_claw_runs_in_the_box_busybox_bind() {
-    claw_in_box(Engine::Podman, BindsMode::default(), BUSYBOX).await;
+    claw_in_box(Engine::Podman, BindsMode::default(), BUSYBOX, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_claw_reaches_an_advisory_proxy_by_name() {
+    claw_in_box(Engine::Docker, BindsMode::default(), BUSYBOX, false).await;
 }
 
 /// A provider the allowlist does not name: the proxy refuses it (the
@@ -254,6 +266,7 @@ async fn dockerd_provider_missing_from_the_allowlist_fails_typed() {
         vec![runner_mount(&static_iterion())],
         &px,
         &token,
+        true,
     )
     .await;
     let env = provider_env(&p);
@@ -297,7 +310,7 @@ async fn claude_in_box(engine: Engine) {
         size: None,
         origin: MountOrigin::Workflow,
     };
-    let s = boxed(&d, SLIM, "claude", vec![cli], &px, &token).await;
+    let s = boxed(&d, SLIM, "claude", vec![cli], &px, &token, true).await;
     let env = provider_env(&p);
     let events = Events::default();
     let mut t = task(Wire::Anthropic, "prove where you run, then report");
