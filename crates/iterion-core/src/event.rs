@@ -49,6 +49,15 @@ impl EventDraft {
         self.node_id = Some(node);
         self
     }
+
+    /// Mark the event as happening inside a parallel branch (facts §8's
+    /// `branch_id`, carried in `data` so every store keeps it as is).
+    pub fn in_branch(mut self, branch: Option<&str>) -> Self {
+        if let (Some(branch), Value::Object(data)) = (branch, &mut self.data) {
+            data.insert("branch_id".into(), Value::String(branch.to_owned()));
+        }
+        self
+    }
 }
 
 impl From<EventKind> for EventDraft {
@@ -86,6 +95,15 @@ pub struct DroppedBind {
     pub source: String,
     /// Container target.
     pub target: String,
+}
+
+/// A branch that failed before its join (`join_ready.failed_branches`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedBranch {
+    /// The branch.
+    pub branch_id: String,
+    /// Why it failed.
+    pub error: String,
 }
 
 /// Every event the runtime emits, with its payload.
@@ -133,12 +151,61 @@ pub enum EventKind {
         error: String,
         stderr_tail: String,
     },
-    EdgeTaken {
+    /// The edge a node's output (or its router) selected; upstream's name.
+    EdgeSelected {
         from: String,
         to: String,
         condition: Option<String>,
+        #[serde(rename = "loop")]
         loop_name: Option<String>,
         iteration: Option<u32>,
+        /// Position in a `round_robin` router's cycle.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round_robin_index: Option<u32>,
+        /// `as foreach NAME(…)`: the loop name and how many items it runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        foreach: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<u64>,
+    },
+    // ---- parallel branches (upstream `pkg/runtime/fan_out.go`) ----------
+    /// A branch of a fan-out (or one item of a foreach) got its slot.
+    BranchStarted {
+        branch_id: String,
+        /// The router (or the foreach edge's source) it forked from.
+        from: String,
+        /// Its first node.
+        to: String,
+        /// The item's index, for a foreach branch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        index: Option<u64>,
+    },
+    /// A branch ended: reached its join, `done`, a failure or a cancel.
+    BranchFinished {
+        branch_id: String,
+        /// `joined`, `done`, `failed` or `cancelled`.
+        outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        join_node: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Every branch of a fan-out is accounted for; the join node runs
+    /// next (node_id = the join node).
+    JoinReady {
+        /// `wait_all` or `best_effort`.
+        strategy: String,
+        branches: u64,
+        failed_branches: Vec<FailedBranch>,
+        /// Every branch ended at `done` (no join node): the run finishes.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        terminal_join: bool,
+    },
+    /// One step of the run's resumable progress (versioned; folded in
+    /// order it rebuilds the engine's state, `iterion_runtime::progress`).
+    RunCheckpoint {
+        version: u32,
+        step: Value,
     },
     // ---- sandbox (facts §8) --------------------------------------------
     SandboxSkipped {
@@ -279,6 +346,101 @@ pub enum EventKind {
         rule: Option<String>,
         node_id: Option<String>,
     },
+    // ---- agents (upstream names; payloads as upstream's event hooks) ---
+    /// One model call is about to be made.
+    LlmRequest {
+        backend: String,
+        model: String,
+        message_count: u32,
+        tool_count: u32,
+    },
+    /// One model call answered.
+    LlmStepFinished {
+        step: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        finish_reason: String,
+        tool_calls: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    /// A transient provider failure (429, 5xx, transport) is retried.
+    LlmRetry {
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status_code: Option<u16>,
+    },
+    /// A tool call starts; `placement` is `container` or `host`.
+    ToolStarted {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        placement: String,
+    },
+    /// A tool call returned.
+    ToolCalled {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        output_size: u64,
+        duration_ms: u64,
+        placement: String,
+    },
+    /// A tool call failed (the model sees the error and may recover).
+    ToolError {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        duration_ms: u64,
+        error: String,
+        placement: String,
+    },
+    /// An agent backend took the node.
+    DelegateStarted {
+        backend: String,
+    },
+    /// The backend produced the node's output.
+    DelegateFinished {
+        backend: String,
+        duration_ms: u64,
+        tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i64>,
+        formatting_pass_used: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+    },
+    /// The backend failed the node.
+    DelegateError {
+        backend: String,
+        duration_ms: u64,
+        tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i64>,
+        code: String,
+        error: String,
+    },
+    /// A claw node runs through `iterion __claw-runner` inside the sandbox.
+    SandboxClawRoutedViaRunner {
+        reason: String,
+        limitations_v1: Vec<String>,
+    },
+    /// A token or cost budget crossed its warning threshold (80 %).
+    BudgetWarning {
+        dimension: String,
+        used: f64,
+        limit: f64,
+    },
+    /// A token or cost budget is spent; the node stops.
+    BudgetExceeded {
+        dimension: String,
+        used: f64,
+        limit: f64,
+    },
 }
 
 impl EventKind {
@@ -294,7 +456,11 @@ impl EventKind {
             Self::NodeStarted { .. } => "node_started",
             Self::NodeFinished { .. } => "node_finished",
             Self::NodeFailed { .. } => "node_failed",
-            Self::EdgeTaken { .. } => "edge_taken",
+            Self::EdgeSelected { .. } => "edge_selected",
+            Self::BranchStarted { .. } => "branch_started",
+            Self::BranchFinished { .. } => "branch_finished",
+            Self::JoinReady { .. } => "join_ready",
+            Self::RunCheckpoint { .. } => "run_checkpoint",
             Self::SandboxSkipped { .. } => "sandbox_skipped",
             Self::SandboxDriverSelected { .. } => "sandbox_driver_selected",
             Self::SandboxImagePull { .. } => "sandbox_image_pull",
@@ -319,6 +485,18 @@ impl EventKind {
             Self::SandboxReaped { .. } => "sandbox_reaped",
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::LlmRequest { .. } => "llm_request",
+            Self::LlmStepFinished { .. } => "llm_step_finished",
+            Self::LlmRetry { .. } => "llm_retry",
+            Self::ToolStarted { .. } => "tool_started",
+            Self::ToolCalled { .. } => "tool_called",
+            Self::ToolError { .. } => "tool_error",
+            Self::DelegateStarted { .. } => "delegate_started",
+            Self::DelegateFinished { .. } => "delegate_finished",
+            Self::DelegateError { .. } => "delegate_error",
+            Self::SandboxClawRoutedViaRunner { .. } => "sandbox_claw_routed_via_runner",
+            Self::BudgetWarning { .. } => "budget_warning",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
         }
     }
 }
@@ -341,6 +519,45 @@ mod tests {
         assert_eq!(draft.kind, "sandbox_host_binds_dropped");
         assert_eq!(draft.data["dropped"][0]["target"], "/c");
         assert_eq!(draft.data["withdrawn_env"][0], "ITERION_ARTIFACT_FILES_DIR");
+    }
+
+    #[test]
+    fn agent_event_names_match_serde_tags() {
+        let kinds = [
+            EventKind::LlmRequest {
+                backend: "claw".into(),
+                model: "anthropic/m".into(),
+                message_count: 1,
+                tool_count: 0,
+            },
+            EventKind::LlmStepFinished {
+                step: 1,
+                input_tokens: 1,
+                output_tokens: 2,
+                finish_reason: "end_turn".into(),
+                tool_calls: 0,
+                cost_usd: None,
+            },
+            EventKind::LlmRetry {
+                attempt: 1,
+                delay_ms: 10,
+                error: "429".into(),
+                status_code: Some(429),
+            },
+            EventKind::SandboxClawRoutedViaRunner {
+                reason: "sandbox active".into(),
+                limitations_v1: vec![],
+            },
+            EventKind::BudgetExceeded {
+                dimension: "tokens".into(),
+                used: 2.0,
+                limit: 1.0,
+            },
+        ];
+        for kind in kinds {
+            let draft: EventDraft = kind.clone().into();
+            assert_eq!(draft.kind, kind.name());
+        }
     }
 
     #[test]

@@ -160,6 +160,9 @@ pub enum MountOrigin {
     /// An empty read-only directory laid over an iterion area (the run
     /// store) that another bind would expose to the sandbox.
     Mask,
+    /// The `iterion` binary the claw runner execs, read-only at
+    /// `/usr/local/bin/iterion` (facts §6.5).
+    RunnerBinary,
 }
 
 /// A declared read-back path (ADR-143).
@@ -196,6 +199,11 @@ impl Default for Limits {
         }
     }
 }
+
+/// The variables that point a process at the egress proxy: the driver
+/// sets them at create time (run token), the runtime again on each exec
+/// (that exec's own credential).
+pub const PROXY_ENV_VARS: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"];
 
 /// How the sandbox reaches the egress proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

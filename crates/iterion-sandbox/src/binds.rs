@@ -95,6 +95,11 @@ pub enum BindRole {
     Managed,
     /// A workflow's or devcontainer's mount, or a host_state bind.
     Declared,
+    /// A file iterion itself provides from the host (the runner binary,
+    /// read-only): judged like a declared mount, but iterion's own choice,
+    /// so `--trust untrusted` does not confine it to the workspace; it
+    /// must be a regular file.
+    Runtime,
 }
 
 impl BindRole {
@@ -110,6 +115,7 @@ impl BindRole {
             | MountOrigin::ReadBack
             | MountOrigin::Mask => Self::Managed,
             MountOrigin::Workflow | MountOrigin::HostState => Self::Declared,
+            MountOrigin::RunnerBinary => Self::Runtime,
         }
     }
 }
@@ -329,7 +335,7 @@ pub fn sensitive_reason(
             }
             None
         }
-        BindRole::Declared => {
+        BindRole::Declared | BindRole::Runtime => {
             for area in &sealed {
                 if path_is_under(path, area) {
                     return Some(format!("inside the sensitive host path {area}"));
@@ -344,6 +350,7 @@ pub fn sensitive_reason(
                 }
             }
             if scope.untrusted
+                && role == BindRole::Declared
                 && let Some(ws) = scope.workspace
                 && !path_is_under(path, ws)
             {
@@ -378,7 +385,7 @@ pub fn check_spelling(
         return Err(refuse(source, reason));
     }
     // A credential dir a later `..` walks out of still refuses (deny wins).
-    if role == BindRole::Declared {
+    if matches!(role, BindRole::Declared | BindRole::Runtime) {
         for comp in trimmed.split('/') {
             if CREDENTIAL_NAMES.contains(&comp) {
                 return Err(refuse(source, format!("credential path component {comp}")));
@@ -432,6 +439,9 @@ pub fn judge_bind(
     }
     if role == BindRole::Workspace && !kind.is_dir() {
         return Err(refuse(source, shown("is not a directory".to_owned())));
+    }
+    if role == BindRole::Runtime && !kind.is_file() {
+        return Err(refuse(source, shown("is not a regular file".to_owned())));
     }
     if role == BindRole::Managed
         && !settings.managed_roots.is_empty()

@@ -309,3 +309,27 @@ fn sources_are_rewritten_to_real_paths_and_a_later_swap_is_caught() {
     let err = recheck_plan_binds(&plan, &settings).expect_err("swap caught");
     assert!(err.reason.contains("changed"), "{err}");
 }
+
+#[test]
+fn the_runner_binary_is_a_regular_file_judged_like_a_declared_bind() {
+    let (_d, root) = tmp();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let bin = root.join("iterion");
+    std::fs::write(&bin, b"\x7fELF").expect("binary");
+    let ws_real = s(&ws);
+    let untrusted = BindScope {
+        workspace: Some(&ws_real),
+        untrusted: true,
+    };
+    let settings = HostBindSettings::default();
+    assert_eq!(BindRole::of(MountOrigin::RunnerBinary), BindRole::Runtime);
+    let r = |p: &Path| judge_bind(&s(p), BindRole::Runtime, &settings, &untrusted);
+    // iterion's own file: outside the workspace even for an untrusted run.
+    assert_eq!(r(&bin).expect("runner binary"), s(&bin));
+    let err = r(&ws).expect_err("a directory");
+    assert!(err.reason.contains("not a regular file"), "{err}");
+    // Through a symlink into a sealed area it is what it leads to.
+    symlink("/etc/passwd", root.join("iterion-link")).expect("symlink");
+    assert!(r(&root.join("iterion-link")).is_err());
+}
