@@ -149,14 +149,46 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             )
         }
         "sandbox_build_failed" => format!("sandbox: build failed: {}", s(d, "error")),
-        "node_started" => format!("▶ {node}"),
+        "node_started" => format!("▶ {node}{}", in_branch(d)),
         "node_finished" => format!(
-            "✓ {node} ({} ms) {}",
+            "✓ {node}{} ({} ms) {}",
+            in_branch(d),
             d.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
             compact(&d["output"])
         ),
-        "node_failed" => format!("✗ {node}: {} {}", s(d, "error"), s(d, "stderr_tail").trim()),
-        "edge_taken" => return None,
+        "node_failed" => format!(
+            "✗ {node}{}: {} {}",
+            in_branch(d),
+            s(d, "error"),
+            s(d, "stderr_tail").trim()
+        ),
+        "branch_started" => match d.get("index").and_then(Value::as_u64) {
+            Some(i) => format!(
+                "⇉ {} item {i} → {} ({})",
+                s(d, "from"),
+                s(d, "to"),
+                s(d, "branch_id")
+            ),
+            None => format!(
+                "⇉ {} → {} ({})",
+                s(d, "from"),
+                s(d, "to"),
+                s(d, "branch_id")
+            ),
+        },
+        "branch_finished" => format!("⇇ {} {}", s(d, "branch_id"), s(d, "outcome")),
+        "join_ready" if node.is_empty() => {
+            format!("⋈ every branch reached done ({})", s(d, "strategy"))
+        }
+        "join_ready" => format!(
+            "⋈ join at {node} ({}, {} branch(es), {} failed)",
+            s(d, "strategy"),
+            d.get("branches").and_then(Value::as_u64).unwrap_or(0),
+            d.get("failed_branches")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+        ),
+        "edge_selected" | "run_checkpoint" => return None,
         "network_blocked" => format!(
             "egress: blocked {}:{} ({}, rule {}){}",
             s(d, "host"),
@@ -191,6 +223,13 @@ pub fn describe(event: &EventRecord) -> Option<String> {
         "sandbox_image_pull" => return None,
         other => format!("{other} {}", compact(d)),
     })
+}
+
+/// ` [branch]` for an event inside a parallel branch.
+fn in_branch(d: &Value) -> String {
+    d.get("branch_id")
+        .and_then(Value::as_str)
+        .map_or_else(String::new, |b| format!(" [{b}]"))
 }
 
 fn compact(v: &Value) -> String {

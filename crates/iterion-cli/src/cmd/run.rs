@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use iterion_core::{HostState, Mode, RunId, RunStatus, Trust};
-use iterion_runtime::{
-    BootFlags, CurrentNode, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags,
-};
+use iterion_runtime::{BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags};
 use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
 use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
 use tokio_util::sync::CancellationToken;
@@ -53,7 +51,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     });
 
     let workspace = std::env::current_dir()?.canonicalize()?;
-    let current = CurrentNode::default();
     let local_env: BTreeMap<String, String> = std::env::vars().collect();
     let booter = PolicyBooter::new(
         env,
@@ -64,12 +61,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         },
         store.clone(),
         std::env::temp_dir().join("iterion"),
-        current.clone(),
     );
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-    let engine = Engine::new(store, Arc::new(booter))
-        .with_event_tap(tap)
-        .with_current_node(current);
+    let engine = Engine::new(store, Arc::new(booter)).with_event_tap(tap);
     let renderer = tokio::spawn(render::render_events(rx));
 
     let cancel = CancellationToken::new();
