@@ -11,14 +11,14 @@
 //! engine's), nor decide where a tool runs or which credential travels
 //! (the placement table, [`ProviderCredentials::collect`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use iterion_core::EventKind;
 use iterion_core::agent::{self as seam, AgentEvents, AgentRequest, AgentUsage, SessionMode};
-use iterion_core::id::RunId;
+use iterion_core::id::{NodeId, RunId};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -108,24 +108,37 @@ impl AgentBackends {
         task
     }
 
-    /// Check one node before anything of its run exists: its backend
-    /// resolves, its model names a known provider, the credentials that
-    /// backend needs are in the environment (named, never shown), its
-    /// tools are classified. Only `request`'s backend fields, model and
-    /// tools are read. A host Claude login counts (the run may be
-    /// unsandboxed); a sandboxed run without a key still fails the node.
-    pub fn admit(&self, request: &AgentRequest) -> Result<BackendName, AgentError> {
-        let resolved = resolve_backend(
+    /// The node's effective backend (the one resolver).
+    fn backend_of(&self, request: &AgentRequest) -> Result<BackendName, AgentError> {
+        resolve_backend(
             BackendInputs {
                 node: request.backend.as_deref(),
                 workflow_default: request.default_backend.as_deref(),
             },
             &self.env,
             &self.facts,
-        )?;
-        let task = self.task_of(request, resolved.name);
-        preflight(&task, resolved.name, &self.env, &self.facts, false, None)?;
-        Ok(resolved.name)
+        )
+        .map(|r| r.name)
+    }
+
+    /// Check one node before anything of its run exists, from its
+    /// properties as written (`backend:`, `model:`, `provider:`, `tools:`)
+    /// and the workflow's `default_backend:`: its backend resolves, its
+    /// model names a known provider, the credentials that backend needs
+    /// are in the environment (named, never shown), its tools are
+    /// classified. A host Claude login counts (the run may be
+    /// unsandboxed); a sandboxed run without a key still fails the node.
+    pub fn admit(
+        &self,
+        node: &NodeId,
+        properties: &BTreeMap<String, Value>,
+        default_backend: Option<&str>,
+    ) -> Result<BackendName, AgentError> {
+        let request = admission_request(node, properties, default_backend);
+        let backend = self.backend_of(&request)?;
+        let task = self.task_of(&request, backend);
+        preflight(&task, backend, &self.env, &self.facts, false, None)?;
+        Ok(backend)
     }
 
     /// Whether this is the run's first sandboxed claw node.
@@ -134,6 +147,50 @@ impl AgentBackends {
             .lock()
             .map(|mut r| r.insert(run.clone()))
             .unwrap_or(false)
+    }
+}
+
+/// A request carrying only what admission reads: the node's backend
+/// fields, model and tools as written.
+fn admission_request(
+    node: &NodeId,
+    properties: &BTreeMap<String, Value>,
+    default_backend: Option<&str>,
+) -> AgentRequest {
+    let text = |key: &str| {
+        properties
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    AgentRequest {
+        run_id: RunId::generate(),
+        node: node.clone(),
+        role: seam::AgentRole::Agent,
+        system_prompt: None,
+        user_prompt: String::new(),
+        model: text("model"),
+        backend: text("backend"),
+        default_backend: default_backend.map(str::to_owned),
+        provider: text("provider"),
+        tools: properties
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        output_schema: None,
+        session: SessionMode::Fresh,
+        session_id: None,
+        tool_max_steps: None,
+        max_tokens: None,
+        reasoning_effort: None,
+        input: Map::new(),
+        properties: properties.clone(),
     }
 }
 
@@ -163,16 +220,9 @@ impl seam::AgentRunner for AgentBackends {
         request: AgentRequest,
         cx: seam::AgentContext<'_>,
     ) -> Result<seam::AgentOutcome, seam::AgentError> {
-        let resolved = resolve_backend(
-            BackendInputs {
-                node: request.backend.as_deref(),
-                workflow_default: request.default_backend.as_deref(),
-            },
-            &self.env,
-            &self.facts,
-        )
-        .map_err(|e| to_seam(e, request.backend.as_deref().unwrap_or("(unresolved)")))?;
-        let backend = resolved.name;
+        let backend = self
+            .backend_of(&request)
+            .map_err(|e| to_seam(e, request.backend.as_deref().unwrap_or("(unresolved)")))?;
         let task = self.task_of(&request, backend);
         let sink = Forward(cx.events);
         let placement = if cx.sandboxed {
@@ -308,26 +358,13 @@ mod tests {
     use super::*;
 
     fn request(model: Option<&str>, provider: Option<&str>) -> AgentRequest {
-        AgentRequest {
-            run_id: RunId::generate(),
-            node: iterion_core::NodeId::new("n"),
-            role: seam::AgentRole::Agent,
-            system_prompt: None,
-            user_prompt: String::new(),
-            model: model.map(str::to_owned),
-            backend: None,
-            default_backend: None,
-            provider: provider.map(str::to_owned),
-            tools: Vec::new(),
-            output_schema: None,
-            session: SessionMode::Fresh,
-            session_id: None,
-            tool_max_steps: None,
-            max_tokens: None,
-            reasoning_effort: None,
-            input: Map::new(),
-            properties: std::collections::BTreeMap::new(),
+        let mut props = BTreeMap::new();
+        for (k, v) in [("model", model), ("provider", provider)] {
+            if let Some(v) = v {
+                props.insert(k.to_owned(), Value::String(v.to_owned()));
+            }
         }
+        admission_request(&NodeId::new("n"), &props, None)
     }
 
     #[test]

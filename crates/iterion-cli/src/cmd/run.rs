@@ -142,53 +142,16 @@ fn admit_agents(
     agents: &iterion_agent::AgentBackends,
     workflow: &iterion_dsl::ir::Workflow,
 ) -> anyhow::Result<()> {
-    use iterion_core::agent::{AgentRequest, AgentRole, SessionMode};
-    let text = |node: &iterion_dsl::ir::Node, key: &str| {
-        node.properties
-            .get(key)
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-    };
+    let default_backend = workflow
+        .properties
+        .get("default_backend")
+        .and_then(serde_json::Value::as_str);
     for node in workflow
         .nodes
         .values()
         .filter(|n| iterion_runtime::agents::is_agent_node(n))
     {
-        let request = AgentRequest {
-            run_id: RunId::generate(),
-            node: node.id.clone(),
-            role: AgentRole::Agent,
-            system_prompt: None,
-            user_prompt: String::new(),
-            model: text(node, "model"),
-            backend: text(node, "backend"),
-            default_backend: workflow
-                .properties
-                .get("default_backend")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned),
-            provider: text(node, "provider"),
-            tools: node
-                .properties
-                .get("tools")
-                .and_then(serde_json::Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(serde_json::Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            output_schema: None,
-            session: SessionMode::Fresh,
-            session_id: None,
-            tool_max_steps: None,
-            max_tokens: None,
-            reasoning_effort: None,
-            input: serde_json::Map::new(),
-            properties: node.properties.clone(),
-        };
-        if let Err(e) = agents.admit(&request) {
+        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
             return Err(
                 UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
             );

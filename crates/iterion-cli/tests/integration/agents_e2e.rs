@@ -21,7 +21,7 @@ use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::{Value, json};
 
 use crate::egress_e2e::host_ip;
-use crate::support::{Engine, Sandbox, container_exists, of_type, slim};
+use crate::support::{Engine, RunResult, Sandbox, container_exists, of_type, slim};
 
 const ANTHROPIC_KEY: &str = "sk-ant-api03-e2e-anthropic-key";
 const OPENAI_KEY: &str = "sk-e2e-openai-key";
@@ -173,6 +173,24 @@ fn assert_clean(engine: Engine, prov: &Provider, run_id: &str, events: &[Value])
     );
 }
 
+/// Run `text` with `extra` flags and expect it to finish: the result,
+/// the run id and its events.
+fn run_finished(sb: &Sandbox, text: &str, extra: &[&str]) -> (RunResult, String, Vec<Value>) {
+    let file = sb.write("agents.iter", text);
+    let res = sb.run(&file, extra);
+    let run_id = res.run_id();
+    let events = sb.events(&run_id);
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{:?}: {}\n{}",
+        sb.engine,
+        res.stderr,
+        serde_json::to_string_pretty(&events).unwrap()
+    );
+    (res, run_id, events)
+}
+
 fn claw_refine(engine: Engine, bindless: bool) {
     let prov = Provider::start(claw_turns());
     let mut sb = prov.sandbox(engine);
@@ -180,17 +198,7 @@ fn claw_refine(engine: Engine, bindless: bool) {
         sb = sb.with_env("ITERION_SANDBOX_DOCKER_BINDS", "none");
     }
     let rules = format!("\"{}\"", host_ip());
-    let file = sb.write("agents.iter", &refine(&slim(), &rules, "claw"));
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (res, run_id, events) = run_finished(&sb, &refine(&slim(), &rules, "claw"), &[]);
     assert_eq!(prov.p.remaining(), 0, "every scripted turn was played");
 
     // bash ran in the container: its hostname, no key in the tool's env.
@@ -286,17 +294,7 @@ fn claude_refine(engine: Engine) {
     ]);
     let sb = prov.sandbox(engine);
     let rules = format!("\"{}\"", host_ip());
-    let file = sb.write("agents.iter", &refine(&slim(), &rules, "claude_code"));
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = run_finished(&sb, &refine(&slim(), &rules, "claude_code"), &[]);
     let work = output_of(&events, "work");
     assert_eq!(work[0]["summary"], "first");
     assert_eq!(work[0]["_backend"], "claude_code");
@@ -412,15 +410,7 @@ fn unsandboxed_claw_runs_on_the_host_in_the_workspace() {
     let text = refine(&slim(), "", "claw");
     let text = text.split("  sandbox:").next().unwrap().to_owned()
         + "  work -> review with { summary: \"{{input.summary}}\" }\n  review -> work when not approved as refine(3)\n  review -> done when approved\n";
-    let file = sb.write("agents.iter", &text);
-    let res = sb.run(&file, &["--sandbox", "none"]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{}",
-        res.stderr
-    );
+    let (_, _, events) = run_finished(&sb, &text, &["--sandbox", "none"]);
     assert_eq!(
         std::fs::read_to_string(sb.workspace().join("proof.txt")).unwrap(),
         "from-bash\n"
@@ -429,7 +419,6 @@ fn unsandboxed_claw_runs_on_the_host_in_the_workspace() {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert!(tool_out.trim_end().ends_with(host.trim()), "{tool_out}");
     assert!(tool_out.starts_with('0'), "a tool saw a key: {tool_out}");
-    let events = sb.events(&run_id);
     assert!(of_type(&events, "sandbox_claw_routed_via_runner").is_empty());
     assert_eq!(
         of_type(&events, "tool_called")[0]["data"]["placement"],
@@ -455,15 +444,7 @@ fn dockerd_the_agents_example_runs() {
         Turn::text("{\"approved\": true, \"reasons\": \"names both\"}"),
     ]);
     let sb = prov.sandbox(Engine::Docker);
-    let file = sb.write("agents.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{}",
-        res.stderr
-    );
+    let (_, run_id, _) = run_finished(&sb, &text, &[]);
     assert!(sb.files(&run_id).to_string().contains("report.txt"));
     assert!(
         prov.p
