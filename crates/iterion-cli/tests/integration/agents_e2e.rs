@@ -65,9 +65,11 @@ impl Provider {
     }
 }
 
-/// The workflow: `work` (claw on the Anthropic wire) runs bash in the
-/// box and writes a drained file, `review` (claw on the OpenAI wire)
-/// judges, and its verdict loops back once.
+/// The workflow, upstream-style: `triage`, a `mode: llm` router (claw by
+/// the workflow's `default_backend:`, OpenAI wire), picks `work` over
+/// `skip`; `work` (claw on the Anthropic wire, or `work_backend`) runs
+/// bash in the box and writes a drained file; `review`, a judge (claw,
+/// OpenAI wire), routes the loop back once.
 fn refine(image: &str, rules: &str, work_backend: &str) -> String {
     format!(
         r#"
@@ -77,6 +79,14 @@ schema work_out:
 schema verdict:
   approved: bool
   reasons: string
+
+router triage:
+  mode: llm
+  model: "openai/gpt-4o-mini"
+  system: "Is there work to do?"
+
+tool skip:
+  command: "echo skipped"
 
 agent work:
   model: "anthropic/claude-sonnet-4-6"
@@ -94,7 +104,8 @@ judge review:
   output: verdict
 
 workflow agents:
-  entry: work
+  entry: triage
+  default_backend: "claw"
   sandbox:
     image: "{image}"
     host_state: none
@@ -102,6 +113,9 @@ workflow agents:
     network:
       mode: allowlist
       rules: [{rules}]
+  triage -> work
+  triage -> skip
+  skip -> done
   work -> review with {{ summary: "{{{{input.summary}}}}" }}
   review -> work when not approved as refine(3)
   review -> done when approved
@@ -116,12 +130,18 @@ const PROOF: &str = "mkdir -p /out && echo \"host=$(hostname)\" > /out/report.tx
 /// The same without `/out` (on the host there is no read-back path).
 const HOST_PROOF: &str = "echo from-bash > proof.txt && env | grep -c _API_KEY; hostname";
 
+/// The router's pick.
+static ROUTE: std::sync::LazyLock<Turn> = std::sync::LazyLock::new(|| {
+    Turn::text("{\"selected_route\": \"work\", \"reasoning\": \"there is work\"}")
+});
+
 fn claw_turns() -> Vec<Turn> {
     claw_turns_running(PROOF)
 }
 
 fn claw_turns_running(proof: &str) -> Vec<Turn> {
     vec![
+        ROUTE.clone(),
         // work, first pass: bash in the box, then the schema answer.
         Turn::tool("bash", json!({"command": proof})),
         Turn::text("{\"summary\": \"first\"}"),
@@ -203,7 +223,8 @@ fn claw_refine(engine: Engine, bindless: bool) {
 
     // bash ran in the container: its hostname, no key in the tool's env.
     let calls = prov.p.model_calls();
-    let tool_out = calls[1].tool_results().join("\n");
+    // calls[0] is the router's; calls[1] asked for the bash call.
+    let tool_out = calls[2].tool_results().join("\n");
     let hostnames: Vec<&str> = tool_out.lines().collect();
     assert_eq!(
         hostnames.first().copied(),
@@ -230,6 +251,9 @@ fn claw_refine(engine: Engine, bindless: bool) {
         );
     }
 
+    // The llm router picked work; skip never ran.
+    assert_eq!(output_of(&events, "triage")[0]["selected_route"], "work");
+    assert!(output_of(&events, "skip").is_empty());
     // The judge routed the loop: work twice, review twice.
     assert_eq!(
         output_of(&events, "work")
@@ -267,7 +291,7 @@ fn claw_refine(engine: Engine, bindless: bool) {
 }
 
 #[test]
-fn dockerd_claw_agent_and_judge_run_in_the_box() {
+fn dockerd_llm_router_agent_and_judge_run_claw_in_the_box() {
     claw_refine(Engine::Docker, false);
 }
 
@@ -277,13 +301,14 @@ fn dockerd_bindless_claw_runner_is_copied_in() {
 }
 
 #[test]
-fn podman_claw_agent_and_judge_run_in_the_box() {
+fn podman_llm_router_agent_and_judge_run_claw_in_the_box() {
     claw_refine(Engine::Podman, false);
 }
 
 /// The real Claude Code CLI of the slim image does the work; claw judges.
 fn claude_refine(engine: Engine) {
     let prov = Provider::start(vec![
+        ROUTE.clone(),
         Turn::tool(
             "Bash",
             json!({"command": PROOF, "description": "prove where this runs"}),
@@ -360,7 +385,7 @@ fn dockerd_provider_missing_from_the_allowlist_fails_the_node() {
     let events = sb.events(&run_id);
     let blocked = of_type(&events, "network_blocked");
     assert!(!blocked.is_empty(), "{}", res.stderr);
-    assert_eq!(blocked[0]["node_id"], "work");
+    assert_eq!(blocked[0]["node_id"], "triage");
     assert_eq!(blocked[0]["data"]["host"], host_ip().to_string());
     let failed = of_type(&events, "node_failed");
     let error = failed[0]["data"].to_string();
@@ -409,13 +434,13 @@ fn unsandboxed_claw_runs_on_the_host_in_the_workspace() {
     let sb = prov.sandbox(Engine::Docker);
     let text = refine(&slim(), "", "claw");
     let text = text.split("  sandbox:").next().unwrap().to_owned()
-        + "  work -> review with { summary: \"{{input.summary}}\" }\n  review -> work when not approved as refine(3)\n  review -> done when approved\n";
+        + "  triage -> work\n  triage -> skip\n  skip -> done\n  work -> review with { summary: \"{{input.summary}}\" }\n  review -> work when not approved as refine(3)\n  review -> done when approved\n";
     let (_, _, events) = run_finished(&sb, &text, &["--sandbox", "none"]);
     assert_eq!(
         std::fs::read_to_string(sb.workspace().join("proof.txt")).unwrap(),
         "from-bash\n"
     );
-    let tool_out = prov.p.model_calls()[1].tool_results().join("\n");
+    let tool_out = prov.p.model_calls()[2].tool_results().join("\n");
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert!(tool_out.trim_end().ends_with(host.trim()), "{tool_out}");
     assert!(tool_out.starts_with('0'), "a tool saw a key: {tool_out}");
