@@ -127,6 +127,7 @@ pub struct PolicyBooter {
     store: Arc<dyn RunStore>,
     state_dir: PathBuf,
     drain: DrainOptions,
+    extra_mounts: Vec<iterion_core::plan::Mount>,
 }
 
 impl PolicyBooter {
@@ -146,7 +147,17 @@ impl PolicyBooter {
             store,
             state_dir,
             drain: DrainOptions::default(),
+            extra_mounts: Vec::new(),
         }
+    }
+
+    /// Host binds every sandbox of this booter gets where the driver keeps
+    /// host binds (the claw runner binary, read-only); on a driver without
+    /// them they are left out, not dropped with a notice, since their user
+    /// copies them in itself (`SandboxRun::import`).
+    pub fn with_mounts(mut self, mounts: Vec<iterion_core::plan::Mount>) -> Self {
+        self.extra_mounts = mounts;
+        self
     }
 
     fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
@@ -406,6 +417,11 @@ impl SandboxBooter for PolicyBooter {
         planned_plan
             .mounts
             .extend(secret_files.mounts.iter().cloned());
+        if caps.host_bind_mounts {
+            planned_plan
+                .mounts
+                .extend(self.extra_mounts.iter().cloned());
+        }
         // Paths only (facts §6.9: exported before start); values never
         // touch the create-time env.
         for (k, v) in &secret_files.path_env {
