@@ -7,7 +7,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 need=()
-for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates; do
+for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates python3 python3-venv; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -28,4 +28,15 @@ default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 CONF
+fi
+
+# kubernetes-validate (PyPI) checks the Kubernetes driver's golden manifests
+# against the official OpenAPI schemas it ships (offline once installed); in
+# its own venv, since Debian's Python is externally managed.
+if ! "$ITERION_K8S_VALIDATE" --version 2>/dev/null | grep -qx "$ITERION_K8S_VALIDATE_VERSION"; then
+  venv="${ITERION_K8S_VALIDATE%/bin/*}"
+  log "installing kubernetes-validate $ITERION_K8S_VALIDATE_VERSION into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --retries 5 "kubernetes-validate==$ITERION_K8S_VALIDATE_VERSION"
 fi

@@ -9,6 +9,7 @@
 
 pub mod capabilities;
 pub mod driver;
+pub mod duration;
 pub mod event;
 pub mod failure;
 pub mod hostvars;
