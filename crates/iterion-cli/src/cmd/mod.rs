@@ -30,5 +30,17 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
             "this iterion was built without the Kubernetes driver (cargo feature driver-k8s)",
         )
         .into()),
+        Command::ClawRunner => Ok(claw_runner().await),
+    }
+}
+
+/// `iterion __claw-runner`: the in-box runner; its exit codes map onto the
+/// table (a protocol failure is bad input).
+async fn claw_runner() -> Exit {
+    use iterion_agent::runner::inbox::{exit, serve_stdio};
+    match serve_stdio().await {
+        exit::OK => Exit::Success,
+        exit::PROTOCOL => Exit::BadInput,
+        _ => Exit::Failure,
     }
 }
