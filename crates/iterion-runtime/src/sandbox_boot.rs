@@ -132,6 +132,7 @@ pub struct PolicyBooter {
     state_dir: PathBuf,
     drain: DrainOptions,
     store_dir: Option<PathBuf>,
+    extra_mounts: Vec<iterion_core::plan::Mount>,
 }
 
 impl PolicyBooter {
@@ -152,6 +153,7 @@ impl PolicyBooter {
             state_dir,
             drain: DrainOptions::default(),
             store_dir: None,
+            extra_mounts: Vec::new(),
         }
     }
 
@@ -172,6 +174,15 @@ impl PolicyBooter {
             self.store_dir.as_deref(),
             &self.state_dir,
         )
+    }
+
+    /// Host binds every sandbox of this booter gets where the driver keeps
+    /// host binds (the claw runner binary, read-only); on a driver without
+    /// them they are left out, not dropped with a notice, since their user
+    /// copies them in itself (`SandboxRun::import`).
+    pub fn with_mounts(mut self, mounts: Vec<iterion_core::plan::Mount>) -> Self {
+        self.extra_mounts = mounts;
+        self
     }
 
     fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
@@ -489,6 +500,11 @@ impl SandboxBooter for PolicyBooter {
         planned_plan
             .mounts
             .extend(secret_files.mounts.iter().cloned());
+        if caps.host_bind_mounts {
+            planned_plan
+                .mounts
+                .extend(self.extra_mounts.iter().cloned());
+        }
         // Paths only (facts §6.9: exported before start); values never
         // touch the create-time env.
         for (k, v) in &secret_files.path_env {

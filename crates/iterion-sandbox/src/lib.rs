@@ -10,9 +10,10 @@
 //! only functions that touch the host are named so
 //! ([`env::EnvSnapshot::from_process`], [`mounts::HostSnapshot::capture`],
 //! [`devcontainer::read_repo_devcontainer`],
-//! [`guards::check_build_context_symlinks`], and the real-path bind judge:
-//! [`binds::HostBindSettings::capture`], [`binds::judge_bind`],
-//! [`binds::resolve_plan_binds`], [`binds::recheck_plan_binds`]).
+//! [`guards::check_build_context_symlinks`], [`reaper::this_process_owner`],
+//! and the real-path bind judge: [`binds::HostBindSettings::capture`],
+//! [`binds::judge_bind`], [`binds::resolve_plan_binds`],
+//! [`binds::recheck_plan_binds`]).
 //!
 //! How the runtime chains them, in order:
 //! 1. [`precedence::resolve_mode`] / [`precedence::resolve_host_state`] /

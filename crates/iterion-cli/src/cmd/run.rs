@@ -39,6 +39,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         preflight(&args, &env).await?;
     }
 
+    // Agent nodes: credentials and backend defaults come from this
+    // process's environment; a static `iterion` (this one, or ITERION_BIN)
+    // is bound read-only into the sandbox for claw's in-box runner. What
+    // can be checked without a container is checked now, so a missing key
+    // refuses the run before anything is created.
+    let agent_env = iterion_agent::EnvSnapshot::from_process();
+    let runner_binary = iterion_agent::runner::locate_runner_binary(
+        &agent_env,
+        std::env::current_exe().ok().as_deref(),
+    );
+    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone());
+    admit_agents(&agents, &workflow)?;
+
     let store = stores::open_from_env().await?;
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
@@ -63,8 +76,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         stores::state_dir(),
     )
     .with_store_dir(stores::store_dir_from_env());
+    let booter = match &runner_binary {
+        Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
+            booter.with_mounts(vec![iterion_agent::runner::runner_mount(bin)])
+        }
+        _ => booter,
+    };
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-    let engine = Engine::new(store, Arc::new(booter)).with_event_tap(tap);
+    let engine = Engine::new(store, Arc::new(booter))
+        .with_agents(Arc::new(agents))
+        .with_event_tap(tap);
     let renderer = tokio::spawn(render::render_events(rx));
 
     let cancel = CancellationToken::new();
@@ -113,6 +134,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failure
     })
+}
+
+/// Every agent, judge and `mode: llm` router node passes the agent
+/// crate's admission (backend, provider, credentials, tools); a refusal is
+/// bad input naming the node and what is missing.
+fn admit_agents(
+    agents: &iterion_agent::AgentBackends,
+    workflow: &iterion_dsl::ir::Workflow,
+) -> anyhow::Result<()> {
+    let default_backend = workflow
+        .properties
+        .get("default_backend")
+        .and_then(serde_json::Value::as_str);
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_agent_node(n))
+    {
+        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `--var K=V` pairs; a malformed one is bad input.
