@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod capabilities;
 pub mod driver;
+pub mod duration;
 pub mod event;
 pub mod failure;
 pub mod hostvars;

@@ -1245,6 +1245,13 @@ impl Driver for DockerDriver {
                 .remove_volume(target, Some(RemoveVolumeOptions { force: true }))
                 .await
                 .map_err(|e| (e, "remove volume")),
+            // A Kubernetes object: this driver never lists one.
+            ResourceKind::Secret => {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "removing a Kubernetes Secret",
+                });
+            }
         };
         match result {
             Ok(()) => Ok(()),
