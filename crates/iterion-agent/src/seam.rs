@@ -29,7 +29,7 @@ use crate::error::AgentError;
 use crate::events::AgentEventSink;
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
-use crate::task::{AgentTask, SessionSpec};
+use crate::task::{AgentTask, BudgetSpec, SessionSpec};
 
 /// The [`seam::AgentRunner`] of `iterion run`.
 pub struct AgentBackends {
@@ -42,6 +42,10 @@ pub struct AgentBackends {
     claw_sessions: Mutex<HashMap<String, Vec<Message>>>,
     /// Runs that already recorded `sandbox_claw_routed_via_runner`.
     routed: Mutex<HashSet<RunId>>,
+    /// The workflow's `budget:` token and cost limits (`used_*` zero).
+    budget: Option<BudgetSpec>,
+    /// What each run's agent nodes spent so far (tokens, USD).
+    spent: Mutex<HashMap<RunId, (u64, f64)>>,
 }
 
 impl std::fmt::Debug for AgentBackends {
@@ -67,6 +71,48 @@ impl AgentBackends {
             runner_binary,
             claw_sessions: Mutex::new(HashMap::new()),
             routed: Mutex::new(HashSet::new()),
+            budget: None,
+            spent: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Enforce the workflow's `budget:` (`max_tokens`, `max_cost_usd`) over
+    /// every agent node of a run: each claw node gets what the run spent
+    /// before it and warns at 80 % (`budget_warning`), stops at 100 %
+    /// (`budget_exceeded`, the node fails); a `claude_code` node is refused
+    /// once the run is over budget. Nodes running in parallel branches
+    /// count each other's spending when they finish.
+    pub fn with_budget(mut self, budget: &BTreeMap<String, Value>) -> Self {
+        let max_tokens = budget.get("max_tokens").and_then(Value::as_u64);
+        let max_cost_usd = budget.get("max_cost_usd").and_then(Value::as_f64);
+        self.budget = (max_tokens.is_some() || max_cost_usd.is_some()).then_some(BudgetSpec {
+            max_tokens,
+            max_cost_usd,
+            ..BudgetSpec::default()
+        });
+        self
+    }
+
+    /// The run's budget with what it spent so far.
+    fn budget_for(&self, run: &RunId) -> Option<BudgetSpec> {
+        let b = self.budget?;
+        let (used_tokens, used_cost_usd) = self
+            .spent
+            .lock()
+            .map(|s| s.get(run).copied().unwrap_or_default())
+            .unwrap_or_default();
+        Some(BudgetSpec {
+            used_tokens,
+            used_cost_usd,
+            ..b
+        })
+    }
+
+    fn record_spending(&self, run: &RunId, tokens: u64, cost: f64) {
+        if let Ok(mut s) = self.spent.lock() {
+            let e = s.entry(run.clone()).or_default();
+            e.0 += tokens;
+            e.1 += cost;
         }
     }
 
@@ -223,8 +269,28 @@ impl seam::AgentRunner for AgentBackends {
         let backend = self
             .backend_of(&request)
             .map_err(|e| to_seam(e, request.backend.as_deref().unwrap_or("(unresolved)")))?;
-        let task = self.task_of(&request, backend);
+        let mut task = self.task_of(&request, backend);
+        task.budget = self.budget_for(&request.run_id);
         let sink = Forward(cx.events);
+        if backend != BackendName::Claw
+            && let Some(e) = task.budget.and_then(over_budget)
+        {
+            // claw checks its budget itself, call by call; a CLI cannot be
+            // stopped mid-conversation, so it is refused up front.
+            if let AgentError::BudgetExceeded {
+                dimension,
+                used,
+                limit,
+            } = &e
+            {
+                sink.emit(EventKind::BudgetExceeded {
+                    dimension: dimension.clone(),
+                    used: *used,
+                    limit: *limit,
+                });
+            }
+            return Err(to_seam(e, backend.as_str()));
+        }
         let placement = if cx.sandboxed {
             if backend == BackendName::Claw && self.first_routed(&request.run_id) {
                 sink.emit(routed_via_runner_event());
@@ -259,6 +325,11 @@ impl seam::AgentRunner for AgentBackends {
         let out = run_agent(&task, backend, placement, &ctx)
             .await
             .map_err(|e| to_seam(e, backend.as_str()))?;
+        self.record_spending(
+            &request.run_id,
+            out.usage.input_tokens + out.usage.output_tokens,
+            out.usage.cost_usd.unwrap_or(0.0),
+        );
         let session_id = match backend {
             BackendName::Claw => {
                 let id = format!("claw-{}-{}", request.run_id, uuid_like());
@@ -290,6 +361,27 @@ impl seam::AgentRunner for AgentBackends {
             session_id,
         })
     }
+}
+
+/// The budget's first exhausted dimension, as the error claw gives.
+fn over_budget(b: BudgetSpec) -> Option<AgentError> {
+    #[allow(clippy::cast_precision_loss)]
+    let dims = [
+        (
+            "tokens",
+            b.used_tokens as f64,
+            b.max_tokens.map(|m| m as f64),
+        ),
+        ("cost_usd", b.used_cost_usd, b.max_cost_usd),
+    ];
+    dims.into_iter().find_map(|(dimension, used, limit)| {
+        let limit = limit.filter(|l| *l > 0.0)?;
+        (used >= limit).then(|| AgentError::BudgetExceeded {
+            dimension: dimension.to_owned(),
+            used,
+            limit,
+        })
+    })
 }
 
 /// A process-unique suffix for claw session ids.
@@ -384,6 +476,26 @@ mod tests {
                 "{model:?} {provider:?}"
             );
         }
+    }
+
+    #[test]
+    fn run_budget_accumulates_per_run() {
+        let mut budget = BTreeMap::new();
+        budget.insert("max_tokens".to_owned(), Value::from(100));
+        let a = AgentBackends::new(EnvSnapshot::new(), None).with_budget(&budget);
+        let (r1, r2) = (RunId::generate(), RunId::generate());
+        a.record_spending(&r1, 60, 0.0);
+        a.record_spending(&r1, 50, 0.0);
+        let b1 = a.budget_for(&r1).unwrap();
+        assert_eq!((b1.used_tokens, b1.max_tokens), (110, Some(100)));
+        assert!(
+            matches!(over_budget(b1), Some(AgentError::BudgetExceeded { ref dimension, .. }) if dimension == "tokens")
+        );
+        let b2 = a.budget_for(&r2).unwrap();
+        assert_eq!(b2.used_tokens, 0);
+        assert!(over_budget(b2).is_none());
+        let none = AgentBackends::new(EnvSnapshot::new(), None).with_budget(&BTreeMap::new());
+        assert!(none.budget_for(&r1).is_none());
     }
 
     #[test]

@@ -49,7 +49,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         &agent_env,
         std::env::current_exe().ok().as_deref(),
     );
-    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone());
+    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
+        .with_budget(&workflow.budget);
     admit_agents(&agents, &workflow)?;
 
     let store = stores::open_from_env().await?;

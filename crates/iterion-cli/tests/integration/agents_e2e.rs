@@ -479,3 +479,32 @@ fn dockerd_the_agents_example_runs() {
     );
     assert!(!container_exists(Engine::Docker, &run_id));
 }
+
+/// The workflow's `budget: max_tokens` spans the run's agent nodes: the
+/// scripted provider bills 120 tokens a call, so after the router (120)
+/// and `work` (240) the run stands at 360 of 400 (`budget_warning`), and
+/// the judge's call takes it over (`budget_exceeded`, the run fails).
+#[test]
+fn dockerd_workflow_budget_spans_the_agent_nodes() {
+    let prov = Provider::start(claw_turns());
+    let sb = prov.sandbox(Engine::Docker);
+    let rules = format!("\"{}\"", host_ip());
+    let text = refine(&slim(), &rules, "claw").replace(
+        "  default_backend: \"claw\"\n",
+        "  default_backend: \"claw\"\n  budget:\n    max_tokens: 400\n",
+    );
+    let file = sb.write("agents.iter", &text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(res.status(), "failed", "{}", res.stderr);
+    let events = sb.events(&run_id);
+    let warned = of_type(&events, "budget_warning");
+    assert_eq!(warned[0]["node_id"], "work", "{warned:?}");
+    let exceeded = of_type(&events, "budget_exceeded");
+    assert_eq!(exceeded.len(), 1, "{exceeded:?}");
+    assert_eq!(exceeded[0]["node_id"], "review");
+    assert_eq!(exceeded[0]["data"]["limit"], 400.0);
+    assert_eq!(exceeded[0]["data"]["used"], 480.0);
+    assert_eq!(prov.p.model_calls().len(), 4);
+    assert!(!container_exists(Engine::Docker, &run_id));
+}
