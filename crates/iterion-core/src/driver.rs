@@ -292,6 +292,12 @@ pub trait SandboxRun: Send + Sync {
     fn container(&self) -> &str;
     /// Container workspace (default workdir).
     fn workdir(&self) -> &str;
+    /// The host name or address the container reaches the run's egress
+    /// proxy at, when the run has one (the runtime builds each exec's own
+    /// proxy URL from it). `None`: no proxy, or a driver that cannot say.
+    fn egress_host(&self) -> Option<&str> {
+        None
+    }
     /// Start a command.
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError>;
     /// A tar stream of one container path (for drains and workspace export).

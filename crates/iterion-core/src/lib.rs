@@ -7,6 +7,7 @@
 //! and size parsing. It performs no IO and depends on no engine, database or
 //! HTTP crate: those live behind the traits, in their own crates.
 
+pub mod agent;
 pub mod capabilities;
 pub mod driver;
 pub mod duration;

@@ -245,6 +245,46 @@ pub(crate) fn label_filter(extra: Option<String>) -> HashMap<String, Vec<String>
     HashMap::from([("label".to_owned(), labels)])
 }
 
+/// Ask an engine who it is. Liveness first, bounded by the probe
+/// timeout: a dead or hung engine is told apart quickly. Then `/version`
+/// with more room: Podman 4.3 gathers host facts for it (about 2 s on a
+/// loaded machine), which made a live engine look absent when both shared
+/// one 3 s bound.
+async fn probe(
+    docker: &Docker,
+    endpoint: &Endpoint,
+    settings: &DockerSettings,
+) -> Result<bollard::models::SystemVersion, DriverError> {
+    tokio::time::timeout(settings.probe_timeout, docker.ping())
+        .await
+        .map_err(|_| DriverError::Unavailable {
+            reason: format!(
+                "{}: no answer within {:?}",
+                endpoint.url(),
+                settings.probe_timeout
+            ),
+        })?
+        .map_err(|e| DriverError::Unavailable {
+            reason: format!("{}: {e}", endpoint.url()),
+        })?;
+    let identify = settings.probe_timeout.max(IDENTIFY_TIMEOUT);
+    tokio::time::timeout(identify, docker.version())
+        .await
+        .map_err(|_| DriverError::Unavailable {
+            reason: format!(
+                "{}: answered a ping but not /version within {identify:?}",
+                endpoint.url()
+            ),
+        })?
+        .map_err(|e| DriverError::Unavailable {
+            reason: format!("{}: {e}", endpoint.url()),
+        })
+}
+
+/// Bound of the `/version` call that tells Docker from Podman, once the
+/// engine answered a ping.
+const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl DockerDriver {
     /// Connect to one endpoint and ask the engine who it is (bounded by
     /// `settings.probe_timeout`).
@@ -261,18 +301,7 @@ impl DockerDriver {
         .map_err(|e| DriverError::Unavailable {
             reason: format!("{}: {e}", endpoint.url()),
         })?;
-        let version = tokio::time::timeout(settings.probe_timeout, docker.version())
-            .await
-            .map_err(|_| DriverError::Unavailable {
-                reason: format!(
-                    "{}: no answer within {:?}",
-                    endpoint.url(),
-                    settings.probe_timeout
-                ),
-            })?
-            .map_err(|e| DriverError::Unavailable {
-                reason: format!("{}: {e}", endpoint.url()),
-            })?;
+        let version = probe(&docker, &endpoint, &settings).await?;
         let is_podman = version
             .components
             .iter()
@@ -553,8 +582,9 @@ impl DockerDriver {
                 "host.docker.internal".to_owned()
             };
             let url = format!("http://t:{token}@{proxy_host}:{proxy_port}");
+            res.proxy_host = Some(proxy_host.clone());
             // Upserted over the plan's env (facts §5.3, k8s: proxy env wins).
-            for key in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            for key in iterion_core::plan::PROXY_ENV_VARS {
                 env.insert(key.to_owned(), url.clone());
             }
             for key in ["NO_PROXY", "no_proxy"] {
@@ -1088,18 +1118,7 @@ impl Driver for DockerDriver {
     }
 
     async fn ping(&self) -> Result<EngineInfo, DriverError> {
-        let version = tokio::time::timeout(self.settings.probe_timeout, self.docker.version())
-            .await
-            .map_err(|_| DriverError::Unavailable {
-                reason: format!(
-                    "{}: no answer within {:?}",
-                    self.endpoint.url(),
-                    self.settings.probe_timeout
-                ),
-            })?
-            .map_err(|e| DriverError::Unavailable {
-                reason: format!("{}: {e}", self.endpoint.url()),
-            })?;
+        let version = probe(&self.docker, &self.endpoint, &self.settings).await?;
         Ok(EngineInfo {
             driver: self.name,
             endpoint: self.endpoint.url(),

@@ -34,6 +34,9 @@ pub(crate) struct RunResources {
     /// The run whose nftables tables were installed (removed at cleanup).
     pub(crate) firewall_run: Option<String>,
     pub(crate) volumes: Vec<String>,
+    /// Where the container reaches the egress proxy (its network's
+    /// gateway when confined, `host.docker.internal` otherwise).
+    pub(crate) proxy_host: Option<String>,
 }
 
 /// The live sandbox of one run.
@@ -150,6 +153,10 @@ impl SandboxRun for DockerRun {
 
     fn workdir(&self) -> &str {
         &self.workdir
+    }
+
+    fn egress_host(&self) -> Option<&str> {
+        self.res.proxy_host.as_deref()
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {

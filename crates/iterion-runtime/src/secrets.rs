@@ -162,6 +162,27 @@ impl Redactor {
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
+
+    /// Mask every secret value in the strings of `value` (keys included),
+    /// recursively: for data that becomes event payloads.
+    pub fn redact_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => *s = self.redact(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => {
+                let taken = std::mem::take(map);
+                for (k, mut v) in taken {
+                    self.redact_value(&mut v);
+                    map.insert(self.redact(&k), v);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn valid_env_name(s: &str) -> bool {
@@ -442,6 +463,12 @@ mod tests {
         assert_eq!(
             r.redactor().redact("a t0ken b ghp_x"),
             "a [REDACTED] b [REDACTED]"
+        );
+        let mut v = serde_json::json!({"out": ["x t0ken", 3], "t0ken": {"k": "ghp_x"}});
+        r.redactor().redact_value(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"out": ["x [REDACTED]", 3], "[REDACTED]": {"k": "[REDACTED]"}})
         );
     }
 }

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use iterion_core::{HostState, Mode, RunId, RunStatus, Trust};
-use iterion_runtime::{
-    BootFlags, CurrentNode, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags,
-};
+use iterion_runtime::{BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags};
 use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
 use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +39,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         preflight(&args, &env).await?;
     }
 
+    // Agent nodes: credentials and backend defaults come from this
+    // process's environment; a static `iterion` (this one, or ITERION_BIN)
+    // is bound read-only into the sandbox for claw's in-box runner. What
+    // can be checked without a container is checked now, so a missing key
+    // refuses the run before anything is created.
+    let agent_env = iterion_agent::EnvSnapshot::from_process();
+    let runner_binary = iterion_agent::runner::locate_runner_binary(
+        &agent_env,
+        std::env::current_exe().ok().as_deref(),
+    );
+    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone());
+    admit_agents(&agents, &workflow)?;
+
     let store = stores::open_from_env().await?;
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
@@ -53,7 +64,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     });
 
     let workspace = std::env::current_dir()?.canonicalize()?;
-    let current = CurrentNode::default();
     let local_env: BTreeMap<String, String> = std::env::vars().collect();
     let booter = PolicyBooter::new(
         env,
@@ -64,12 +74,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         },
         store.clone(),
         std::env::temp_dir().join("iterion"),
-        current.clone(),
     );
+    let booter = match &runner_binary {
+        Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
+            booter.with_mounts(vec![iterion_agent::runner::runner_mount(bin)])
+        }
+        _ => booter,
+    };
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
     let engine = Engine::new(store, Arc::new(booter))
-        .with_event_tap(tap)
-        .with_current_node(current);
+        .with_agents(Arc::new(agents))
+        .with_event_tap(tap);
     let renderer = tokio::spawn(render::render_events(rx));
 
     let cancel = CancellationToken::new();
@@ -118,6 +133,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failure
     })
+}
+
+/// Every agent, judge and `mode: llm` router node passes the agent
+/// crate's admission (backend, provider, credentials, tools); a refusal is
+/// bad input naming the node and what is missing.
+fn admit_agents(
+    agents: &iterion_agent::AgentBackends,
+    workflow: &iterion_dsl::ir::Workflow,
+) -> anyhow::Result<()> {
+    let default_backend = workflow
+        .properties
+        .get("default_backend")
+        .and_then(serde_json::Value::as_str);
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_agent_node(n))
+    {
+        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `--var K=V` pairs; a malformed one is bad input.
