@@ -207,6 +207,26 @@ fn cleanup_steps(secrets: &[&str], policy: bool) -> Vec<Step> {
     steps
 }
 
+/// Serve `steps`, then prepare and start a proxied run that must fail.
+async fn failed_start(
+    steps: Vec<Step>,
+    settings: K8sSettings,
+    workspace: &std::path::Path,
+) -> (Server, iterion_core::DriverError) {
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings);
+    let prepared = d
+        .prepare(&proxied_plan(), &NullObserver)
+        .await
+        .expect("prepare");
+    let err = d
+        .start(prepared, &run_info(workspace), &NullObserver)
+        .await
+        .err()
+        .expect("the start must fail");
+    (server, err)
+}
+
 fn proxied_plan() -> iterion_core::LaunchPlan {
     let mut plan = policy_plan(&spec("registry.example.com/sbx:1"), "/work/repo");
     plan.egress = Some(egress());
@@ -418,17 +438,7 @@ async fn forbidden_is_typed_and_cleans_up() {
         Reply::Json(200, list("PodList", vec![])),
     );
     steps.drain(2..5);
-    let server = Server::start(steps).await;
-    let d = driver(&server, settings(&[]));
-    let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
-        .await
-        .expect("prepare");
-    let err = d
-        .start(prepared, &run_info(ws.path()), &NullObserver)
-        .await
-        .err()
-        .expect("forbidden");
+    let (server, err) = failed_start(steps, settings(&[]), ws.path()).await;
     assert_eq!(err.code(), "SANDBOX_ENGINE_ERROR", "{err}");
     let k = std::error::Error::source(&err)
         .and_then(|s| s.downcast_ref::<iterion_driver_k8s::K8sError>())
@@ -473,17 +483,7 @@ async fn a_missing_namespace_makes_the_driver_unavailable() {
         path("secrets", None),
         Reply::Json(200, list("SecretList", vec![])),
     ));
-    let server = Server::start(steps).await;
-    let d = driver(&server, settings(&[]));
-    let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
-        .await
-        .expect("prepare");
-    let err = d
-        .start(prepared, &run_info(ws.path()), &NullObserver)
-        .await
-        .err()
-        .expect("no namespace");
+    let (server, err) = failed_start(steps, settings(&[]), ws.path()).await;
     assert_eq!(err.code(), "SANDBOX_DRIVER_UNAVAILABLE", "{err}");
     assert!(err.to_string().contains("K8S_NAMESPACE_NOT_FOUND"), "{err}");
     server.finish();
@@ -546,17 +546,7 @@ async fn conflict_is_retried_once_and_invalid_is_refused() {
     );
     cleanup.drain(1..4);
     steps.extend(cleanup);
-    let server = Server::start(steps).await;
-    let d = driver(&server, settings(&[]));
-    let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
-        .await
-        .expect("prepare");
-    let err = d
-        .start(prepared, &run_info(ws.path()), &NullObserver)
-        .await
-        .err()
-        .expect("invalid");
+    let (server, err) = failed_start(steps, settings(&[]), ws.path()).await;
     assert_eq!(err.code(), "SANDBOX_SPEC_REFUSED", "{err}");
     assert!(
         err.to_string()
@@ -629,17 +619,7 @@ async fn gone_watch_relists_and_image_pull_failure_is_typed() {
         .query("resourceVersion", "11"),
     ];
     steps.extend(cleanup_steps(&[&secret], true));
-    let server = Server::start(steps).await;
-    let d = driver(&server, settings(&[]));
-    let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
-        .await
-        .expect("prepare");
-    let err = d
-        .start(prepared, &run_info(ws.path()), &NullObserver)
-        .await
-        .err()
-        .expect("pull");
+    let (server, err) = failed_start(steps, settings(&[]), ws.path()).await;
     assert_eq!(err.code(), "SANDBOX_IMAGE_UNAVAILABLE", "{err}");
     assert!(err.to_string().contains("ImagePullBackOff"), "{err}");
     server.finish();
@@ -657,21 +637,13 @@ async fn a_hung_api_server_is_bounded_by_the_apply_timeout() {
         Step::new(Method::GET, path("pods", None), Reply::Hang),
         Step::new(Method::GET, path("secrets", None), Reply::Hang),
     ];
-    let server = Server::start(steps).await;
-    let d = driver(
-        &server,
-        settings(&[("ITERION_SANDBOX_K8S_APPLY_TIMEOUT", "300ms")]),
-    );
-    let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
-        .await
-        .expect("prepare");
     let started = tokio::time::Instant::now();
-    let err = d
-        .start(prepared, &run_info(ws.path()), &NullObserver)
-        .await
-        .err()
-        .expect("hung");
+    let (server, err) = failed_start(
+        steps,
+        settings(&[("ITERION_SANDBOX_K8S_APPLY_TIMEOUT", "300ms")]),
+        ws.path(),
+    )
+    .await;
     assert_eq!(err.code(), "SANDBOX_SETUP_TIMEOUT", "{err}");
     assert!(
         err.to_string()
