@@ -8,7 +8,7 @@ use std::sync::Arc;
 use iterion_core::{Driver, DriverName};
 use iterion_driver_docker::DockerDriver;
 use iterion_sandbox::env::EnvSnapshot;
-use iterion_sandbox::host::{DriverProbe, HostKind, driver_order};
+use iterion_sandbox::host::{DriverProbe, HostKind, detect_host, driver_order};
 
 /// The drivers that constructed on this host and, when none did, why.
 pub struct Discovered {
@@ -18,16 +18,21 @@ pub struct Discovered {
     pub failure: Option<String>,
 }
 
-/// Discover every real driver: each distinct Docker or Podman engine that
-/// answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
+/// Discover every real driver: on a cloud host the Kubernetes cluster the
+/// environment points at; elsewhere each distinct Docker or Podman engine
+/// that answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
 /// The driver is wrapped with nothing here; the runtime tees its lines
 /// into the run log through the observer it passes to each call.
 pub async fn discover(env: &EnvSnapshot) -> Discovered {
-    let _ = env;
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     // Scoped to this store: a run never reaps what another store's runs
     // created on the same engine (see `DockerDriver::with_store_scope`).
     let scope = crate::stores::scope_from_env();
+    // Host kind cloud (facts §5.2): the Kubernetes driver or nothing,
+    // never a Docker engine that happens to answer.
+    if detect_host(env, None) == HostKind::Cloud {
+        return discover_cloud(&process_env, scope).await;
+    }
     match DockerDriver::discover_all(&process_env).await {
         Ok(found) if !found.is_empty() => Discovered {
             drivers: found
@@ -47,6 +52,35 @@ pub async fn discover(env: &EnvSnapshot) -> Discovered {
     }
 }
 
+/// The Kubernetes driver of a cloud host: the cluster the environment
+/// points at, probed (bounded by `ITERION_SANDBOX_DOCTOR_TIMEOUT`).
+#[cfg(feature = "driver-k8s")]
+async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    match iterion_driver_k8s::KubeDriver::discover(process_env).await {
+        Ok(d) => Discovered {
+            drivers: vec![Arc::new(d.with_store_scope(scope)) as Arc<dyn Driver>],
+            failure: None,
+        },
+        Err(e) => Discovered {
+            drivers: Vec::new(),
+            failure: Some(e.to_string()),
+        },
+    }
+}
+
+#[cfg(not(feature = "driver-k8s"))]
+async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    let _ = (process_env, scope);
+    Discovered {
+        drivers: Vec::new(),
+        failure: Some(NOT_BUILT.to_owned()),
+    }
+}
+
+/// Why a cloud host has no driver in a binary built without it.
+const NOT_BUILT: &str =
+    "the Kubernetes driver is not built into this binary (cargo feature driver-k8s)";
+
 /// Every real driver that constructs on this host.
 pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
     discover(env).await.drivers
@@ -63,7 +97,10 @@ pub async fn probe_drivers(host: HostKind, drivers: &[Arc<dyn Driver>]) -> Vec<D
     {
         let unavailable = match drivers.iter().find(|d| d.name() == name) {
             None => Some(match name {
-                DriverName::Kubernetes => "driver not built into this binary".to_owned(),
+                DriverName::Kubernetes if cfg!(feature = "driver-k8s") => {
+                    "no Kubernetes cluster answered (KUBECONFIG, the in-cluster service account, ~/.kube/config)".to_owned()
+                }
+                DriverName::Kubernetes => NOT_BUILT.to_owned(),
                 _ => "no such engine answered".to_owned(),
             }),
             Some(d) => d.ping().await.err().map(|e| e.to_string()),

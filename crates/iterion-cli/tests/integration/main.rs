@@ -6,6 +6,7 @@
 
 mod agents_e2e;
 mod attacks_e2e;
+mod cloud_e2e;
 mod egress_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
