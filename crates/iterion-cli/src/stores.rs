@@ -39,22 +39,6 @@ impl StoreLocation {
     }
 }
 
-/// The directory of the store `ITERION_STORE` names, absolute, when it is
-/// a directory store (the sandbox must never see it: issue 19 item 3).
-pub fn store_dir_from_env() -> Option<PathBuf> {
-    let value = std::env::var(STORE_ENV).ok();
-    match StoreLocation::parse(value.as_deref()) {
-        StoreLocation::Directory(dir) => std::path::absolute(&dir).ok(),
-        StoreLocation::Postgres(_) => None,
-    }
-}
-
-/// Where runs keep their per-run host directories (run files during the
-/// run, secret files, masks): a private area no bind may expose.
-pub fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("iterion")
-}
-
 /// Open the store `ITERION_STORE` names.
 pub async fn open_from_env() -> anyhow::Result<Arc<dyn RunStore>> {
     let value = std::env::var(STORE_ENV).ok();
@@ -135,9 +119,6 @@ pub fn hint(e: &StoreError) -> &'static str {
         }
         StoreError::RunNotFound(_) => "list the runs of this store with `iterion runs`",
         StoreError::FileNotFound(_) => "list the run's files with `iterion files RUN_ID`",
-        StoreError::Tampered { .. } => {
-            "the stored bytes changed after the drain recorded them: treat the store as compromised (check who can write ITERION_STORE) and re-run to obtain the file again"
-        }
         StoreError::UnsafePath { .. } => {
             "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
         }

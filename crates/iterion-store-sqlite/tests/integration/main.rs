@@ -5,4 +5,3 @@
 
 mod bad_input;
 mod conformance;
-mod private;
