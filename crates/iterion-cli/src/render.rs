@@ -3,7 +3,7 @@
 //! pulled) and plain lines otherwise. Rendering reads events; it never
 //! drives the run (shared/ARCHITECTURE.md, data flow).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -47,7 +47,11 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         };
         match &spinner {
             Some(bar) => bar.println(format!("[{elapsed:7.2}s] {line}")),
-            None => eprintln!("[{elapsed:7.2}s] {line}"),
+            // A failed write (a hung-up terminal after SIGHUP) never stops
+            // the run or its teardown.
+            None => {
+                let _ = writeln!(std::io::stderr(), "[{elapsed:7.2}s] {line}");
+            }
         }
     }
     if let Some(bar) = spinner {

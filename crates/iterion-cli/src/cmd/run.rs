@@ -3,6 +3,7 @@
 //! render its events live and exit by its terminal status.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         preflight(&args, &env).await?;
     }
 
+    // Installed before anything is created: from here on a SIGINT, SIGTERM
+    // or SIGHUP cancels the run and the teardown still runs (issue 19 #7:
+    // a TERMed run left its container, network, rules and secret files).
+    let cancel = CancellationToken::new();
+    cancel_on_signals(cancel.clone())?;
+
     let store = stores::open_from_env().await?;
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
@@ -72,14 +79,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .with_current_node(current);
     let renderer = tokio::spawn(render::render_events(rx));
 
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupt: cancelling the run (the sandbox is still cleaned up)");
-            on_signal.cancel();
-        }
-    });
     let options = RunOptions {
         file: args.file.display().to_string(),
         workflow,
@@ -104,20 +103,55 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             "status": outcome.status,
             "failure_code": code,
         });
-        println!("{doc}");
+        let _ = writeln!(std::io::stdout(), "{doc}");
     }
-    match &outcome.failure {
-        None => eprintln!("run {} {}", outcome.run_id, outcome.status),
-        Some(f) => eprintln!(
+    // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a failed
+    // write must not turn a cleaned-up run into a panic (exit 101).
+    let summary = match &outcome.failure {
+        None => format!("run {} {}", outcome.run_id, outcome.status),
+        Some(f) => format!(
             "run {} {} ({}): {}",
             outcome.run_id, outcome.status, f.code, f.message
         ),
-    }
+    };
+    let _ = writeln!(std::io::stderr(), "{summary}");
     Ok(if outcome.status == RunStatus::Finished {
         Exit::Success
     } else {
         Exit::Failure
     })
+}
+
+/// Cancel `cancel` on the first SIGINT, SIGTERM or SIGHUP: the engine then
+/// stops the running exec, tears the sandbox down and records `cancelled`.
+/// Later signals are absorbed, so a second TERM cannot cut the teardown
+/// short (only SIGKILL can, and the reaper collects what that leaves).
+fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+        };
+        // Cancel first: the message is best effort (a hung-up terminal).
+        cancel.cancel();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{name}: cancelling the run (the sandbox is still cleaned up)"
+        );
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+        }
+    });
+    Ok(())
 }
 
 /// `--var K=V` pairs; a malformed one is bad input.

@@ -8,5 +8,6 @@ mod egress_e2e;
 mod readback_e2e;
 mod run_e2e;
 mod secrets_e2e;
+mod signals_e2e;
 mod store_schema_e2e;
 mod support;
