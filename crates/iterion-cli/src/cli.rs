@@ -94,6 +94,18 @@ pub struct RunArgs {
     /// Print `{"run_id","status","failure_code"}` at the end.
     #[arg(long)]
     pub json: bool,
+    /// Bound of the whole run (`90s`, `10m`, `1h30m`); past it the running
+    /// command is killed and the run fails with TIMEOUT.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// `--timeout`: a positive Go duration (the spelling of every iterion
+/// duration); anything else is bad input (exit 2).
+fn parse_timeout(raw: &str) -> Result<std::time::Duration, String> {
+    iterion_core::duration::parse_go_duration(raw)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{raw:?} is not a positive duration (90s, 10m, 1h30m)"))
 }
 
 /// `iterion runs`.

@@ -88,21 +88,29 @@ pub fn runtimes_on_path() -> Vec<String> {
     found
 }
 
-/// The containment defaults every docker/podman sandbox gets (issue 5:
-/// visible in `doctor` and in `sandbox_started`): never privileged, never
-/// the engine socket, `no-new-privileges`, a pids limit, and the operator's
-/// memory/CPU limits.
+/// The containment every docker/podman sandbox gets (issue 19 #5: visible
+/// in `doctor` and in `sandbox_started`): never privileged, never the
+/// engine socket, `no-new-privileges`, and the limits the driver applies —
+/// memory with no extra swap, processes, CPUs — with where each came from.
 pub fn containment() -> serde_json::Value {
+    use iterion_driver_docker::settings::{CPUS_ENV, MEMORY_ENV, PIDS_ENV};
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
-    let limits = iterion_core::plan::Limits::default();
+    let source = |var: &str| match process_env.get(var).filter(|v| !v.trim().is_empty()) {
+        Some(_) => var.to_owned(),
+        None => "default".to_owned(),
+    };
     match iterion_driver_docker::DockerSettings::from_env(&process_env) {
         Ok(s) => serde_json::json!({
             "privileged": false,
             "engine_socket_mounted": false,
-            "no_new_privileges": limits.no_new_privileges,
-            "pids_limit": limits.pids,
-            "memory": s.memory.map(|m| m.to_string()),
-            "nano_cpus": s.nano_cpus,
+            "no_new_privileges": s.limits.no_new_privileges,
+            "pids_limit": s.limits.pids,
+            "pids_limit_source": source(PIDS_ENV),
+            "memory": s.limits.memory.map(|m| m.to_string()),
+            "memory_swap": s.limits.memory_swap.map(|m| m.to_string()),
+            "memory_source": source(MEMORY_ENV),
+            "nano_cpus": s.limits.nano_cpus,
+            "nano_cpus_source": source(CPUS_ENV),
             "init_reaps_zombies": true,
         }),
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),

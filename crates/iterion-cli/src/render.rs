@@ -184,6 +184,20 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             d["declined"]
         ),
         "sandbox_cleanup" => format!("sandbox: {} removed", s(d, "container")),
+        "sandbox_limit_reached" => format!(
+            "sandbox: {} limit reached{} — {}",
+            s(d, "limit"),
+            d.get("bound")
+                .and_then(Value::as_u64)
+                .map_or_else(String::new, |b| format!(" ({})", iterion_core::ByteSize(b))),
+            s(d, "detail")
+        ),
+        "budget_exceeded" => format!(
+            "budget exceeded: {} {} of {}",
+            s(d, "dimension"),
+            d.get("used").and_then(Value::as_f64).unwrap_or(0.0),
+            d.get("limit").and_then(Value::as_f64).unwrap_or(0.0)
+        ),
         "run_finished" => "run finished".into(),
         "run_failed" => format!(
             "run {} ({}): {}",

@@ -279,6 +279,23 @@ pub enum EventKind {
         rule: Option<String>,
         node_id: Option<String>,
     },
+    // ---- bounds (issue 19 #5, #6) ----------------------------------------
+    /// A containment bound stopped something: `limit` is `memory` (the
+    /// kernel killed a process), `run_files` or `writable_layer` (the
+    /// filesystem was full at teardown); `bound` in bytes when known.
+    SandboxLimitReached {
+        limit: String,
+        bound: Option<u64>,
+        detail: String,
+    },
+    /// A workflow budget ran out (upstream's `budget_exceeded`):
+    /// `dimension` is `duration` (ms) or `iterations` (node executions);
+    /// the agents add `tokens` and `cost_usd`.
+    BudgetExceeded {
+        dimension: String,
+        used: f64,
+        limit: f64,
+    },
 }
 
 impl EventKind {
@@ -319,6 +336,8 @@ impl EventKind {
             Self::SandboxReaped { .. } => "sandbox_reaped",
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
         }
     }
 }

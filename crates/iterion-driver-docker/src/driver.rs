@@ -578,15 +578,19 @@ impl DockerDriver {
             });
         }
 
-        let memory = plan.limits.memory.or(self.settings.memory);
-        let nano_cpus = plan.limits.nano_cpus.or(self.settings.nano_cpus);
+        // `plan.limits` are the effective ones (see `prepare`). A byte count
+        // past i64 saturates: never dropped to "no limit".
+        let bytes =
+            |b: Option<iterion_core::ByteSize>| b.map(|b| i64::try_from(b.0).unwrap_or(i64::MAX));
         let host_config = |init: bool| HostConfig {
             mounts: Some(mounts.clone()),
             init: Some(init),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
-            pids_limit: Some(plan.limits.pids),
-            memory: memory.and_then(|m| i64::try_from(m.0).ok()),
-            nano_cpus,
+            // -1: unlimited, only when the operator asked for it.
+            pids_limit: Some(plan.limits.pids.unwrap_or(-1)),
+            memory: bytes(plan.limits.memory),
+            memory_swap: bytes(plan.limits.memory_swap),
+            nano_cpus: plan.limits.nano_cpus,
             privileged: Some(false),
             extra_hosts: (!extra_hosts.is_empty()).then(|| extra_hosts.clone()),
             network_mode: network_mode.clone(),
@@ -796,12 +800,11 @@ impl Driver for DockerDriver {
                 ),
             });
         }
-        // The prepared plan carries the effective limits (operator settings
-        // fill what the plan leaves open), so `sandbox_started` shows what
-        // the container really gets.
+        // The prepared plan carries the effective limits (the product
+        // defaults after the operator's variables), so `sandbox_started`
+        // shows what the container really gets.
         let mut effective = plan.clone();
-        effective.limits.memory = plan.limits.memory.or(self.settings.memory);
-        effective.limits.nano_cpus = plan.limits.nano_cpus.or(self.settings.nano_cpus);
+        effective.limits = self.settings.limits.clone();
         let plan = &effective;
         if plan.build.is_some() {
             if !self.build_supported {

@@ -248,6 +248,24 @@ const BUDGET: &[(&str, K)] = &[
     ("warn_tokens", K::N),
 ];
 
+/// C321: a bound the runtime enforces must be a positive Go duration
+/// (`iterion_core::duration`, the one parser of every iterion duration).
+fn check_duration(ctx: &mut Ctx<'_>, pos: Pos, what: &str, v: &PValue) {
+    let ok = v
+        .text()
+        .and_then(iterion_core::duration::parse_go_duration)
+        .is_some_and(|d| !d.is_zero());
+    if !ok {
+        ctx.push(
+            codes::C321,
+            Severity::Error,
+            pos,
+            format!("{what} must be a positive duration"),
+            Some("write it as a Go duration: \"90s\", \"10m\", \"1h30m\", \"250ms\""),
+        );
+    }
+}
+
 /// Accepted words for enumerated properties, with the code a bad word gets.
 fn enum_rule(key: &str) -> Option<(&'static [&'static str], &'static str)> {
     Some(match key {
@@ -1719,6 +1737,9 @@ fn compile_workflow(
                                 "budget.max_cost_usd must be a non-negative finite amount",
                             );
                         }
+                        if b.key == "max_duration" {
+                            check_duration(ctx, b.value_pos, "budget.max_duration", v);
+                        }
                         budget.insert(b.key.clone(), v.to_json());
                     }
                 }
@@ -1785,6 +1806,12 @@ fn compile_workflow(
                 None => block_json(&p.line.children),
             };
             properties.insert(p.key.clone(), v);
+        }
+        if n.kind == NodeKind::Tool
+            && let Some(p) = n.get("timeout")
+            && let Some(v) = &p.value
+        {
+            check_duration(ctx, p.value_pos, &format!("`{}` timeout", n.id), v);
         }
         let tool = if n.kind == NodeKind::Tool {
             if let Some(c) = n.text("command") {

@@ -29,6 +29,7 @@ use iterion_sandbox::verdict::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
+use crate::bounds::{self, Bound, BoundsError, RunBounds, Watchdog};
 use crate::events::{CurrentNode, Emitter, EventTap, NodeLog, spawn_writer};
 use crate::owner;
 use crate::routing::{self, RouteError, Router};
@@ -75,6 +76,8 @@ pub struct RunOptions {
     pub workspace: PathBuf,
     /// Flags for the booter.
     pub flags: BootFlags,
+    /// `iterion run --timeout`: the whole run's bound.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// How a run ended.
@@ -215,6 +218,14 @@ impl Engine {
             options.run_id.clone(),
             self.tap.clone(),
         );
+        // Bounds (issue 19 #6): everything below runs under the run's
+        // watchdog token; an unreadable bound is refused at admission.
+        let mut bounds = RunBounds::from_workflow(&options.workflow, options.timeout);
+        let watchdog = match &mut bounds {
+            Ok(b) => b.arm_run(&cancel),
+            Err(_) => Watchdog::unarmed(&cancel),
+        };
+        let cancel = watchdog.token().clone();
         let ctx = BootContext {
             run_id: &options.run_id,
             workflow: &options.workflow,
@@ -225,7 +236,9 @@ impl Engine {
             events: &events,
             cancel: &cancel,
         };
-        let result = self.drive(&options, &ctx, record, started, &cancel).await;
+        let result = self
+            .drive(&options, &ctx, record, started, bounds, &watchdog)
+            .await;
         events.flush().await;
         drop(events);
         if let Err(e) = writer.await {
@@ -240,21 +253,29 @@ impl Engine {
         ctx: &BootContext<'_>,
         record: RunRecord,
         started: Instant,
-        cancel: &CancellationToken,
+        bounds: Result<RunBounds, BoundsError>,
+        watchdog: &Watchdog,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        let cancel = ctx.cancel;
         // ---- admission (seed step 3): ours first, then the policy's.
         let checked = admission::check_workflow(&options.workflow)
-            .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars));
-        let (verdict, vars) = match checked {
-            Err(e) => (
+            .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars))
+            .map_err(|e| (e.code(), e.to_string()));
+        let checked = match bounds {
+            Err(e) => Err((e.code(), e.to_string())),
+            Ok(b) => checked.map(|vars| (vars, b)),
+        };
+        let (verdict, vars, mut bounds) = match checked {
+            Err((code, reason)) => (
                 AdmissionVerdict::Deny {
-                    code: e.code().to_owned(),
-                    reason: e.to_string(),
+                    code: code.to_owned(),
+                    reason,
                 },
                 BTreeMap::new(),
+                None,
             ),
-            Ok(vars) => (self.booter.admit(ctx).await, vars),
+            Ok((vars, b)) => (self.booter.admit(ctx).await, vars, Some(b)),
         };
         let (decision, code, reason) = match &verdict {
             AdmissionVerdict::Admit { reason } => (AdmissionDecision::Admitted, None, reason),
@@ -298,12 +319,14 @@ impl Engine {
                 return self.finish(ctx, &record, Some(failure), started).await;
             }
         };
-        if let AdmissionVerdict::Deny { reason, .. } = verdict {
-            let failure = Failure::new(FailureCode::LaunchFailed, reason);
+        // Bounds exist exactly when our own checks admitted the run.
+        let (AdmissionVerdict::Admit { .. }, Some(bounds)) = (&verdict, bounds.as_mut()) else {
+            let failure = Failure::new(FailureCode::LaunchFailed, reason.clone());
             return self.finish(ctx, &record, Some(failure), started).await;
-        }
+        };
         if cancel.is_cancelled() {
-            return self.finish(ctx, &record, Some(cancelled()), started).await;
+            let failure = stopped(bounds, watchdog, events);
+            return self.finish(ctx, &record, Some(failure), started).await;
         }
 
         // ---- running
@@ -337,7 +360,11 @@ impl Engine {
                     cancelled: cancel.is_cancelled(),
                     interrupted: false,
                 };
-                let failure = Failure::new(e.failure_code(setup), e.to_string());
+                let failure = match e.failure_code(setup) {
+                    // A boot stopped by the run's deadline failed on it.
+                    FailureCode::Cancelled => stopped(bounds, watchdog, events),
+                    code => Failure::new(code, e.to_string()),
+                };
                 return self.finish(ctx, &record, Some(failure), started).await;
             }
         };
@@ -354,7 +381,14 @@ impl Engine {
             scripts: 0,
         };
         let stop = self
-            .execute(&options.workflow, &booted, &mut state, events, cancel)
+            .execute(
+                &options.workflow,
+                &booted,
+                &mut state,
+                events,
+                bounds,
+                watchdog,
+            )
             .await;
 
         // ---- teardown: always after a boot; never changes the status.
@@ -364,7 +398,7 @@ impl Engine {
         }
         let failure = match stop {
             Ok(()) => None,
-            Err(Stop::Cancelled) => Some(cancelled()),
+            Err(Stop::Cancelled) => Some(stopped(bounds, watchdog, events)),
             Err(Stop::Failed(f)) => Some(f),
         };
         self.finish(ctx, &record, failure, started).await
@@ -442,8 +476,10 @@ impl Engine {
         booted: &Booted,
         state: &mut RunState,
         events: &Emitter,
-        cancel: &CancellationToken,
+        bounds: &mut RunBounds,
+        run: &Watchdog,
     ) -> Result<(), Stop> {
+        let cancel = run.token();
         let mut router = Router::new();
         let mut current = workflow.entry.clone();
         let mut input = Map::new();
@@ -457,6 +493,12 @@ impl Engine {
                     format!("unknown node {current}"),
                 )));
             };
+            // `max_iterations` counts executions: the one past it never starts.
+            if node.kind != ir::NodeKind::Fail
+                && let Err(bound) = bounds.admit_node()
+            {
+                return Err(Stop::Failed(bound_failure(&bound, bounds, events)));
+            }
             events.emit_node(
                 &node.id,
                 EventKind::NodeStarted {
@@ -475,8 +517,17 @@ impl Engine {
                 )));
             }
             let node_started = Instant::now();
+            let node_watch = bounds.arm_node(&node.id, run);
             let output = match self
-                .run_tool(workflow, node, &input, booted, state, events, cancel)
+                .run_tool(
+                    workflow,
+                    node,
+                    &input,
+                    booted,
+                    state,
+                    events,
+                    node_watch.token(),
+                )
                 .await
             {
                 Ok((exit_code, output)) => {
@@ -491,15 +542,25 @@ impl Engine {
                     output
                 }
                 Err(NodeError::Cancelled) => {
+                    // The node's own `timeout:` fails the run with TIMEOUT;
+                    // anything else (the run's deadline, a signal) is the
+                    // run's stop, classified once in `drive`.
+                    let timed_out = node_watch.fired();
                     events.emit_node(
                         &node.id,
                         EventKind::NodeFailed {
                             exit_code: None,
-                            error: "cancelled".into(),
+                            error: match timed_out.as_ref().or(run.fired().as_ref()) {
+                                Some(b) => b.failure().message,
+                                None => "cancelled".into(),
+                            },
                             stderr_tail: String::new(),
                         },
                     );
-                    return Err(Stop::Cancelled);
+                    return Err(match timed_out {
+                        Some(b) => Stop::Failed(bound_failure(&b, bounds, events)),
+                        None => Stop::Cancelled,
+                    });
                 }
                 Err(NodeError::Failed {
                     code,
@@ -776,10 +837,17 @@ impl Engine {
                     stderr_tail,
                 });
             }
+            let mut error = format!("command exited with {}", out.exit_code);
+            if out.exit_code == bounds::KILLED
+                && let Some(event) = bounds::memory_limit_hit(booted.run().as_ref()).await
+            {
+                events.emit_node(&node.id, event);
+                error.push_str(": killed at the sandbox's memory limit (ITERION_SANDBOX_MEMORY)");
+            }
             return Err(NodeError::Failed {
                 code: FailureCode::NodeFailed,
                 exit_code: Some(out.exit_code),
-                error: format!("command exited with {}", out.exit_code),
+                error,
                 stderr_tail,
             });
         }
@@ -861,8 +929,22 @@ async fn sandbox_stopped(run: &dyn iterion_core::SandboxRun, exit_code: i64) -> 
     false
 }
 
-fn cancelled() -> Failure {
-    Failure::new(FailureCode::Cancelled, "run cancelled")
+/// The failure of a run stopped on its token: the bound that fired (with
+/// its event), or a cancellation.
+fn stopped(bounds: &RunBounds, watchdog: &Watchdog, events: &Emitter) -> Failure {
+    let (failure, event) = bounds.stop_failure(watchdog);
+    if let Some(e) = event {
+        events.emit(e);
+    }
+    failure
+}
+
+/// The failure of a bound that was hit, with its event.
+fn bound_failure(bound: &Bound, bounds: &RunBounds, events: &Emitter) -> Failure {
+    if let Some(e) = bound.event(bounds.elapsed()) {
+        events.emit(e);
+    }
+    bound.failure()
 }
 
 fn millis(since: Instant) -> u64 {

@@ -4,8 +4,9 @@
 //! sandbox policy's verdict), the `queued → running → terminal` state
 //! machine under compare-and-set, boot and teardown through a
 //! [`SandboxBooter`], tool-node execution with bounded output, edge
-//! evaluation and loop bounds, the single event writer of a run, and the
-//! reaper's orchestration (lease + store + the one predicate).
+//! evaluation and loop bounds, run and node bounds (timeouts, budgets:
+//! [`bounds`]), the single event writer of a run, and the reaper's
+//! orchestration (lease + store + the one predicate).
 //!
 //! It does not decide which sandbox a run gets (the booter does, with the
 //! policy of `iterion-sandbox`), talk to a container engine (drivers do),
@@ -23,6 +24,7 @@
 
 pub mod admission;
 pub mod boot;
+pub mod bounds;
 pub mod engine;
 pub mod events;
 pub mod owner;

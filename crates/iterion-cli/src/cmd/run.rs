@@ -90,6 +90,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         run_id: RunId::generate(),
         workspace,
         flags: BootFlags::new(flags),
+        timeout: args.timeout,
     };
     let outcome = engine.run(options, cancel).await;
     drop(engine);
@@ -180,6 +181,11 @@ fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
     };
     resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
     resolve_host_state(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+    // A limit the driver cannot read would make discovery find no engine,
+    // and `auto` would then run on the host: bad input, never a degrade.
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    iterion_driver_docker::DockerSettings::from_env(&process_env)
+        .map_err(|e| UserInputError::new(e.to_string()))?;
     if let Some(raw) = env.readback_cap.as_deref().filter(|s| !s.trim().is_empty()) {
         iterion_core::parse_size(raw)
             .map_err(|e| UserInputError::new(format!("ITERION_SANDBOX_READBACK_CAP: {e}")))?;

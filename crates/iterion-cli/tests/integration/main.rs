@@ -4,6 +4,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
+mod bounds_e2e;
 mod egress_e2e;
 mod readback_e2e;
 mod run_e2e;

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod booting;
+mod bounds;
 mod docker;
 mod dsl;
 mod memstore;

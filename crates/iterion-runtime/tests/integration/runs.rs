@@ -1,7 +1,6 @@
 //! Whole runs: event stream and store state.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use iterion_core::{FailureCode, NodeId, RunStatus};
 use iterion_dsl::ir::*;
@@ -201,36 +200,12 @@ async fn cancellation_kills_the_running_node() {
     );
     let cancel = CancellationToken::new();
     let pid_file = h.workspace.path().join("sleep.pid");
-    let trigger = cancel.clone();
-    let watcher = tokio::spawn(async move {
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&pid_file)
-                && let Ok(pid) = s.trim().parse::<u32>()
-            {
-                trigger.cancel();
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let watcher = pid_watcher(pid_file, Some(cancel.clone()));
     let out = h.run_with(h.options(wf), cancel).await;
     let pid = watcher.await.unwrap();
     assert_eq!(out.status, RunStatus::Cancelled);
     assert_eq!(out.failure.unwrap().code, FailureCode::Cancelled);
-    // SIGKILL lands asynchronously: wait (bounded, far below the sleep's
-    // 100 s) until the process is gone or a zombie awaiting its reaper.
-    let mut stat = String::new();
-    for _ in 0..500 {
-        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        stat.is_empty() || stat.contains(") Z "),
-        "sleep survived: {stat}"
-    );
+    assert_process_gone(pid).await;
     let kinds = h.kinds(&out.run_id).await;
     assert_eq!(kinds.last().unwrap(), "run_cancelled");
     assert!(kinds.contains(&"node_failed".to_owned()));

@@ -142,6 +142,7 @@ impl Harness {
             run_id: RunId::generate(),
             workspace: PathBuf::from(self.workspace.path()),
             flags: BootFlags::default(),
+            timeout: None,
         }
     }
 
@@ -165,4 +166,39 @@ impl Harness {
     pub async fn logs(&self, run: &RunId) -> Vec<LogLine> {
         self.store.logs_after(run, 0, 0).await.unwrap()
     }
+}
+
+/// Fail unless `pid` is gone or a zombie awaiting its reaper. SIGKILL lands
+/// asynchronously: waits (bounded, ~5 s) before judging.
+pub async fn assert_process_gone(pid: u32) {
+    let mut stat = String::new();
+    for _ in 0..500 {
+        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("process {pid} survived: {stat}");
+}
+
+/// Spawn a watcher that reads the pid a node writes to `file` (once it
+/// exists) and, when `trigger` is given, cancels it then.
+pub fn pid_watcher(
+    file: PathBuf,
+    trigger: Option<CancellationToken>,
+) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&file)
+                && let Ok(pid) = s.trim().parse::<u32>()
+            {
+                if let Some(t) = &trigger {
+                    t.cancel();
+                }
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
 }
