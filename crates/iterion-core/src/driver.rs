@@ -315,6 +315,9 @@ pub enum ResourceKind {
     Network,
     /// A per-run volume.
     Volume,
+    /// A per-run directory on the host (state dir, file-secret dir): not a
+    /// driver's, but judged by the same reaper predicate.
+    HostDir,
 }
 
 /// What an engine said about itself (doctor).

@@ -229,28 +229,8 @@ impl DockerDriver {
         .map_err(|e| DriverError::Unavailable {
             reason: format!("{}: {e}", endpoint.url()),
         })?;
-        let version = tokio::time::timeout(settings.probe_timeout, docker.version())
-            .await
-            .map_err(|_| DriverError::Unavailable {
-                reason: format!(
-                    "{}: no answer within {:?}",
-                    endpoint.url(),
-                    settings.probe_timeout
-                ),
-            })?
-            .map_err(|e| DriverError::Unavailable {
-                reason: format!("{}: {e}", endpoint.url()),
-            })?;
-        let is_podman = version
-            .components
-            .iter()
-            .flatten()
-            .any(|c| c.name.to_ascii_lowercase().contains("podman"))
-            || version
-                .platform
-                .as_ref()
-                .is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
-        let name = if is_podman {
+        let pinged = ping_engine(&endpoint, settings.probe_timeout).await?;
+        let name = if pinged.podman {
             DriverName::Podman
         } else {
             DriverName::Docker
@@ -263,7 +243,7 @@ impl DockerDriver {
             docker,
             name,
             endpoint,
-            version: version.version.unwrap_or_default(),
+            version: pinged.version,
             settings,
             init_missing: Arc::new(AtomicBool::new(false)),
             // Podman 4.3's compat /build works offline for FROM scratch
@@ -734,6 +714,21 @@ impl DockerDriver {
     }
 }
 
+/// `GET /_ping`, bounded by the probe timeout.
+async fn ping_engine(
+    endpoint: &Endpoint,
+    bound: std::time::Duration,
+) -> Result<crate::rawlist::Pinged, DriverError> {
+    tokio::time::timeout(bound, crate::rawlist::ping(endpoint))
+        .await
+        .map_err(|_| DriverError::Unavailable {
+            reason: format!("{}: no answer within {bound:?}", endpoint.url()),
+        })?
+        .map_err(|e| DriverError::Unavailable {
+            reason: format!("{}: {e}", endpoint.url()),
+        })
+}
+
 /// `iterion-<run id>` truncated to 64 characters (facts §5.3).
 pub(crate) fn container_name(run: &str) -> String {
     let mut name = format!("iterion-{run}");
@@ -971,22 +966,11 @@ impl Driver for DockerDriver {
     }
 
     async fn ping(&self) -> Result<EngineInfo, DriverError> {
-        let version = tokio::time::timeout(self.settings.probe_timeout, self.docker.version())
-            .await
-            .map_err(|_| DriverError::Unavailable {
-                reason: format!(
-                    "{}: no answer within {:?}",
-                    self.endpoint.url(),
-                    self.settings.probe_timeout
-                ),
-            })?
-            .map_err(|e| DriverError::Unavailable {
-                reason: format!("{}: {e}", self.endpoint.url()),
-            })?;
+        let pinged = ping_engine(&self.endpoint, self.settings.probe_timeout).await?;
         Ok(EngineInfo {
             driver: self.name,
             endpoint: self.endpoint.url(),
-            version: version.version.unwrap_or_default(),
+            version: pinged.version,
             api_version: format!(
                 "{}.{}",
                 API_VERSION.major_version, API_VERSION.minor_version
@@ -1106,6 +1090,13 @@ impl Driver for DockerDriver {
                 .remove_volume(target, Some(RemoveVolumeOptions { force: true }))
                 .await
                 .map_err(|e| (e, "remove volume")),
+            // Never listed by an engine driver: the runtime's reaper owns them.
+            ResourceKind::HostDir => {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "removing host directories",
+                });
+            }
         };
         match result {
             Ok(()) => Ok(()),

@@ -42,7 +42,9 @@ use iterion_sandbox::verdict::{
 
 use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
 use crate::events::{CurrentNode, Emitter, RunObserver};
-use crate::secrets::{SecretFiles, resolve as resolve_secrets, write_files as write_secret_files};
+use crate::secrets::{
+    SecretFiles, resolve as resolve_secrets, secrets_root, write_files as write_secret_files,
+};
 
 /// The CLI's sandbox knobs of one run (tier 1 and its siblings).
 #[derive(Debug, Clone, Default)]
@@ -180,12 +182,32 @@ impl PolicyBooter {
 
     fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
         let dir = self.state_dir.join("sandboxes").join(ctx.run_id.as_str());
-        std::fs::create_dir_all(dir.join("artifact-files")).map_err(|source| BootError::Io {
+        let io = |source| BootError::Io {
             operation: format!("create {}", dir.display()),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(dir.join("artifact-files")).map_err(io)?;
+        crate::reap::mark_owner(&dir).map_err(io)?;
         Ok(dir)
     }
+}
+
+/// Where `iterion run` keeps per-run host state (run-files dirs): under
+/// the temp dir, so a reboot clears what the reaper has not.
+pub fn default_state_dir() -> PathBuf {
+    std::env::temp_dir().join("iterion")
+}
+
+/// Every directory whose children are per-run host directories the reaper
+/// judges: the state dirs under `state_dir` and this user's file-secret
+/// dirs (when a memory filesystem for them exists).
+pub fn host_state_roots(
+    state_dir: &std::path::Path,
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut roots = vec![state_dir.join("sandboxes")];
+    roots.extend(crate::secrets::secrets_root(env).ok());
+    roots
 }
 
 /// A per-run host directory removed when dropped, unless disarmed.
@@ -362,10 +384,9 @@ impl SandboxBooter for PolicyBooter {
             .join("artifact-files")
             .to_string_lossy()
             .into_owned();
-        // Step 14: file secrets in a private 0700 dir beside (not inside)
-        // the run's host dir, removed with it on every early return.
-        let secret_files = write_secret_files(&secrets.files, &host_dir)
-            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        // Step 14: file secrets in a private 0700 dir on a memory
+        // filesystem (never a disk), removed on every early return.
+        let secret_files = self.write_secret_files(ctx, &secrets.files)?;
         let snapshot = HostSnapshot::capture(&self.env, &[run_files.as_str()]);
         let planned = plan_launch(
             &PlanInputs {
@@ -472,6 +493,17 @@ impl SandboxBooter for PolicyBooter {
         match started {
             Ok(run) => {
                 host_dir_guard.0 = None;
+                // The container has mounted them: the values leave the host.
+                let mut secret_files = secret_files;
+                if let Err(e) = secret_files.scrub() {
+                    events.system_log(
+                        None,
+                        format!(
+                            "file secrets stay on the host memory filesystem until teardown: {e} ({})",
+                            e.code()
+                        ),
+                    );
+                }
                 Ok(Booted::Sandbox {
                     run,
                     scratch_dir: "/tmp".to_owned(),
@@ -538,6 +570,27 @@ impl SandboxBooter for PolicyBooter {
 }
 
 impl PolicyBooter {
+    fn write_secret_files(
+        &self,
+        ctx: &BootContext<'_>,
+        files: &[crate::secrets::FileSecret],
+    ) -> Result<SecretFiles, BootError> {
+        if files.is_empty() {
+            return Ok(SecretFiles::default());
+        }
+        let root = secrets_root(&self.local_env)
+            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let written = write_secret_files(files, &root, ctx.run_id)
+            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        if let Some(dir) = written.dir() {
+            crate::reap::mark_owner(&dir).map_err(|source| BootError::Io {
+                operation: format!("mark {}", dir.display()),
+                source,
+            })?;
+        }
+        Ok(written)
+    }
+
     async fn prepare_and_start(
         &self,
         ctx: &BootContext<'_>,

@@ -52,16 +52,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
     // start of every run: bounded, in the background, never blocking it.
+    let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
     let reap_store = store.clone();
     let reap_drivers = discovered.drivers.clone();
+    let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
     let reaper = tokio::spawn(async move {
-        let pass = iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false);
+        let pass = async {
+            iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
+            iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false).await;
+        };
         let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
     });
 
     let workspace = std::env::current_dir()?.canonicalize()?;
     let current = CurrentNode::default();
-    let local_env: BTreeMap<String, String> = std::env::vars().collect();
     let booter = PolicyBooter::new(
         env,
         local_env,
@@ -70,7 +75,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             failure: discovered.failure,
         },
         store.clone(),
-        std::env::temp_dir().join("iterion"),
+        state_dir,
         current.clone(),
     );
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -654,12 +654,24 @@ fn read_workflow_sandbox(path: &Path) -> anyhow::Result<Option<Spec>> {
 }
 
 /// `iterion sandbox reap`: one pass of the orphan reaper over every
-/// driver available here, with the one fail-safe predicate.
+/// driver available here and the per-run host directories, with the one
+/// fail-safe predicate.
 pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
     let env = EnvSnapshot::from_process();
     let store = crate::stores::open_from_env().await?;
     let found = drivers::available_drivers(&env).await;
-    let decisions = iterion_runtime::reap::reap_once(&found, store.as_ref(), args.dry_run).await;
+    let mut decisions =
+        iterion_runtime::reap::reap_once(&found, store.as_ref(), args.dry_run).await;
+    // Then the per-run host directories (state, file secrets), with the
+    // same predicate: after the engines, so a run the pass above marked
+    // interrupted is already terminal here.
+    let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let roots = iterion_runtime::sandbox_boot::host_state_roots(
+        &iterion_runtime::sandbox_boot::default_state_dir(),
+        &local_env,
+    );
+    decisions
+        .extend(iterion_runtime::reap::reap_host_dirs(&roots, store.as_ref(), args.dry_run).await);
     let failed = decisions.iter().any(|d| d.error.is_some());
     if args.json {
         let doc = serde_json::json!({

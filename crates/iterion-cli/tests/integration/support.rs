@@ -58,6 +58,9 @@ pub fn slim() -> String {
 pub struct Sandbox {
     /// Temp root (kept alive for the test).
     pub dir: tempfile::TempDir,
+    /// A private directory on the host's memory filesystem, where this
+    /// test's runs write their file secrets (`ITERION_SECRETS_DIR`).
+    pub shm: tempfile::TempDir,
     /// The engine the runs use.
     pub engine: Engine,
     /// Extra env for every command.
@@ -72,8 +75,13 @@ impl Sandbox {
             .tempdir()
             .expect("tempdir");
         std::fs::create_dir_all(dir.path().join("ws")).expect("workspace");
+        let shm = tempfile::Builder::new()
+            .prefix("iterion-e2e-")
+            .tempdir_in("/dev/shm")
+            .expect("a private dir on /dev/shm");
         Self {
             dir,
+            shm,
             engine,
             env: Vec::new(),
         }
@@ -82,6 +90,14 @@ impl Sandbox {
     /// The workspace directory (the run's cwd).
     pub fn workspace(&self) -> PathBuf {
         self.dir.path().join("ws")
+    }
+
+    /// Where this test's runs keep their file secrets (one directory per
+    /// run under it).
+    pub fn secrets_root(&self) -> PathBuf {
+        use std::os::unix::fs::MetadataExt;
+        let uid = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+        self.shm.path().join(format!("iterion-{uid}"))
     }
 
     /// The store directory.
@@ -117,6 +133,7 @@ impl Sandbox {
             .env_remove("ITERION_SANDBOX_OVERRIDE")
             .env_remove("ITERION_SANDBOX_PREFLIGHT")
             .env_remove("ITERION_SANDBOX_DOCKER_BINDS")
+            .env("ITERION_SECRETS_DIR", self.shm.path())
             .env("ITERION_SANDBOX_DEFAULT_IMAGE", busybox());
         for (k, v) in &self.env {
             cmd.env(k, v);
