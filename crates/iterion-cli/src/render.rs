@@ -1,13 +1,17 @@
 //! Human rendering of a run's events: a live view on a terminal (a
 //! spinner with the current step and elapsed time, a bar while an image is
 //! pulled) and plain lines otherwise. Rendering reads events; it never
-//! drives the run (shared/ARCHITECTURE.md, data flow).
+//! drives the run (shared/ARCHITECTURE.md, data flow). Every line it prints
+//! passes through `iterion_core::display::printable`: event data is
+//! run-supplied (node ids, host names, errors) and must not drive the
+//! terminal.
 
 use std::io::{IsTerminal, Write as _};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use iterion_core::EventRecord;
+use iterion_core::display::printable;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -30,16 +34,17 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         if let Some(bar) = &spinner {
             if event.kind == "sandbox_image_pull" {
                 let d = &event.data;
-                bar.set_message(format!(
+                let msg = format!(
                     "pulling {} {} {}",
                     s(d, "image"),
                     s(d, "status"),
                     progress(d)
-                ));
+                );
+                bar.set_message(printable(&msg).into_owned());
                 continue;
             }
             if let Some(step) = step_of(&event) {
-                bar.set_message(step);
+                bar.set_message(printable(&step).into_owned());
             }
         }
         let Some(line) = describe(&event) else {
@@ -90,8 +95,13 @@ fn step_of(event: &EventRecord) -> Option<String> {
     }
 }
 
-/// One line for an event, or `None` for events only the spinner shows.
+/// One line for an event, or `None` for events only the spinner shows;
+/// control and bidi characters of run-supplied text come out escaped.
 pub fn describe(event: &EventRecord) -> Option<String> {
+    describe_raw(event).map(|line| printable(&line).into_owned())
+}
+
+fn describe_raw(event: &EventRecord) -> Option<String> {
     let d = &event.data;
     let node = event
         .node_id
@@ -217,5 +227,34 @@ fn compact(v: &Value) -> String {
         format!("{}…", text.chars().take(200).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use iterion_core::{NodeId, RunId};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_live_view_escapes_run_supplied_text() {
+        let event = EventRecord {
+            seq: 3,
+            timestamp: time::OffsetDateTime::UNIX_EPOCH,
+            kind: "network_blocked".into(),
+            run_id: RunId::parse("r1").unwrap(),
+            node_id: Some(NodeId::new("n\u{1b}[2K")),
+            data: json!({"host": "a\r\n[   1.00s] run finished\u{1b}[8m", "port": 443, "reason": "blocked"}),
+        };
+        let line = describe(&event).unwrap();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(
+            line.contains("a\\r\\n[   1.00s] run finished\\x1b[8m"),
+            "{line}"
+        );
+        assert!(line.ends_with("by n\\x1b[2K"), "{line}");
     }
 }

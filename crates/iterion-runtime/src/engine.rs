@@ -32,6 +32,7 @@ use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBoote
 use crate::bounds::{self, Bound, BoundsError, RunBounds, Watchdog};
 use crate::events::{CurrentNode, Emitter, EventTap, NodeLog, spawn_writer};
 use crate::owner;
+use crate::redact::TailRedactor;
 use crate::routing::{self, RouteError, Router};
 use crate::template::{self, Scope};
 
@@ -368,6 +369,9 @@ impl Engine {
                 return self.finish(ctx, &record, Some(failure), started).await;
             }
         };
+        // From here every event and log line is masked for the run's
+        // secrets (the node logs mask across lines; this catches the rest).
+        events.set_redactor(booted.secrets().redactor.clone());
         if let Booted::Host { reason, .. } = &booted {
             events.system_log(None, format!("running on the host, unsandboxed: {reason}"));
         }
@@ -800,8 +804,25 @@ impl Engine {
             stdout: self.settings.stdout_keep,
             stderr_tail: self.settings.stderr_tail,
         };
+        // With secrets, the stderr tail is cut from the masked stream, never
+        // from raw bytes (a raw tail starting inside a secret would show
+        // the rest of it).
+        let redactor = &booted.secrets().redactor;
+        let mut masked_tail = (!redactor.is_empty()).then(|| {
+            TailRedactor::new(
+                redactor,
+                self.settings.stderr_tail,
+                self.settings.max_log_line,
+            )
+        });
         let collected = {
-            let mut on_chunk = |c: &iterion_core::OutputChunk| log.push(c);
+            let mut on_chunk = |c: &iterion_core::OutputChunk| {
+                if let (Some(t), iterion_core::OutputStream::Stderr) = (&mut masked_tail, c.stream)
+                {
+                    t.push(&c.data);
+                }
+                log.push(c);
+            };
             tokio::select! {
                 r = collect_output(session.as_mut(), limits, &mut on_chunk) => Some(r),
                 () = cancel.cancelled() => None,
@@ -816,10 +837,10 @@ impl Engine {
         };
         log.finish();
         let out = collected.map_err(NodeError::driver)?;
-        let stderr_tail = booted
-            .secrets()
-            .redactor
-            .redact(&String::from_utf8_lossy(&out.stderr_tail));
+        let stderr_tail = match masked_tail {
+            Some(t) => t.finish(),
+            None => String::from_utf8_lossy(&out.stderr_tail).into_owned(),
+        };
         if out.exit_code != 0 {
             // A container killed under a running command ends the exec with
             // the kill's status (137), which reads like the command's own
@@ -854,7 +875,6 @@ impl Engine {
         let schema = node.output.as_ref().and_then(|n| workflow.schemas.get(n));
         // Node output becomes event data (`node_finished.output`): a secret
         // value the command printed is masked before it is parsed.
-        let redactor = &booted.secrets().redactor;
         let stdout: std::borrow::Cow<'_, [u8]> = match redactor.is_empty() {
             true => std::borrow::Cow::Borrowed(&out.stdout),
             false => std::borrow::Cow::Owned(

@@ -29,6 +29,7 @@ pub mod engine;
 pub mod events;
 pub mod owner;
 pub mod reap;
+pub mod redact;
 pub mod routing;
 pub mod sandbox_boot;
 pub mod secrets;

@@ -286,6 +286,9 @@ impl SandboxBooter for PolicyBooter {
             env: secrets.env.clone(),
             redactor: secrets.redactor(),
         };
+        // Masked from the first event that could carry one (a driver line,
+        // a blocked host during post_create).
+        events.set_redactor(exec.redactor.clone());
         let file_secret_count = secrets.files.len();
         // Step 6: the chain, and who spoke.
         let resolved: ResolvedMode =

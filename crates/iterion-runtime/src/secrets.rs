@@ -4,8 +4,8 @@
 //! `docker inspect` shows for the container's lifetime), write `as: file`
 //! values to 0600 files in a private 0700 per-run directory on a memory
 //! filesystem (never a disk), bound read-only into the sandbox and taken
-//! off the host as soon as the container has mounted them, and redact
-//! values from log lines.
+//! off the host as soon as the container has mounted them, and hand the
+//! values to the redactor (`crate::redact`).
 //!
 //! It does not decide whether the run is sandboxed (the booter does) nor
 //! refresh rotated secrets mid-run (no refresher interface yet). A value is
@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 use iterion_core::plan::SECRETS_CONTAINER_DIR;
 use iterion_core::{Mount, MountKind, MountOrigin, RunId};
+
+pub use crate::redact::{REDACTED, Redactor};
 use iterion_dsl::ir::{SecretDecl, SecretDelivery};
 
 /// Why the run's secrets could not be made ready. Messages name the
@@ -124,52 +126,9 @@ impl std::fmt::Debug for ResolvedSecrets {
 }
 
 impl ResolvedSecrets {
-    /// Every value, for redaction (longest first so a value containing
-    /// another is masked whole).
+    /// The masker of every value (env and file) and its common encodings.
     pub fn redactor(&self) -> Redactor {
-        let mut values: Vec<String> = self
-            .env
-            .values()
-            .chain(self.files.iter().map(|f| &f.value))
-            .filter(|v| !v.is_empty())
-            .cloned()
-            .collect();
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
-        Redactor { values }
-    }
-}
-
-/// Masks exact secret values in text bound for the run log or events.
-#[derive(Clone, Default)]
-pub struct Redactor {
-    values: Vec<String>,
-}
-
-impl std::fmt::Debug for Redactor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redactor({} values)", self.values.len())
-    }
-}
-
-/// What a masked value reads as.
-pub const REDACTED: &str = "[REDACTED]";
-
-impl Redactor {
-    /// `text` with every secret value replaced by [`REDACTED`].
-    pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for v in &self.values {
-            if out.contains(v.as_str()) {
-                out = out.replace(v.as_str(), REDACTED);
-            }
-        }
-        out
-    }
-
-    /// Whether there is nothing to mask.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        Redactor::new(self.env.values().chain(self.files.iter().map(|f| &f.value)))
     }
 }
 

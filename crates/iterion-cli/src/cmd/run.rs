@@ -120,7 +120,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             outcome.run_id, outcome.status, f.code, f.message
         ),
     };
-    let _ = writeln!(std::io::stderr(), "{summary}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        iterion_core::display::printable(&summary)
+    );
     Ok(if outcome.status == RunStatus::Finished {
         Exit::Success
     } else {

@@ -686,7 +686,9 @@ pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
         }
         for d in &decisions {
             let j = d.to_json();
-            eprintln!(
+            // Names and run ids come from engine labels anyone with engine
+            // access can set: escaped like every run-supplied string.
+            let line = format!(
                 "{} {} {} (run {:?}): {} — {}{}",
                 j["driver"].as_str().unwrap_or(""),
                 j["kind"].as_str().unwrap_or(""),
@@ -701,6 +703,7 @@ pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
                     _ => String::new(),
                 }
             );
+            eprintln!("{}", iterion_core::display::printable(&line));
         }
     }
     Ok(if failed { Exit::Failure } else { Exit::Success })

@@ -6,6 +6,7 @@
 
 mod bounds_e2e;
 mod egress_e2e;
+mod output_e2e;
 mod readback_e2e;
 mod run_e2e;
 mod secrets_e2e;
