@@ -44,7 +44,10 @@ pub fn load_workflow(path: &Path) -> anyhow::Result<(Loaded, ir::Workflow)> {
     let loaded = load(path)
         .map_err(|e| UserInputError::new(format!("cannot read {}: {e}", path.display())))?;
     if loaded.compiled.has_errors() {
-        let rendered = iterion_dsl::render_human(&loaded.source, &loaded.compiled.diagnostics);
+        let mut rendered = iterion_dsl::render_human(&loaded.source, &loaded.compiled.diagnostics);
+        if let Some(more) = iterion_dsl::render_omitted(loaded.compiled.omitted) {
+            rendered.push_str(&more);
+        }
         return Err(UserInputError::new(format!(
             "{} is not a valid workflow:\n{rendered}",
             path.display()

@@ -52,11 +52,15 @@ impl fmt::Display for Mode {
 #[error("invalid sandbox mode {0:?} (expected none, auto or inline)")]
 pub struct InvalidMode(pub String);
 
+/// The workflow words, exactly as upstream's compiler accepts them (`""`,
+/// `none`, `auto`, `inline`): no case folding, no padding, and `inherit` is
+/// not a word a user writes (it is the empty value), so `sandbox: AUTO` or
+/// `sandbox: inherit` is C044 as upstream, never a silent mode.
 impl FromStr for Mode {
     type Err = InvalidMode;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "inherit" => Ok(Mode::Inherit),
+        match s {
+            "" => Ok(Mode::Inherit),
             "none" => Ok(Mode::None),
             "auto" => Ok(Mode::Auto),
             "inline" => Ok(Mode::Inline),
@@ -96,10 +100,11 @@ impl fmt::Display for HostState {
 #[error("invalid host_state {0:?} (expected auto or none)")]
 pub struct InvalidHostState(pub String);
 
+/// Exact words, as upstream's compiler (`host_state: NONE` is C044).
 impl FromStr for HostState {
     type Err = InvalidHostState;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
+        match s {
             "auto" => Ok(HostState::Auto),
             "none" => Ok(HostState::None),
             _ => Err(InvalidHostState(s.to_owned())),
@@ -147,8 +152,13 @@ mod tests {
 
     #[test]
     fn parses_modes() {
-        assert_eq!("AUTO".parse(), Ok(Mode::Auto));
+        assert_eq!("auto".parse(), Ok(Mode::Auto));
         assert_eq!("".parse(), Ok(Mode::Inherit));
+        for bad in ["AUTO", "Inline", " none", "inherit", "NONE"] {
+            assert!(bad.parse::<Mode>().is_err(), "{bad}");
+        }
+        assert_eq!("none".parse(), Ok(HostState::None));
+        assert!("NONE".parse::<HostState>().is_err());
         assert!("allowlist".parse::<Mode>().is_err());
     }
 }

@@ -1,7 +1,12 @@
-//! Diagnostics: codes (upstream names), severities, positions, and the two
-//! renderings `iterion validate` prints (human with a caret under the
-//! source, and JSON). Rendering is plain text with no colour so snapshots
-//! and non-TTY output are deterministic.
+//! Diagnostics: codes (upstream names), severities, positions, the per-file
+//! bound on how many are kept, and the two renderings `iterion validate`
+//! prints (human with a caret under the source, and JSON). Rendering is
+//! plain text with no colour so snapshots and non-TTY output are
+//! deterministic, and it is linear in the input: a file keeps at most
+//! [`MAX_PER_FILE`] diagnostics (the rest are only counted), a message at
+//! most [`MAX_MESSAGE_CHARS`] characters, and the human form shows a window
+//! of at most [`WINDOW_CHARS`] characters of each source line, with control
+//! characters replaced so a hostile file cannot drive the terminal.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -78,6 +83,89 @@ pub mod codes {
     pub const C026: &str = "C026";
     /// Invalid reasoning effort.
     pub const C027: &str = "C027";
+    /// `when "…"` expression does not parse (syntax, unknown function,
+    /// nesting past the depth limit).
+    pub const C040: &str = "C040";
+    /// `session: inherit`/`fork` on a convergence point.
+    pub const C009: &str = "C009";
+    /// Malformed `{{…}}` template reference.
+    pub const C004: &str = "C004";
+    /// `outputs.X.history` on a node that is on no loop edge.
+    pub const C017: &str = "C017";
+    /// Round-robin router with fewer than two unconditional edges.
+    pub const C020: &str = "C020";
+    /// LLM router with fewer than two edges.
+    pub const C021: &str = "C021";
+    /// LLM router edge with a `when` field condition.
+    pub const C022: &str = "C022";
+    /// LLM-only property on a router that is not `mode: llm`.
+    pub const C023: &str = "C023";
+    /// Duplicate `mcp_server` name.
+    pub const C024: &str = "C024";
+    /// `outputs.X` reference to an unknown node.
+    pub const C029: &str = "C029";
+    /// `outputs.X.f` field not in X's output schema.
+    pub const C031: &str = "C031";
+    /// `outputs.X.f` on a node without output schema (warning).
+    pub const C032: &str = "C032";
+    /// `vars.x` reference to an undeclared variable.
+    pub const C033: &str = "C033";
+    /// `input.f` field not in the node's input schema.
+    pub const C034: &str = "C034";
+    /// `artifacts.a` that no node publishes.
+    pub const C035: &str = "C035";
+    /// Reference to a node (or artifact producer) that does not run before
+    /// the consumer.
+    pub const C036: &str = "C036";
+    /// Compute node without expressions.
+    pub const C039: &str = "C039";
+    /// `attachments.a` not declared.
+    pub const C053: &str = "C053";
+    /// Unknown attachment sub-field.
+    pub const C054: &str = "C054";
+    /// Reserved name (`done`/`fail`) on a prompt, schema, cursor, agent,
+    /// judge or compute declaration (upstream's parser stage).
+    pub const E011: &str = "E011";
+    /// Invalid MCP server config (transport's required/forbidden fields).
+    pub const C025: &str = "C025";
+    /// Node max_tokens over the workflow budget (warning).
+    pub const C037: &str = "C037";
+    /// Unsupported or incomplete MCP auth.
+    pub const C038: &str = "C038";
+    /// Compaction setting out of range.
+    pub const C043: &str = "C043";
+    /// Memory on a backend that ignores it (warning).
+    pub const C047: &str = "C047";
+    /// Memory enabled without a scope.
+    pub const C048: &str = "C048";
+    /// Attachment declared twice.
+    pub const C050: &str = "C050";
+    /// Attachment named like a variable.
+    pub const C051: &str = "C051";
+    /// accept_mime entry not type/subtype.
+    pub const C052: &str = "C052";
+    /// Preset sets an undeclared variable.
+    pub const C070: &str = "C070";
+    /// Preset value of the wrong type.
+    pub const C071: &str = "C071";
+    /// Preset declared twice.
+    pub const C072: &str = "C072";
+    /// Unknown capability (warning).
+    pub const C080: &str = "C080";
+    /// Capability name of the wrong shape.
+    pub const C081: &str = "C081";
+    /// Board capability under a sandbox (warning).
+    pub const C082: &str = "C082";
+    /// Unknown cursor in a node's `cursors:` block (warning).
+    pub const C083: &str = "C083";
+    /// Cursor value the cursor does not accept.
+    pub const C084: &str = "C084";
+    /// Malformed cursor declaration.
+    pub const C085: &str = "C085";
+    /// Duplicate cursor name.
+    pub const C086: &str = "C086";
+    /// Playwright MCP under a sandbox without a browser image.
+    pub const C060: &str = "C060";
     /// Duplicate node id.
     pub const C041: &str = "C041";
     /// Reserved node name.
@@ -158,6 +246,79 @@ pub struct Diagnostic {
     pub hint: Option<String>,
 }
 
+/// Diagnostics one file keeps; past this they are counted in [`Omitted`].
+/// A hostile file (32 KiB of NULs once produced 32,768 of them, each with
+/// its whole line) stays bounded; the first hundred are what a person reads.
+pub const MAX_PER_FILE: usize = 100;
+
+/// Longest message or hint kept, in characters (a message may quote a
+/// value of the file, and a value may be a megabyte long).
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// Widest source excerpt the human rendering shows under a diagnostic.
+pub const WINDOW_CHARS: usize = 120;
+
+/// Diagnostics found past [`MAX_PER_FILE`]: counted, never built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Omitted {
+    /// Error-severity diagnostics not kept.
+    pub errors: usize,
+    /// Warnings (and infos) not kept.
+    pub warnings: usize,
+}
+
+impl Omitted {
+    /// How many were not kept.
+    pub fn total(self) -> usize {
+        self.errors + self.warnings
+    }
+}
+
+/// Where the lexer and the compiler put diagnostics: keeps the first
+/// [`MAX_PER_FILE`], counts the rest by severity.
+#[derive(Debug, Default)]
+pub struct Sink {
+    /// The diagnostics kept, in the order found.
+    pub kept: Vec<Diagnostic>,
+    /// What was found past the bound.
+    pub omitted: Omitted,
+}
+
+impl Sink {
+    /// Keep `d` (returning its index) or count it.
+    pub fn push(&mut self, d: Diagnostic) -> Option<usize> {
+        if self.kept.len() >= MAX_PER_FILE {
+            self.count(d.severity);
+            return None;
+        }
+        self.kept.push(d);
+        Some(self.kept.len() - 1)
+    }
+
+    /// Whether another diagnostic would be kept (callers skip building it
+    /// otherwise).
+    pub fn full(&self) -> bool {
+        self.kept.len() >= MAX_PER_FILE
+    }
+
+    /// Count one diagnostic that is not kept.
+    pub fn count(&mut self, severity: Severity) {
+        match severity {
+            Severity::Error => self.omitted.errors += 1,
+            Severity::Warning | Severity::Info => self.omitted.warnings += 1,
+        }
+    }
+}
+
+/// `text` cut to `max` characters (an ellipsis marks the cut).
+pub(crate) fn clip(mut text: String, max: usize) -> String {
+    if let Some((at, _)) = text.char_indices().nth(max) {
+        text.truncate(at);
+        text.push('…');
+    }
+    text
+}
+
 impl Diagnostic {
     /// A diagnostic without hint.
     pub fn new(
@@ -173,47 +334,144 @@ impl Diagnostic {
             file: file.as_ref().to_path_buf(),
             line: pos.line.max(1),
             column: pos.column.max(1),
-            message: message.into(),
+            message: clip(message.into(), MAX_MESSAGE_CHARS),
             hint: None,
         }
     }
 
     /// Attach a hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
+        self.hint = Some(clip(hint.into(), MAX_MESSAGE_CHARS));
         self
     }
 }
 
 /// Render diagnostics for a human: `file:line:col: severity[CODE]: message`,
-/// the source line, a caret under the column, and the hint.
+/// a window of the source line, a caret under the column, and the hint.
+/// Walks the source once for diagnostics sorted by position (as
+/// [`crate::compile_source`] returns them).
 pub fn render_human(source: &str, diags: &[Diagnostic]) -> String {
-    let lines: Vec<&str> = source.lines().collect();
     let mut out = String::new();
+    let mut lines = Lines::new(source);
     for d in diags {
-        let _ = writeln!(out, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+        let _ = writeln!(
+            out,
+            "{}[{}]: {}",
+            d.severity.as_str(),
+            d.code,
+            printable(&d.message)
+        );
         let num = d.line.to_string();
         let pad = " ".repeat(num.len());
         let _ = writeln!(out, "{pad}--> {}:{}:{}", d.file.display(), d.line, d.column);
-        if let Some(src) = lines.get((d.line as usize).saturating_sub(1)) {
-            let src = src.trim_end_matches('\r');
-            let shown: String = src
-                .chars()
-                .map(|c| if c == '\t' { ' ' } else { c })
-                .collect();
+        if let Some(src) = lines.get(d.line as usize) {
+            let (shown, caret_at) = window(src.trim_end_matches('\r'), d.column as usize);
             let _ = writeln!(out, "{pad} |");
             let _ = writeln!(out, "{num} | {shown}");
-            let caret_at = (d.column as usize)
-                .saturating_sub(1)
-                .min(shown.chars().count());
             let _ = writeln!(out, "{pad} | {}^", " ".repeat(caret_at));
         }
         if let Some(h) = &d.hint {
-            let _ = writeln!(out, "{pad} = hint: {h}");
+            let _ = writeln!(out, "{pad} = hint: {}", printable(h));
         }
         out.push('\n');
     }
     out
+}
+
+/// The one line that follows the rendered diagnostics of a file whose
+/// diagnostics were bounded, if any were omitted.
+pub fn render_omitted(omitted: Omitted) -> Option<String> {
+    (omitted.total() > 0).then(|| {
+        format!(
+            "… {} more diagnostic(s) not shown ({} error(s), {} warning(s)); fix the ones above first\n",
+            omitted.total(),
+            omitted.errors,
+            omitted.warnings
+        )
+    })
+}
+
+/// Forward cursor over the lines of a source: sorted lookups cost one pass.
+struct Lines<'a> {
+    rest: std::str::Lines<'a>,
+    source: &'a str,
+    /// Number (from 1) of the line `rest` yields next.
+    next: usize,
+    /// The line returned last (several diagnostics often share one).
+    last: Option<(usize, &'a str)>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(source: &'a str) -> Self {
+        Self {
+            rest: source.lines(),
+            source,
+            next: 1,
+            last: None,
+        }
+    }
+
+    fn get(&mut self, line: usize) -> Option<&'a str> {
+        if line == 0 {
+            return None;
+        }
+        if let Some((n, text)) = self.last
+            && n == line
+        {
+            return Some(text);
+        }
+        if line < self.next {
+            *self = Self::new(self.source);
+        }
+        while self.next < line {
+            self.rest.next()?;
+            self.next += 1;
+        }
+        self.next += 1;
+        let text = self.rest.next()?;
+        self.last = Some((line, text));
+        Some(text)
+    }
+}
+
+/// At most [`WINDOW_CHARS`] characters of `line` around `column`, with
+/// tabs as spaces and control characters as U+FFFD, and where the caret
+/// goes in it.
+fn window(line: &str, column: usize) -> (String, usize) {
+    let col = column.saturating_sub(1);
+    let start = col.saturating_sub(WINDOW_CHARS / 2);
+    let mut shown = String::new();
+    let mut total = start;
+    if start > 0 {
+        shown.push('…');
+    }
+    for (taken, c) in line.chars().skip(start).enumerate() {
+        if taken == WINDOW_CHARS {
+            shown.push('…');
+            break;
+        }
+        shown.push(match c {
+            '\t' => ' ',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        });
+        total += 1;
+    }
+    let lead = usize::from(start > 0);
+    let caret = col.min(total).saturating_sub(start) + lead;
+    (shown, caret)
+}
+
+/// `text` with control characters replaced (messages may quote the file).
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
 }
 
 /// The JSON shape of one diagnostic in `iterion validate --json`.
@@ -234,8 +492,9 @@ pub struct JsonDiagnostic<'a> {
     pub hint: Option<&'a str>,
 }
 
-/// Diagnostics of one file as `iterion validate --json` prints them.
-pub fn json_file(path: &str, diags: &[Diagnostic]) -> serde_json::Value {
+/// Diagnostics of one file as `iterion validate --json` prints them; an
+/// `omitted` object appears only when the file's diagnostics were bounded.
+pub fn json_file(path: &str, diags: &[Diagnostic], omitted: Omitted) -> serde_json::Value {
     let list: Vec<JsonDiagnostic<'_>> = diags
         .iter()
         .map(|d| JsonDiagnostic {
@@ -247,5 +506,9 @@ pub fn json_file(path: &str, diags: &[Diagnostic]) -> serde_json::Value {
             hint: d.hint.as_deref(),
         })
         .collect();
-    serde_json::json!({ "path": path, "diagnostics": list })
+    if omitted.total() > 0 {
+        serde_json::json!({ "path": path, "diagnostics": list, "omitted": omitted })
+    } else {
+        serde_json::json!({ "path": path, "diagnostics": list })
+    }
 }

@@ -7,7 +7,7 @@
 //! captured as raw text. Never panics, never recurses: every malformed input
 //! becomes a diagnostic and the lexer resynchronises at the next line.
 
-use crate::diag::{Diagnostic, Severity, codes};
+use crate::diag::{Diagnostic, Severity, Sink, codes};
 use crate::ir::Pos;
 
 /// How a string literal was written.
@@ -77,6 +77,11 @@ pub struct STok {
 /// so later tree walks stay shallow whatever the input.
 pub const MAX_DEPTH: usize = 48;
 
+/// Deepest bracket nesting kept as tokens (values refuse more than 16
+/// anyway); what lies deeper is reported once and not stored, so a file of
+/// a million `[` costs no more memory than a file of a million letters.
+pub const MAX_BRACKET_DEPTH: usize = 64;
+
 /// Lexer output.
 pub struct Lexed {
     /// Tokens.
@@ -93,7 +98,15 @@ struct Lexer<'a> {
     line: u32,
     col: u32,
     toks: Vec<STok>,
-    diags: &'a mut Vec<Diagnostic>,
+    sink: &'a mut Sink,
+    /// The error being repeated (consecutive identical lexer errors, with
+    /// no token between them, are one diagnostic: 32 KiB of NULs is one
+    /// finding, not 32,768).
+    repeat: Option<Repeat>,
+    /// Start of the next non-blank line after an open bracket, once looked
+    /// up: every newline inside the bracket asks, and asking again from each
+    /// blank line would be quadratic.
+    bracket_lookahead: Option<usize>,
     file: &'a str,
     strict: bool,
     profile: u32,
@@ -105,8 +118,20 @@ struct Lexer<'a> {
     line_start_tok: usize,
 }
 
+/// A run of identical lexer errors.
+struct Repeat {
+    /// Index in the sink (`None` when past its bound).
+    idx: Option<usize>,
+    code: &'static str,
+    message: String,
+    count: usize,
+    last: Pos,
+    /// Tokens lexed when the run last grew: a token in between ends it.
+    toks_at: usize,
+}
+
 /// Lex a whole file.
-pub fn lex(text: &str, file: &str, diags: &mut Vec<Diagnostic>) -> Lexed {
+pub fn lex(text: &str, file: &str, sink: &mut Sink) -> Lexed {
     let src: Vec<char> = text.chars().collect();
     let (strict, profile) = header_flags(text);
     let mut lx = Lexer {
@@ -115,7 +140,9 @@ pub fn lex(text: &str, file: &str, diags: &mut Vec<Diagnostic>) -> Lexed {
         line: 1,
         col: 1,
         toks: Vec::with_capacity(src.len() / 4),
-        diags,
+        sink,
+        repeat: None,
+        bracket_lookahead: None,
         file,
         strict,
         profile,
@@ -126,6 +153,7 @@ pub fn lex(text: &str, file: &str, diags: &mut Vec<Diagnostic>) -> Lexed {
         line_start_tok: 0,
     };
     lx.run();
+    lx.close_repeat();
     Lexed {
         toks: lx.toks,
         strict_escape: strict,
@@ -190,16 +218,62 @@ impl Lexer<'_> {
     }
 
     fn err(&mut self, code: &'static str, pos: Pos, message: String) {
-        self.diags.push(Diagnostic::new(
+        self.err_hint(code, pos, message, None);
+    }
+
+    fn err_hint(&mut self, code: &'static str, pos: Pos, message: String, hint: Option<&str>) {
+        if let Some(r) = &mut self.repeat
+            && r.code == code
+            && r.message == message
+            && r.toks_at == self.toks.len()
+        {
+            r.count += 1;
+            r.last = pos;
+            return;
+        }
+        self.close_repeat();
+        let idx = if self.sink.full() {
+            self.sink.count(Severity::Error);
+            None
+        } else {
+            let mut d = Diagnostic::new(code, Severity::Error, self.file, pos, message.clone());
+            if let Some(h) = hint {
+                d = d.with_hint(h);
+            }
+            self.sink.push(d)
+        };
+        self.repeat = Some(Repeat {
+            idx,
             code,
-            Severity::Error,
-            self.file,
-            pos,
             message,
-        ));
+            count: 1,
+            last: pos,
+            toks_at: self.toks.len(),
+        });
+    }
+
+    /// Fold the current run of identical errors into its first diagnostic.
+    fn close_repeat(&mut self) {
+        let Some(r) = self.repeat.take() else { return };
+        if r.count < 2 {
+            return;
+        }
+        if let Some(d) = r.idx.and_then(|i| self.sink.kept.get_mut(i)) {
+            d.message = format!(
+                "{} (and {} more like it, the last at line {}, column {})",
+                d.message,
+                r.count - 1,
+                r.last.line,
+                r.last.column
+            );
+        }
     }
 
     fn push(&mut self, tok: Tok, pos: Pos, glued: bool) {
+        if self.depth > MAX_BRACKET_DEPTH {
+            // inside an over-deep bracket: reported once, kept out of memory
+            return;
+        }
         self.toks.push(STok { tok, pos, glued });
     }
 
@@ -271,14 +345,12 @@ impl Lexer<'_> {
                 }
                 '#' => {
                     if self.peek(1) != Some('#') {
-                        self.err(
+                        self.err_hint(
                             codes::E001,
                             pos,
                             "a single `#` does not open a comment in .iter files".into(),
+                            Some("write `##` to start a comment"),
                         );
-                        if let Some(d) = self.diags.last_mut() {
-                            d.hint = Some("write `##` to start a comment".into());
-                        }
                     }
                     self.skip_to_eol();
                 }
@@ -299,6 +371,13 @@ impl Lexer<'_> {
                     if self.depth == 0 {
                         self.open_indent = self.line_indent;
                     }
+                    if self.depth == MAX_BRACKET_DEPTH {
+                        self.err(
+                            codes::E002,
+                            pos,
+                            format!("brackets nested deeper than {MAX_BRACKET_DEPTH} levels"),
+                        );
+                    }
                     self.depth += 1;
                     let t = match c {
                         '[' => Tok::LBrack,
@@ -308,6 +387,12 @@ impl Lexer<'_> {
                     self.single(t, pos, glued);
                 }
                 ']' | '}' | ')' => {
+                    if self.depth > MAX_BRACKET_DEPTH {
+                        // its opener was dropped too
+                        self.depth -= 1;
+                        self.bump();
+                        continue;
+                    }
                     self.depth = self.depth.saturating_sub(1);
                     let t = match c {
                         ']' => Tok::RBrack,
@@ -379,10 +464,15 @@ impl Lexer<'_> {
     /// (or as indented and not a closing bracket), the bracket is reported
     /// and the logical line ends here.
     fn maybe_close_brackets(&mut self) {
-        let mut j = self.i;
+        let mut j = match self.bracket_lookahead {
+            // still inside the blank run already looked through
+            Some(next) if next > self.i => return,
+            _ => self.i,
+        };
         loop {
             let (w, _, blank) = self.measure_line(j);
             if !blank {
+                self.bracket_lookahead = Some(j);
                 let mut k = j;
                 while matches!(self.src.get(k), Some(' ' | '\t' | '\r')) {
                     k += 1;
@@ -402,6 +492,7 @@ impl Lexer<'_> {
             match self.src[j..].iter().position(|&c| c == '\n') {
                 Some(off) => j += off + 1,
                 None => {
+                    self.bracket_lookahead = Some(self.src.len() + 1);
                     return;
                 }
             }
@@ -579,13 +670,12 @@ impl Lexer<'_> {
         loop {
             match self.peek(0) {
                 None | Some('\n') => {
-                    self.err(codes::E004, pos, "unterminated string literal".into());
-                    if let Some(d) = self.diags.last_mut() {
-                        d.hint = Some(
-                            "close the quote, or use a backtick raw string / a `|` block scalar for multi-line content"
-                                .into(),
-                        );
-                    }
+                    self.err_hint(
+                        codes::E004,
+                        pos,
+                        "unterminated string literal".into(),
+                        Some("close the quote, or use a backtick raw string / a `|` block scalar for multi-line content"),
+                    );
                     break;
                 }
                 Some('"') => {
@@ -664,9 +754,9 @@ mod tests {
     use super::*;
 
     fn toks(s: &str) -> (Vec<Tok>, Vec<Diagnostic>) {
-        let mut d = Vec::new();
+        let mut d = Sink::default();
         let l = lex(s, "t.iter", &mut d);
-        (l.toks.into_iter().map(|t| t.tok).collect(), d)
+        (l.toks.into_iter().map(|t| t.tok).collect(), d.kept)
     }
 
     #[test]

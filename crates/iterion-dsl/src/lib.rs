@@ -8,34 +8,39 @@
 
 pub mod diag;
 pub mod expand;
+pub mod expr;
 pub mod ir;
 pub mod lexer;
 pub mod parser;
 
 mod compile;
-mod sandbox;
 
 use std::path::Path;
 
-pub use diag::{Diagnostic, Severity, codes, render_human};
+pub use compile::sandbox::read_back_problem;
+pub use diag::{Diagnostic, Omitted, Severity, codes, render_human, render_omitted};
 pub use iterion_core::NetworkSpec;
-pub use sandbox::read_back_problem;
 
 /// The result of compiling one file.
 #[derive(Debug, Clone)]
 pub struct Compiled {
     /// Workflows in source order (the runtime runs the first).
     pub workflows: Vec<ir::Workflow>,
-    /// Every diagnostic, sorted by position.
+    /// The diagnostics kept (at most [`diag::MAX_PER_FILE`]), sorted by
+    /// position.
     pub diagnostics: Vec<Diagnostic>,
+    /// Diagnostics found past the bound: counted, not kept.
+    pub omitted: Omitted,
 }
 
 impl Compiled {
     /// Whether any diagnostic is an error.
     pub fn has_errors(&self) -> bool {
-        self.diagnostics
-            .iter()
-            .any(|d| d.severity == Severity::Error)
+        self.omitted.errors > 0
+            || self
+                .diagnostics
+                .iter()
+                .any(|d| d.severity == Severity::Error)
     }
 }
 
@@ -53,7 +58,7 @@ pub fn compile_with(
     net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
 ) -> Compiled {
     let fname = file.display().to_string();
-    let mut diags = Vec::new();
+    let mut diags = diag::Sink::default();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let lexed = lexer::lex(text, &fname, &mut diags);
     let lines = parser::parse(lexed.toks);
@@ -62,12 +67,16 @@ pub fn compile_with(
         diags,
     };
     let workflows = compile::compile(&lines, &mut ctx, net_check);
-    let mut diagnostics = ctx.diags;
+    let diag::Sink {
+        kept: mut diagnostics,
+        omitted,
+    } = ctx.diags;
     diagnostics.sort_by(|a, b| (a.line, a.column, a.code).cmp(&(b.line, b.column, b.code)));
     diagnostics.dedup();
     Compiled {
         workflows,
         diagnostics,
+        omitted,
     }
 }
 
@@ -94,6 +103,7 @@ pub fn compile_file(path: &Path) -> Result<Compiled, std::io::Error> {
                     )
                     .with_hint("save the file as UTF-8"),
                 ],
+                omitted: Omitted::default(),
             })
         }
     }

@@ -12,7 +12,7 @@ use iterion_core::NodeId;
 use iterion_dsl::ir::{self, NodeKind, ToolSpec};
 use serde_json::Value;
 
-use crate::routing::{coerce_var, parse_expr};
+use crate::routing::coerce_var;
 use crate::template::check_syntax;
 
 /// Why a workflow is refused at admission.
@@ -26,7 +26,7 @@ pub enum AdmissionError {
     },
     /// A `when "…"` expression outside the supported forms.
     #[error(
-        "edge {from} -> {to}: unsupported condition {expr:?} (supported: field, not field, field == \"v\", field != \"v\")"
+        "edge {from} -> {to}: condition {expr:?} is not a valid expression (the compiler reports it as C040)"
     )]
     UnsupportedCondition {
         /// Source node.
@@ -157,7 +157,7 @@ pub fn check_workflow(workflow: &ir::Workflow) -> Result<(), AdmissionError> {
             });
         }
         if let Some(ir::Condition::Expr(expr)) = &edge.condition
-            && parse_expr(expr).is_none()
+            && iterion_dsl::expr::Expr::parse(expr).is_err()
         {
             return Err(AdmissionError::UnsupportedCondition {
                 from: edge.from.clone(),

@@ -6,97 +6,52 @@
 
 use std::collections::BTreeMap;
 
+use iterion_core::NodeId;
+use iterion_dsl::expr::{self, Expr, Resolve};
 use iterion_dsl::ir::{Condition, Edge, FieldType, Schema, Target, Workflow};
 use serde_json::{Map, Value};
 
 use crate::template::{self, Scope, TemplateError};
 
-/// A `when "…"` expression this engine evaluates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expr {
-    /// `field`, `not field`, `!field` on a bool field.
-    Bool {
-        /// Field.
-        field: String,
-        /// Negated.
-        negated: bool,
-    },
-    /// `field == "value"` / `field != "value"` (string compare of the
-    /// field's text form).
-    Compare {
-        /// Field.
-        field: String,
-        /// Literal.
-        value: String,
-        /// `!=`.
-        negated: bool,
-    },
+/// What a `when "…"` expression reads: the source node's output as `input`
+/// (and bare names), the run's `vars` and every finished node's
+/// `outputs`; `loop`, `run` and `artifacts` read as null until the engine
+/// tracks them.
+struct EdgeScope<'a> {
+    output: &'a Value,
+    scope: &'a Scope<'a>,
 }
 
-fn is_ident(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Parse a `when "…"` expression; `None` = not supported (refused at
-/// admission, never guessed at run time).
-pub fn parse_expr(text: &str) -> Option<Expr> {
-    let text = text.trim();
-    for (op, negated) in [("==", false), ("!=", true)] {
-        if let Some((lhs, rhs)) = text.split_once(op) {
-            let field = lhs.trim();
-            let rhs = rhs.trim();
-            let literal = rhs
-                .strip_prefix('"')
-                .and_then(|r| r.strip_suffix('"'))
-                .or_else(|| rhs.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')))?;
-            if !is_ident(field) || literal.contains(['"', '\'']) {
-                return None;
-            }
-            return Some(Expr::Compare {
-                field: field.to_owned(),
-                value: literal.to_owned(),
-                negated,
-            });
-        }
+impl Resolve for EdgeScope<'_> {
+    fn resolve(&self, namespace: &str, path: &[String]) -> Option<Value> {
+        let (first, rest) = match namespace {
+            "input" => return expr::drill(self.output, path).cloned(),
+            "vars" | "outputs" => path.split_first()?,
+            _ => return None,
+        };
+        let root = if namespace == "vars" {
+            self.scope.vars.get(first)?
+        } else {
+            self.scope.outputs.get(&NodeId::new(first.clone()))?
+        };
+        expr::drill(root, rest).cloned()
     }
-    let (negated, field) = if let Some(f) = text.strip_prefix('!') {
-        (true, f.trim())
-    } else if let Some(f) = text.strip_prefix("not ") {
-        (true, f.trim())
-    } else {
-        (false, text)
-    };
-    is_ident(field).then(|| Expr::Bool {
-        field: field.to_owned(),
-        negated,
-    })
 }
 
-/// Whether a condition holds on an output. A missing or non-bool field is
-/// false (the compiler already checked the schema, C013/C014).
-pub fn condition_holds(condition: &Condition, output: &Value) -> bool {
-    let truthy = |field: &str| output.get(field).and_then(Value::as_bool).unwrap_or(false);
+/// Whether a condition holds on a node's output: the one evaluation of
+/// edge conditions. A `when field` reads a bool field (missing or not bool
+/// is false; the compiler checked the schema, C013/C014). A `when "…"` is
+/// parsed by `iterion_dsl::expr` — the parser the compiler ran (C040) — and
+/// evaluated with upstream's semantics; an evaluation error (a type
+/// mismatch, division by zero) makes the edge not taken, as upstream.
+pub fn condition_holds(condition: &Condition, output: &Value, scope: &Scope<'_>) -> bool {
     match condition {
-        Condition::Field { field, negated } => truthy(field) != *negated,
-        Condition::Expr(text) => match parse_expr(text) {
-            Some(Expr::Bool { field, negated }) => truthy(&field) != negated,
-            Some(Expr::Compare {
-                field,
-                value,
-                negated,
-            }) => {
-                let equal = output
-                    .get(&field)
-                    .is_some_and(|v| template::value_text(v) == value);
-                equal != negated
-            }
-            // Admission refuses these; fail closed if one slips through.
-            None => false,
-        },
+        Condition::Field { field, negated } => {
+            output.get(field).and_then(Value::as_bool).unwrap_or(false) != *negated
+        }
+        Condition::Expr(text) => Expr::parse(text)
+            .and_then(|e| e.eval_bool(&EdgeScope { output, scope }))
+            .unwrap_or(false),
     }
 }
 
@@ -172,7 +127,7 @@ impl Router {
             .find(|e| {
                 e.condition
                     .as_ref()
-                    .is_none_or(|c| condition_holds(c, output))
+                    .is_none_or(|c| condition_holds(c, output, scope))
             })
             .or_else(|| workflow.edges_from(node).find(|e| e.is_else))
             .ok_or_else(|| RouteError::NoOutgoingEdge {
@@ -532,25 +487,43 @@ mod tests {
     }
 
     #[test]
-    fn expressions() {
-        assert_eq!(
-            parse_expr("not ok"),
-            Some(Expr::Bool {
-                field: "ok".into(),
-                negated: true
-            })
-        );
-        assert_eq!(
-            parse_expr(" status != 'x' "),
-            Some(Expr::Compare {
-                field: "status".into(),
-                value: "x".into(),
-                negated: true
-            })
-        );
-        for bad in ["a && b", "x == y", "count > 3", "", "a.b == \"c\""] {
-            assert_eq!(parse_expr(bad), None, "{bad}");
+    fn conditions_read_output_vars_and_outputs() {
+        let vars = BTreeMap::from([("limit".to_string(), json!(3))]);
+        let input = Map::new();
+        let outputs = BTreeMap::from([(NodeId::new("prev"), json!({"score": 0.9}))]);
+        let scope = Scope {
+            vars: &vars,
+            input: &input,
+            outputs: &outputs,
+            output: None,
+        };
+        let out = json!({"ok": true, "status": "x", "count": 4, "items": [1, 2]});
+        let holds = |text: &str| condition_holds(&Condition::Expr(text.into()), &out, &scope);
+        for yes in [
+            "ok",
+            "not ok == false",
+            "status != 'y'",
+            "count > vars.limit",
+            "outputs.prev.score >= 0.5 && length(items) == 2",
+            "input.count % 2 == 0",
+        ] {
+            assert!(holds(yes), "{yes}");
         }
+        // false, a type error, a missing path, a parse error: not taken
+        for no in [
+            "!ok",
+            "status < 3",
+            "missing.field",
+            "count >",
+            "1 / 0 == 1",
+        ] {
+            assert!(!holds(no), "{no}");
+        }
+        let field = Condition::Field {
+            field: "ok".into(),
+            negated: true,
+        };
+        assert!(!condition_holds(&field, &out, &scope));
     }
 
     fn schema(fields: &[(&str, FieldType)]) -> Schema {
@@ -617,8 +590,12 @@ mod tests {
         }
 
         #[test]
-        fn parse_expr_never_panics(t in ".{0,40}") {
-            let _ = parse_expr(&t);
+        fn conditions_never_panic(t in ".{0,40}") {
+            let vars = BTreeMap::new();
+            let input = Map::new();
+            let outputs = BTreeMap::new();
+            let scope = Scope { vars: &vars, input: &input, outputs: &outputs, output: None };
+            let _ = condition_holds(&Condition::Expr(t), &json!({"a": 1}), &scope);
         }
     }
 }

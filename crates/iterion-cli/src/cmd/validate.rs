@@ -1,7 +1,10 @@
 //! `iterion validate FILE... [--json]`: parse + compile each file and print
 //! its diagnostics (SPEC §2). Exit 0 when no error-severity diagnostic, 1
 //! when any, 2 when a file cannot be read. With `--json` the one JSON
-//! document goes to stdout and human text to stderr.
+//! document goes to stdout and only each file's summary line to stderr: the
+//! rendered diagnostics are never built when nothing prints them. Human
+//! output is written file by file, so memory follows one file's (bounded)
+//! diagnostics, not the whole batch.
 
 use std::io::Write as _;
 
@@ -13,14 +16,19 @@ pub async fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     let mut files_json = Vec::new();
     let mut any_error = false;
     let mut unreadable = false;
-    let mut human = String::new();
+    let mut human = std::io::stderr().lock();
+    let mut report: Box<dyn std::io::Write> = if args.json {
+        Box::new(std::io::sink())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     for path in &args.files {
         let shown = path.display().to_string();
-        let source = match std::fs::read(path) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        let loaded = match crate::workflow::load(path) {
+            Ok(l) => l,
             Err(e) => {
                 unreadable = true;
-                human.push_str(&format!("error: cannot read {shown}: {e}\n"));
+                writeln!(human, "error: cannot read {shown}: {e}")?;
                 files_json.push(serde_json::json!({
                     "path": shown,
                     "error": e.to_string(),
@@ -29,28 +37,43 @@ pub async fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                 continue;
             }
         };
-        let compiled = crate::workflow::load(path)?.compiled;
+        let compiled = &loaded.compiled;
         any_error |= compiled.has_errors();
-        human.push_str(&iterion_dsl::render_human(&source, &compiled.diagnostics));
-        let errors = compiled
+        if !args.json {
+            report.write_all(
+                iterion_dsl::render_human(&loaded.source, &compiled.diagnostics).as_bytes(),
+            )?;
+            if let Some(more) = iterion_dsl::render_omitted(compiled.omitted) {
+                report.write_all(more.as_bytes())?;
+            }
+        }
+        let kept_errors = compiled
             .diagnostics
             .iter()
             .filter(|d| d.severity == iterion_dsl::Severity::Error)
             .count();
-        let warnings = compiled.diagnostics.len() - errors;
-        human.push_str(&format!(
-            "{shown}: {} ({errors} error(s), {warnings} warning(s))\n",
+        let errors = kept_errors + compiled.omitted.errors;
+        let warnings = compiled.diagnostics.len() - kept_errors + compiled.omitted.warnings;
+        let summary = format!(
+            "{shown}: {} ({errors} error(s), {warnings} warning(s))",
             if errors == 0 { "ok" } else { "invalid" }
-        ));
-        files_json.push(iterion_dsl::diag::json_file(&shown, &compiled.diagnostics));
+        );
+        if args.json {
+            writeln!(human, "{summary}")?;
+            files_json.push(iterion_dsl::diag::json_file(
+                &shown,
+                &compiled.diagnostics,
+                compiled.omitted,
+            ));
+        } else {
+            writeln!(report, "{summary}")?;
+        }
     }
+    report.flush()?;
     if args.json {
         let doc = serde_json::json!({ "files": files_json });
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-        eprint!("{human}");
-    } else {
-        print!("{human}");
     }
     Ok(if unreadable {
         Exit::BadInput

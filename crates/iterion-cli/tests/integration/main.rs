@@ -13,3 +13,4 @@ mod secrets_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
 mod support;
+mod validate_bounds;

@@ -8,6 +8,11 @@ fn fixture_dir(kind: &str) -> PathBuf {
         .join(kind)
 }
 
+/// Every `.iter` of `tests/fixtures/KIND`, sorted, with its text.
+pub(crate) fn fixtures_in(kind: &str) -> Vec<(String, String)> {
+    fixtures(kind)
+}
+
 fn fixtures(kind: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = std::fs::read_dir(fixture_dir(kind))
         .expect("fixtures dir")
@@ -27,7 +32,7 @@ fn rendered(name: &str, text: &str) -> (String, String, iterion_dsl::Compiled) {
     let c = compile_source(text, Path::new(name));
     let human = render_human(text, &c.diagnostics);
     let json = serde_json::to_string_pretty(&serde_json::json!({
-        "files": [diag::json_file(name, &c.diagnostics)]
+        "files": [diag::json_file(name, &c.diagnostics, c.omitted)]
     }))
     .expect("json");
     (human, json, c)

@@ -28,7 +28,11 @@ fn check(text: &str) {
     for d in &c.diagnostics {
         assert!(d.line >= 1 && d.column >= 1);
     }
-    let _ = iterion_dsl::render_human(text, &c.diagnostics);
+    assert!(c.diagnostics.len() <= iterion_dsl::diag::MAX_PER_FILE);
+    let human = iterion_dsl::render_human(text, &c.diagnostics);
+    crate::hostile::assert_rendering_bounded(&human, c.diagnostics.len());
+    let json = iterion_dsl::diag::json_file("fuzz.iter", &c.diagnostics, c.omitted);
+    assert!(serde_json::to_string(&json).is_ok());
 }
 
 #[derive(Debug, Clone)]

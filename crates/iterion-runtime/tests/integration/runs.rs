@@ -292,10 +292,12 @@ async fn an_agent_node_is_refused_before_anything_starts() {
 }
 
 #[tokio::test]
-async fn an_unsupported_condition_is_refused_at_admission() {
+async fn an_unparseable_condition_is_refused_at_admission() {
+    // the compiler reports it (C040); an IR built another way still
+    // never runs a condition the expression parser refuses
     let h = Harness::new();
     let mut e = edge("a", "done");
-    e.condition = Some(Condition::Expr("count > 3".into()));
+    e.condition = Some(Condition::Expr("count >".into()));
     let wf = workflow(
         "a",
         vec![tool("a", "true", None)],
@@ -304,6 +306,36 @@ async fn an_unsupported_condition_is_refused_at_admission() {
     let out = h.run(wf).await;
     assert_eq!(out.failure.unwrap().code, FailureCode::LaunchFailed);
     assert_eq!(h.booter.boots.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn when_expressions_route_on_the_output_with_upstream_semantics() {
+    // first match in source order: the arithmetic/function edge is false,
+    // the next one (string compare, a bare name and `input.`) is taken
+    let h = Harness::new();
+    let mut miss = edge("a", "fail");
+    miss.condition = Some(Condition::Expr(
+        "length(tags) > 2 || count * 2 >= 100".into(),
+    ));
+    let mut hit = edge("a", "b");
+    hit.condition = Some(Condition::Expr(
+        "status == 'ready' && input.count % 2 == 1 && contains(tags, 'x')".into(),
+    ));
+    let wf = workflow(
+        "a",
+        vec![
+            tool(
+                "a",
+                r#"echo '{"status": "ready", "count": 7, "tags": ["x", "y"]}'"#,
+                None,
+            ),
+            tool("b", "touch ran", None),
+        ],
+        vec![miss, hit, edge("a", "fail"), edge("b", "done")],
+    );
+    let out = h.run(wf).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    assert!(h.workspace.path().join("ran").exists());
 }
 
 #[tokio::test]

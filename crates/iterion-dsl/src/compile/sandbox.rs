@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use iterion_core::spec::NetworkInherit;
 use iterion_core::{BuildSpec, HostState, Mode, NetworkMode, NetworkSpec, Spec};
 
-use crate::compile::{Ctx, K, Prop};
+use super::ctx::Ctx;
+use super::props::{K, Prop};
 use crate::diag::{Severity, codes};
 use crate::ir::{Pos, SandboxDecl};
 use crate::parser::{Line, PValue};
@@ -278,7 +279,7 @@ fn block(
 fn spec_mode_is_none(props: &[Prop<'_>]) -> bool {
     props
         .iter()
-        .any(|p| p.key == "mode" && p.text().is_some_and(|t| t.eq_ignore_ascii_case("none")))
+        .any(|p| p.key == "mode" && p.text() == Some("none"))
 }
 
 fn network(
@@ -288,9 +289,14 @@ fn network(
 ) -> NetworkSpec {
     let mut n = NetworkSpec::default();
     let mut rule_pos: Vec<(String, Pos)> = Vec::new();
+    let mut mode_written = false;
     for np in ctx.props(&p.line.children, Some(NETWORK), "sandbox.network") {
+        mode_written |= np.key == "mode";
         match np.key.as_str() {
-            "mode" => match np.text().and_then(NetworkMode::parse) {
+            "mode" => match np
+                .text()
+                .and_then(|w| NetworkMode::parse(w).filter(|m| m.as_str() == w))
+            {
                 Some(m) => n.mode = Some(m),
                 None => ctx.push(
                     codes::C044,
@@ -301,7 +307,11 @@ fn network(
                 ),
             },
             "preset" => n.preset = np.text().map(str::to_owned),
-            "inherit" => match np.text().and_then(NetworkInherit::parse) {
+            "inherit" => match np
+                .text()
+                .filter(|w| matches!(*w, "merge" | "replace" | "append"))
+                .and_then(NetworkInherit::parse)
+            {
                 Some(i) => n.inherit = Some(i),
                 None => ctx.push(
                     codes::C044,
@@ -321,7 +331,7 @@ fn network(
             _ => {}
         }
     }
-    if n.mode.is_none() {
+    if !mode_written {
         ctx.push(
             codes::C312,
             Severity::Warning,
