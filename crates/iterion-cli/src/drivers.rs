@@ -93,7 +93,7 @@ pub fn runtimes_on_path() -> Vec<String> {
 /// engine socket, `no-new-privileges`, and the limits the driver applies —
 /// memory with no extra swap, processes, CPUs — with where each came from.
 pub fn containment() -> serde_json::Value {
-    use iterion_driver_docker::settings::{CPUS_ENV, MEMORY_ENV, PIDS_ENV};
+    use iterion_driver_docker::settings::{CPUS_ENV, DISK_ENV, MEMORY_ENV, PIDS_ENV};
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     let source = |var: &str| match process_env.get(var).filter(|v| !v.trim().is_empty()) {
         Some(_) => var.to_owned(),
@@ -111,8 +111,42 @@ pub fn containment() -> serde_json::Value {
             "memory_source": source(MEMORY_ENV),
             "nano_cpus": s.limits.nano_cpus,
             "nano_cpus_source": source(CPUS_ENV),
+            "writable_layer": s.limits.writable_layer.map(|m| m.to_string()),
+            "writable_layer_source": source(DISK_ENV),
+            "run_files": run_files_bound(),
             "init_reaps_zombies": true,
         }),
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
     }
+}
+
+/// How a run's run-files dir is bounded on this host: a tmpfs of the
+/// read-back cap when `iterion` may mount one (root), else unbounded (each
+/// run then records `sandbox_limit_unenforced`).
+fn run_files_bound() -> serde_json::Value {
+    match iterion_runtime::runfiles::host_can_bound() {
+        Ok(()) => serde_json::json!({
+            "bounded": true,
+            "detail": "a nosuid,nodev tmpfs per run of twice the read-back cap, at least 64MiB past it (ITERION_SANDBOX_READBACK_CAP, default 256MiB: 512MiB)",
+        }),
+        Err(reason) => serde_json::json!({"bounded": false, "detail": reason}),
+    }
+}
+
+/// Per engine: whether its storage driver can bound a sandbox's writable
+/// layer (`ITERION_SANDBOX_DISK`), from the engine's own report.
+pub async fn writable_layer_report() -> serde_json::Value {
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    let mut out = serde_json::Map::new();
+    if let Ok(found) = DockerDriver::discover_all(&process_env).await {
+        for d in found {
+            use iterion_core::Driver;
+            let verdict = match d.writable_layer_support().await {
+                Ok(detail) => serde_json::json!({"enforced": true, "detail": detail}),
+                Err(reason) => serde_json::json!({"enforced": false, "detail": reason}),
+            };
+            out.insert(d.name().as_str().to_owned(), verdict);
+        }
+    }
+    serde_json::Value::Object(out)
 }

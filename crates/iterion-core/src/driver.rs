@@ -285,6 +285,21 @@ pub trait SandboxRun: Send + Sync {
     /// Stop and remove everything this run created. Idempotent; "already
     /// gone" is success.
     async fn cleanup(&self) -> Result<(), DriverError>;
+    /// The limits of the plan this sandbox runs without, and why (an
+    /// engine whose storage cannot bound the writable layer): the runtime
+    /// reports each, never silently.
+    fn unenforced_limits(&self) -> Vec<UnenforcedLimit> {
+        Vec::new()
+    }
+}
+
+/// A limit of the plan a sandbox runs without.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnenforcedLimit {
+    /// Which limit (`writable_layer`, `run_files`).
+    pub limit: String,
+    /// Why the engine or host could not enforce it.
+    pub reason: String,
 }
 
 /// A resource a driver created and labelled (`iterion.io/managed=true`).

@@ -288,6 +288,13 @@ pub enum EventKind {
         bound: Option<u64>,
         detail: String,
     },
+    /// A limit the run was meant to have and does not: `limit` is
+    /// `writable_layer` (the engine's storage cannot enforce a size) or
+    /// `run_files` (the host could not mount a bounded filesystem).
+    SandboxLimitUnenforced {
+        limit: String,
+        reason: String,
+    },
     /// A workflow budget ran out (upstream's `budget_exceeded`):
     /// `dimension` is `duration` (ms) or `iterations` (node executions);
     /// the agents add `tokens` and `cost_usd`.
@@ -337,6 +344,7 @@ impl EventKind {
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
             Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
+            Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
             Self::BudgetExceeded { .. } => "budget_exceeded",
         }
     }

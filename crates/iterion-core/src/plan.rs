@@ -178,6 +178,10 @@ pub const DEFAULT_MEMORY_LIMIT: ByteSize = ByteSize(2 << 30);
 /// Default process limit of a sandbox (a fork bomb stops here);
 /// `ITERION_SANDBOX_PIDS` changes it.
 pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+/// Default size of a sandbox's writable layer (what it writes outside its
+/// binds and volumes), where the engine's storage driver can enforce one;
+/// `ITERION_SANDBOX_DISK` changes it.
+pub const DEFAULT_DISK_LIMIT: ByteSize = ByteSize(20 << 30);
 
 /// Containment limits a runaway agent cannot talk its way out of. The
 /// defaults are the product's; only the operator lifts them, explicitly.
@@ -194,6 +198,11 @@ pub struct Limits {
     pub memory_swap: Option<ByteSize>,
     /// CPU limit in nano-CPUs (`ITERION_SANDBOX_CPUS`).
     pub nano_cpus: Option<i64>,
+    /// Size of the writable layer (`ITERION_SANDBOX_DISK`); asked of the
+    /// engine, which enforces it only on some storage drivers (a driver
+    /// that cannot says so: [`crate::driver::SandboxRun::unenforced_limits`]).
+    #[serde(default)]
+    pub writable_layer: Option<ByteSize>,
     /// `no-new-privileges` (always on; a field so events can show it).
     pub no_new_privileges: bool,
 }
@@ -214,6 +223,7 @@ impl Default for Limits {
             memory: Some(DEFAULT_MEMORY_LIMIT),
             memory_swap: Some(DEFAULT_MEMORY_LIMIT),
             nano_cpus: None,
+            writable_layer: Some(DEFAULT_DISK_LIMIT),
             no_new_privileges: true,
         }
     }

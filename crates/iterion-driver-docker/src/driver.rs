@@ -147,6 +147,8 @@ pub struct DockerDriver {
     version: String,
     settings: DockerSettings,
     init_missing: Arc<AtomicBool>,
+    /// The engine refused a writable-layer size once: not asked again.
+    disk_unsupported: Arc<AtomicBool>,
     build_supported: bool,
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
@@ -246,6 +248,7 @@ impl DockerDriver {
             version: pinged.version,
             settings,
             init_missing: Arc::new(AtomicBool::new(false)),
+            disk_unsupported: Arc::new(AtomicBool::new(false)),
             // Podman 4.3's compat /build works offline for FROM scratch
             // (tests/integration: podman_builds_from_scratch_offline).
             build_supported: true,
@@ -339,6 +342,12 @@ impl DockerDriver {
     /// Settings in use.
     pub fn settings(&self) -> &DockerSettings {
         &self.settings
+    }
+
+    /// Whether this engine can bound a sandbox's writable layer (doctor):
+    /// `Ok(detail)` or `Err(reason)`.
+    pub async fn writable_layer_support(&self) -> Result<String, String> {
+        crate::rawlist::writable_layer_support(&self.endpoint).await
     }
 
     /// The raw engine client (benchmarks and tests compare against it).
@@ -558,16 +567,27 @@ impl DockerDriver {
             });
         }
 
+        // A layer size is asked only of an engine not known to refuse it.
+        let mut disk = plan.limits.writable_layer;
+        if disk.is_some() && self.disk_unsupported.load(Ordering::Relaxed) {
+            res.unenforced.push(iterion_core::driver::UnenforcedLimit {
+                limit: "writable_layer".to_owned(),
+                reason: "this engine's storage driver refused a writable-layer size earlier"
+                    .to_owned(),
+            });
+            disk = None;
+        }
         // `plan.limits` are the effective ones (see `prepare`). A byte count
         // past i64 saturates: never dropped to "no limit".
         let bytes =
             |b: Option<iterion_core::ByteSize>| b.map(|b| i64::try_from(b.0).unwrap_or(i64::MAX));
-        let host_config = |init: bool| HostConfig {
+        let host_config = |init: bool, disk: Option<iterion_core::ByteSize>| HostConfig {
             mounts: Some(mounts.clone()),
             init: Some(init),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             // -1: unlimited, only when the operator asked for it.
             pids_limit: Some(plan.limits.pids.unwrap_or(-1)),
+            storage_opt: disk.map(|d| HashMap::from([("size".to_owned(), d.0.to_string())])),
             memory: bytes(plan.limits.memory),
             memory_swap: bytes(plan.limits.memory_swap),
             nano_cpus: plan.limits.nano_cpus,
@@ -576,7 +596,7 @@ impl DockerDriver {
             network_mode: network_mode.clone(),
             ..HostConfig::default()
         };
-        let body = |init: bool| ContainerCreateBody {
+        let body = |init: bool, disk: Option<iterion_core::ByteSize>| ContainerCreateBody {
             image: Some(image.clone()),
             user: plan.user.clone(),
             working_dir: Some(plan.workdir.clone()),
@@ -588,14 +608,38 @@ impl DockerDriver {
                 vec!["sh".to_owned(), "-c".to_owned(), SHELL_REAPER.to_owned()]
             }),
             cmd: Some(Vec::new()),
-            host_config: Some(host_config(init)),
+            host_config: Some(host_config(init, disk)),
             networking_config: networking.clone(),
             ..ContainerCreateBody::default()
         };
         let name = container_name(run);
         res.container = Some(name.clone());
         let use_init = !self.init_missing.load(Ordering::Relaxed);
-        let first = match self.create_container(&name, body(use_init), observer).await {
+        let mut first = self
+            .create_container(&name, body(use_init, disk), observer)
+            .await;
+        if disk.is_some()
+            && let Err(e) = &first
+            && storage_opt_refused(e)
+        {
+            // The storage driver cannot bound the layer (overlay on ext4 on
+            // both engines here): run without, and say so for every run.
+            let reason = e.to_string();
+            self.disk_unsupported.store(true, Ordering::Relaxed);
+            observer.log(
+                OutputStream::System,
+                &format!("writable layer unbounded: {reason}"),
+            );
+            res.unenforced.push(iterion_core::driver::UnenforcedLimit {
+                limit: "writable_layer".to_owned(),
+                reason,
+            });
+            disk = None;
+            first = self
+                .create_container(&name, body(use_init, disk), observer)
+                .await;
+        }
+        let first = match first {
             Ok(()) => self
                 .docker
                 .start_container(&name, None)
@@ -615,7 +659,8 @@ impl DockerDriver {
                     "engine has no init binary; using a reaping shell as PID 1",
                 );
                 self.remove_container_quiet(&name).await;
-                self.create_container(&name, body(false), observer).await?;
+                self.create_container(&name, body(false, disk), observer)
+                    .await?;
                 self.docker
                     .start_container(&name, None)
                     .await
@@ -712,6 +757,13 @@ impl DockerDriver {
                 source: format!("network {net} has no IPv4 gateway").into(),
             })
     }
+}
+
+/// Whether `e` is an engine refusing `--storage-opt size` (dockerd 20.10
+/// and Podman 4.3 both say "--storage-opt is supported only for overlay
+/// over xfs with 'pquota' mount option").
+fn storage_opt_refused(e: &DriverError) -> bool {
+    e.to_string().contains("storage-opt")
 }
 
 /// `GET /_ping`, bounded by the probe timeout.

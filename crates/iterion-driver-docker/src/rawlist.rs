@@ -201,6 +201,41 @@ async fn get(endpoint: &Endpoint, path: &str) -> Result<(String, Vec<u8>), Strin
     Ok((head, raw[split + 4..].to_vec()))
 }
 
+/// Whether the engine's storage driver can bound a container's writable
+/// layer (`--storage-opt size`), from `GET /info`: `Ok(detail)` when it
+/// can (overlay on xfs still needs the `pquota` mount option, which the
+/// engine does not report: said in the detail), `Err(reason)` when not.
+pub(crate) async fn writable_layer_support(endpoint: &Endpoint) -> Result<String, String> {
+    #[derive(Deserialize)]
+    struct Info {
+        #[serde(rename = "Driver", default)]
+        driver: String,
+        #[serde(rename = "DriverStatus", default)]
+        status: Option<Vec<Vec<String>>>,
+    }
+    let body = get_json(endpoint, "/v1.41/info")
+        .await
+        .map_err(|e| format!("cannot ask the engine: {e}"))?;
+    let info: Info = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let backing = info
+        .status
+        .unwrap_or_default()
+        .into_iter()
+        .find(|kv| kv.first().map(String::as_str) == Some("Backing Filesystem"))
+        .and_then(|kv| kv.get(1).cloned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    match (info.driver.as_str(), backing.as_str()) {
+        ("btrfs" | "zfs" | "devicemapper", _) => Ok(format!("{} enforces a size", info.driver)),
+        ("overlay" | "overlay2", "xfs") => Ok(format!(
+            "{} on xfs: enforced if the filesystem is mounted with pquota (else each run says so)",
+            info.driver
+        )),
+        (driver, fs) => Err(format!(
+            "{driver} on {fs} cannot enforce a size (needs overlay on xfs with pquota, btrfs or zfs)"
+        )),
+    }
+}
+
 /// Who answered `GET /_ping`, from its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pinged {

@@ -27,6 +27,8 @@ pub(crate) struct RunResources {
     pub(crate) network: Option<String>,
     pub(crate) bridge: Option<String>,
     pub(crate) volumes: Vec<String>,
+    /// Limits of the plan the engine could not apply.
+    pub(crate) unenforced: Vec<iterion_core::driver::UnenforcedLimit>,
 }
 
 /// The live sandbox of one run.
@@ -265,6 +267,10 @@ impl SandboxRun for DockerRun {
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(engine_err("inspect container")(e)),
         }
+    }
+
+    fn unenforced_limits(&self) -> Vec<iterion_core::driver::UnenforcedLimit> {
+        self.res.unenforced.clone()
     }
 
     async fn cleanup(&self) -> Result<(), DriverError> {

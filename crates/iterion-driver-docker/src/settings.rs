@@ -22,6 +22,11 @@ pub const CPUS_ENV: &str = "ITERION_SANDBOX_CPUS";
 /// Process limit of a sandbox (a count, or `unlimited`); default
 /// [`iterion_core::plan::DEFAULT_PIDS_LIMIT`].
 pub const PIDS_ENV: &str = "ITERION_SANDBOX_PIDS";
+/// Size of a sandbox's writable layer (`N`…`NGiB`, or `unlimited`); default
+/// [`iterion_core::plan::DEFAULT_DISK_LIMIT`]. Enforced where the engine's
+/// storage driver supports a size (overlay2 on xfs with `pquota`, btrfs,
+/// zfs); elsewhere each run says it ran without (`sandbox_limit_unenforced`).
+pub const DISK_ENV: &str = "ITERION_SANDBOX_DISK";
 /// The word that lifts a limit entirely (an explicit operator choice,
 /// shown as such by `doctor` and `sandbox_started`).
 pub const UNLIMITED: &str = "unlimited";
@@ -138,6 +143,21 @@ impl DockerSettings {
                 reason: "expected a positive decimal number of CPUs",
             })?);
         }
+        if let Some(raw) = env.get(DISK_ENV).filter(|v| !v.trim().is_empty()) {
+            settings.limits.writable_layer = match is_unlimited(raw) {
+                true => None,
+                false => Some(
+                    parse_size(raw)
+                        .ok()
+                        .filter(|m| m.0 >= MIN_MEMORY)
+                        .ok_or_else(|| SettingsError {
+                            variable: DISK_ENV,
+                            value: raw.clone(),
+                            reason: "expected N, NKiB, NMiB or NGiB (at least 6MiB), or unlimited",
+                        })?,
+                ),
+            };
+        }
         if let Some(raw) = env.get(PIDS_ENV).filter(|v| !v.trim().is_empty()) {
             settings.limits.pids = match is_unlimited(raw) {
                 true => None,
@@ -246,6 +266,15 @@ mod tests {
         assert_eq!(s.limits.memory_swap, s.limits.memory, "no extra swap");
         assert_eq!(s.limits.pids, Some(iterion_core::plan::DEFAULT_PIDS_LIMIT));
         assert_eq!(s.limits.nano_cpus, None);
+        assert_eq!(
+            s.limits.writable_layer,
+            Some(iterion_core::plan::DEFAULT_DISK_LIMIT)
+        );
+        let s = DockerSettings::from_env(&env(&[(DISK_ENV, "64MiB")])).expect("ok");
+        assert_eq!(s.limits.writable_layer, Some(ByteSize(64 << 20)));
+        let s = DockerSettings::from_env(&env(&[(DISK_ENV, "unlimited")])).expect("ok");
+        assert_eq!(s.limits.writable_layer, None);
+        assert!(DockerSettings::from_env(&env(&[(DISK_ENV, "big")])).is_err());
     }
 
     #[test]

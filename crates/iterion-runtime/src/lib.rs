@@ -31,6 +31,7 @@ pub mod owner;
 pub mod reap;
 pub mod redact;
 pub mod routing;
+pub mod runfiles;
 pub mod sandbox_boot;
 pub mod secrets;
 pub mod template;

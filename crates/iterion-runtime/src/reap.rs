@@ -297,6 +297,8 @@ pub async fn reap_host_dirs(
             decision.verdict = reapable(&decision.resource.run_id, decision.lease, decision.lookup);
         }
         if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
+            // A killed run's run-files tmpfs is detached first.
+            crate::runfiles::release(&Path::new(&decision.resource.id).join("artifact-files"));
             match std::fs::remove_dir_all(&decision.resource.id) {
                 Ok(()) => {
                     decision.removed = true;

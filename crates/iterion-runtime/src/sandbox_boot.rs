@@ -116,6 +116,8 @@ struct Kept {
     host_dir: Option<PathBuf>,
     /// Removes the host secret files when dropped.
     secret_files: Option<SecretFiles>,
+    /// The size of the tmpfs bounding the run-files dir, when mounted.
+    run_files_bound: Option<iterion_core::ByteSize>,
 }
 
 /// The booter of `iterion run`.
@@ -216,9 +218,16 @@ struct RemoveOnDrop(Option<PathBuf>);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {
-            let _ = std::fs::remove_dir_all(dir);
+            remove_run_host_dir(&dir);
         }
     }
+}
+
+/// Remove a per-run host dir, detaching its run-files mount first (else
+/// the removal empties the tmpfs and leaves it mounted).
+pub(crate) fn remove_run_host_dir(dir: &std::path::Path) {
+    crate::runfiles::release(&dir.join("artifact-files"));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn refused(code: FailureCode, reason: impl Into<String>) -> BootError {
@@ -461,6 +470,9 @@ impl SandboxBooter for PolicyBooter {
         }
         let mut plan = finalized.plan;
         plan.host_gateway_alias = true;
+        // The run-files dir a kept bind serves gets its bound: a tmpfs of
+        // its read-back cap (issue 19 #5), or an event saying it has none.
+        let run_files_bound = self.bound_run_files(&plan, &run_files, events);
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())
             .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
@@ -516,6 +528,7 @@ impl SandboxBooter for PolicyBooter {
                         proxy,
                         host_dir: Some(host_dir),
                         secret_files: Some(secret_files),
+                        run_files_bound,
                     })),
                     secrets: exec,
                 })
@@ -534,6 +547,18 @@ impl SandboxBooter for PolicyBooter {
             return Ok(());
         };
         let kept = keep.and_then(|k| k.downcast::<Kept>().ok());
+        if let Some(kept) = kept.as_deref()
+            && let (Some(size), Some(dir)) = (kept.run_files_bound, &kept.host_dir)
+            && crate::runfiles::full(&dir.join("artifact-files"), size) == Some(true)
+        {
+            ctx.events.emit(EventKind::SandboxLimitReached {
+                limit: "run_files".to_owned(),
+                bound: Some(size.0),
+                detail: format!(
+                    "the run-files dir was full at teardown: writes past {size} failed in the sandbox"
+                ),
+            });
+        }
         if let Some(kept) = kept.as_deref()
             && !kept.plan.read_back.is_empty()
         {
@@ -564,7 +589,7 @@ impl SandboxBooter for PolicyBooter {
             }
             drop(kept.secret_files);
             if let Some(dir) = kept.host_dir {
-                let _ = std::fs::remove_dir_all(dir);
+                remove_run_host_dir(&dir);
             }
             let _ = kept.driver;
         }
@@ -573,6 +598,39 @@ impl SandboxBooter for PolicyBooter {
 }
 
 impl PolicyBooter {
+    /// Mount the run-files dir's bound when a kept host bind serves it.
+    fn bound_run_files(
+        &self,
+        plan: &LaunchPlan,
+        run_files: &str,
+        events: &Emitter,
+    ) -> Option<iterion_core::ByteSize> {
+        let served = plan.mounts.iter().any(|m| {
+            m.origin == MountOrigin::RunFiles
+                && m.is_host_bind()
+                && m.source.as_deref() == Some(run_files)
+        });
+        if !served {
+            return None;
+        }
+        let cap = plan
+            .read_back
+            .iter()
+            .find(|d| d.origin == MountOrigin::RunFiles)
+            .map_or(iterion_core::ByteSize::DEFAULT_READBACK_CAP, |d| d.cap);
+        let size = crate::runfiles::size_for(cap);
+        match crate::runfiles::bound(std::path::Path::new(run_files), size) {
+            Ok(()) => Some(size),
+            Err(reason) => {
+                events.emit(EventKind::SandboxLimitUnenforced {
+                    limit: "run_files".to_owned(),
+                    reason,
+                });
+                None
+            }
+        }
+    }
+
     fn write_secret_files(
         &self,
         ctx: &BootContext<'_>,
@@ -641,7 +699,7 @@ impl PolicyBooter {
             };
         }
         let image = prepared.plan.image.clone().unwrap_or_default();
-        let limits = serde_json::to_value(&prepared.plan.limits).unwrap_or_default();
+        let mut limits = prepared.plan.limits.clone();
         let egress = match &prepared.plan.egress {
             None => "open".to_owned(),
             Some(e) if e.enforce => "proxy (enforced)".to_owned(),
@@ -652,6 +710,18 @@ impl PolicyBooter {
             () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
         };
         let run: Arc<dyn iterion_core::SandboxRun> = Arc::from(run);
+        // What the sandbox runs without is said, and left out of what
+        // `sandbox_started` claims it has (issue 19 #5: never silently).
+        for gap in run.unenforced_limits() {
+            if gap.limit == "writable_layer" {
+                limits.writable_layer = None;
+            }
+            ctx.events.emit(EventKind::SandboxLimitUnenforced {
+                limit: gap.limit,
+                reason: gap.reason,
+            });
+        }
+        let limits = serde_json::to_value(&limits).unwrap_or_default();
         ctx.events.emit(EventKind::SandboxStarted {
             driver: driver.name().as_str().to_owned(),
             mode: mode.as_str().to_owned(),

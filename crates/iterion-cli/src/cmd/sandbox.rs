@@ -221,7 +221,16 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         capabilities: caps,
         driver_error,
         note,
-        containment: drivers::containment(),
+        containment: {
+            let mut c = drivers::containment();
+            if let Some(obj) = c.as_object_mut() {
+                obj.insert(
+                    "writable_layer_enforced".to_owned(),
+                    drivers::writable_layer_report().await,
+                );
+            }
+            c
+        },
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -329,3 +329,95 @@ workflow fine:
         assert!(of_type(&events, "budget_exceeded").is_empty());
     }
 }
+
+/// Writes a small report, then tries to fill the run-files dir.
+fn filler() -> String {
+    format!(
+        r#"tool fill:
+  command: `printf ok > "$ITERION_ARTIFACT_FILES_DIR/ok.txt" && (dd if=/dev/zero of="$ITERION_ARTIFACT_FILES_DIR/big" bs=1048576 count=160 2>&1 || true) && mount | grep -c ' /iterion/artifact-files '`
+
+workflow fill:
+{}  entry: fill
+  fill -> done
+"#,
+        block()
+    )
+}
+
+/// A 160 MiB flood into a run-files dir whose read-back cap is 8 MiB stops
+/// at the bound (72 MiB) with ENOSPC in the sandbox, not on the host disk.
+#[test]
+fn the_run_files_dir_is_bounded_and_the_hit_is_reported() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine).with_env("ITERION_SANDBOX_READBACK_CAP", "8MiB");
+        let tmp = sb.dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        let sb = sb.with_env("TMPDIR", &tmp.to_string_lossy());
+        let file = sb.write("fill.iter", &filler());
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.code, Some(0), "{engine:?}: {}", r.stderr);
+        let run_id = r.run_id();
+        let logs = String::from_utf8_lossy(&sb.iterion(&["logs", &run_id]).stdout).into_owned();
+        assert!(
+            logs.contains("No space left on device"),
+            "{engine:?}: {logs}"
+        );
+        let events = sb.events(&run_id);
+        let hit = one(&events, "sandbox_limit_reached");
+        assert_eq!(hit["data"]["limit"], "run_files", "{engine:?}: {hit}");
+        // The cap plus 64 MiB of room (a member over the cap is still the
+        // drain's to decline by name).
+        assert_eq!(hit["data"]["bound"], 72u64 << 20, "{engine:?}: {hit}");
+        // What fits the cap is kept: the small report is drained, the
+        // flood is declined.
+        let files = sb.files(&run_id);
+        let paths: Vec<&str> = files["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["path"].as_str())
+            .collect();
+        assert!(paths.contains(&"ok.txt"), "{engine:?}: {files}");
+        assert!(!paths.contains(&"big"), "{engine:?}: {files}");
+        assert_eq!(files["drain"]["declined"][0], "/iterion/artifact-files/big");
+        // The bound is gone with the run: no mount, no directory.
+        let state = tmp.join("iterion").join("sandboxes").join(&run_id);
+        assert!(!state.exists(), "{engine:?}: state dir left");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(&run_id),
+            "{engine:?}: mount left: {run_id}"
+        );
+    }
+}
+
+#[test]
+fn a_writable_layer_the_engine_cannot_bound_is_reported_every_run() {
+    // Both engines here keep layers on overlay over ext4, which cannot
+    // enforce a size: each run says so, and still runs.
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine).with_env("ITERION_SANDBOX_DISK", "64MiB");
+        let file = sb.write("limits.iter", &limits_probe());
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.code, Some(0), "{engine:?}: {}", r.stderr);
+        let events = sb.events(&r.run_id());
+        let gap = one(&events, "sandbox_limit_unenforced");
+        assert_eq!(gap["data"]["limit"], "writable_layer", "{engine:?}: {gap}");
+        assert!(
+            gap["data"]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("storage-opt"),
+            "{engine:?}: {gap}"
+        );
+        let started = one(&events, "sandbox_started");
+        assert!(
+            started["data"]["limits"]["writable_layer"].is_null(),
+            "{engine:?}: claims a bound it does not have: {started}"
+        );
+        let out = sb.iterion(&["sandbox", "doctor", "--json"]);
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+        let verdict = &doc["containment"]["writable_layer_enforced"][engine.driver()];
+        assert_eq!(verdict["enforced"], false, "{engine:?}: {doc}");
+    }
+}
