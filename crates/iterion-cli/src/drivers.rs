@@ -91,7 +91,9 @@ pub fn runtimes_on_path() -> Vec<String> {
 /// The containment every docker/podman sandbox gets (issue 19 #5: visible
 /// in `doctor` and in `sandbox_started`): never privileged, never the
 /// engine socket, `no-new-privileges`, and the limits the driver applies —
-/// memory with no extra swap, processes, CPUs — with where each came from.
+/// memory with no extra swap, processes, CPUs, the writable layer and
+/// the run-files dir — with where each came from, and every capability
+/// dropped but a short list.
 pub fn containment() -> serde_json::Value {
     use iterion_driver_docker::settings::{CPUS_ENV, DISK_ENV, MEMORY_ENV, PIDS_ENV};
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
@@ -115,6 +117,8 @@ pub fn containment() -> serde_json::Value {
             "writable_layer_source": source(DISK_ENV),
             "run_files": run_files_bound(),
             "init_reaps_zombies": true,
+            "capabilities": iterion_driver_docker::SANDBOX_CAPABILITIES,
+            "capabilities_dropped": "every other one (NET_RAW, MKNOD, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE included)",
         }),
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
     }
@@ -149,4 +153,63 @@ pub async fn writable_layer_report() -> serde_json::Value {
         }
     }
     serde_json::Value::Object(out)
+}
+
+/// The egress protections a confined docker/podman sandbox gets on this
+/// host (issue 19), and whether the host can apply them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EgressProtections {
+    /// The per-run firewall rules: `ok`, or why this host cannot apply them.
+    pub firewall: ProtectionState,
+    /// IPv6 confinement.
+    pub ipv6: ProtectionState,
+    /// Where the proxy listens.
+    pub proxy_bind: &'static str,
+    /// The per-run connection cap of the proxy.
+    pub proxy_max_connections: usize,
+}
+
+/// One protection: applied here or not, and what it does (or why not).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProtectionState {
+    /// Whether this host applies it.
+    pub applied: bool,
+    /// What it does, or why it cannot be applied.
+    pub detail: String,
+}
+
+/// The host's egress protections (one probe per process, shared with the
+/// driver's `egress_enforcement` capability).
+pub async fn egress_protections() -> EgressProtections {
+    let support = iterion_driver_docker::egress_host_support().await;
+    let firewall = match &support.rules {
+        Ok(()) => ProtectionState {
+            applied: true,
+            detail: iterion_driver_docker::RULES_SUMMARY.to_owned(),
+        },
+        Err(why) => ProtectionState {
+            applied: false,
+            detail: format!("cannot apply the per-run nftables rules: {why}"),
+        },
+    };
+    let ipv6 = match (support.ipv6, &support.rules) {
+        (false, _) => ProtectionState {
+            applied: true,
+            detail: "the kernel runs no IPv6: nothing to confine".to_owned(),
+        },
+        (true, Ok(())) => ProtectionState {
+            applied: true,
+            detail: "off inside a confined sandbox (sysctl) and on its bridge (no link-local address); IPv6 frames from the bridge dropped".to_owned(),
+        },
+        (true, Err(_)) => ProtectionState {
+            applied: false,
+            detail: "the host rules that drop IPv6 from a run's bridge cannot be applied here".to_owned(),
+        },
+    };
+    EgressProtections {
+        firewall,
+        ipv6,
+        proxy_bind: "the run's network gateway only (the default network's gateway for an advisory proxy; never every address)",
+        proxy_max_connections: iterion_netproxy::DEFAULT_MAX_CONNECTIONS,
+    }
 }

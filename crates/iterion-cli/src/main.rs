@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod drivers;
 mod exit;
+mod fdlimit;
 mod render;
 mod stores;
 mod workflow;
@@ -13,6 +14,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
+    fdlimit::raise_nofile();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

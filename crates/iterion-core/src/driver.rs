@@ -278,6 +278,17 @@ pub trait SandboxRun: Send + Sync {
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError>;
     /// A tar stream of one container path (for drains and workspace export).
     async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError>;
+    /// The entry names of one container directory (never `.` or `..`; raw
+    /// bytes, untrusted). A drain needs it to export a directory piece by
+    /// piece once a member too large to read was met (a tar stream cannot
+    /// skip a member without reading it). Unsupported by default.
+    async fn list_dir(&self, container_path: &str) -> Result<Vec<Vec<u8>>, DriverError> {
+        let _ = container_path;
+        Err(DriverError::Unsupported {
+            driver: self.driver(),
+            feature: "directory listing",
+        })
+    }
     /// A tar stream copied into the container under `container_dir`.
     async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError>;
     /// Whether the sandbox still exists and runs.
@@ -350,6 +361,35 @@ pub struct EngineInfo {
     pub local: bool,
 }
 
+/// Where a run's egress proxy listens, as its driver decides (seed step
+/// 15: "the bind pair is the driver's"): the one address its sandbox can
+/// reach, never every address of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressBinding {
+    /// The address the proxy binds (its port is the OS's choice).
+    pub address: std::net::IpAddr,
+    /// The address may not be configured on this host yet (a Podman
+    /// network's gateway appears with its bridge, at the first container
+    /// start): the proxy binds it with `IP_FREEBIND`.
+    pub not_yet_configured: bool,
+    /// The per-run network created for it, when one was. A run that never
+    /// reaches [`Driver::start`] removes it through
+    /// [`Driver::remove_managed`]; once started, the run's cleanup does.
+    pub network: Option<String>,
+}
+
+impl EgressBinding {
+    /// Loopback: the binding of a driver whose sandbox shares this host's
+    /// network stack.
+    pub fn loopback() -> Self {
+        Self {
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            not_yet_configured: false,
+            network: None,
+        }
+    }
+}
+
 /// A sandbox driver.
 #[async_trait]
 pub trait Driver: Send + Sync {
@@ -376,6 +416,19 @@ pub trait Driver: Send + Sync {
             driver: self.name(),
             feature: "build",
         })
+    }
+    /// Where the run's egress proxy must listen, creating first what
+    /// confinement needs (with `enforce`, the per-run network whose gateway
+    /// the proxy binds). Called before the proxy starts, so before
+    /// [`Driver::prepare`]. The default, loopback, suits a driver whose
+    /// sandbox shares the host's network stack.
+    async fn egress_binding(
+        &self,
+        info: &RunInfo,
+        enforce: bool,
+    ) -> Result<EgressBinding, DriverError> {
+        let _ = (info, enforce);
+        Ok(EgressBinding::loopback())
     }
     /// Start the one long-lived sandbox of the run. On error nothing is
     /// left behind.

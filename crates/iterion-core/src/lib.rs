@@ -23,8 +23,8 @@ pub mod store;
 
 pub use capabilities::Capabilities;
 pub use driver::{
-    Driver, DriverError, DriverName, DriverObserver, ExecOutput, ExecRequest, ExecSession,
-    OutputChunk, OutputStream, Prepared, RunInfo, SandboxRun,
+    Driver, DriverError, DriverName, DriverObserver, EgressBinding, ExecOutput, ExecRequest,
+    ExecSession, OutputChunk, OutputStream, Prepared, RunInfo, SandboxRun,
 };
 pub use event::{EventDraft, EventKind, EventRecord};
 pub use failure::{Disposition, FailureCode, RunStatus};

@@ -21,8 +21,8 @@ use iterion_core::driver::{
 };
 use iterion_core::plan::{EgressAttachment, MountKind};
 use iterion_core::{
-    Capabilities, Driver, DriverError, DriverName, DriverObserver, ExecRequest, LaunchPlan,
-    OutputStream, Prepared, RunInfo, SandboxRun,
+    Capabilities, Driver, DriverError, DriverName, DriverObserver, EgressBinding, ExecRequest,
+    LaunchPlan, OutputStream, Prepared, RunInfo, SandboxRun,
 };
 
 use crate::build::{ChannelWriter, build_tag, check_context, write_context};
@@ -189,6 +189,17 @@ pub(crate) fn status_of(e: &bollard::errors::Error) -> Option<u16> {
 /// or `SendRequest` on a pooled connection the dead daemon closed).
 pub(crate) fn engine_unreachable(e: &bollard::errors::Error) -> bool {
     use std::io::ErrorKind;
+    // Out of descriptors is this process's state, not the engine's: the
+    // sandbox is still there (issue 19 item 9: a flood of proxy connections
+    // once made every exec read as SANDBOX_LOST).
+    let exhausted = match e {
+        // Transparent: its `source` is the io::Error's own, not the io::Error.
+        bollard::errors::Error::IOError { err } => descriptors_exhausted(err),
+        other => descriptors_exhausted(other),
+    };
+    if exhausted {
+        return false;
+    }
     match e {
         bollard::errors::Error::HyperLegacyError { .. } => true,
         bollard::errors::Error::IOError { err } => matches!(
@@ -200,6 +211,27 @@ pub(crate) fn engine_unreachable(e: &bollard::errors::Error) -> bool {
         ),
         _ => false,
     }
+}
+
+/// Whether `EMFILE` or `ENFILE` is anywhere in the error's source chain.
+pub(crate) fn descriptors_exhausted(e: &(dyn std::error::Error + 'static)) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(ENFILE | EMFILE)) {
+                return true;
+            }
+            // A wrapping io::Error's `source` skips the error it wraps.
+            if let Some(inner) = io.get_ref() {
+                cur = Some(inner);
+                continue;
+            }
+        }
+        cur = err.source();
+    }
+    false
 }
 
 pub(crate) fn message_of(e: &bollard::errors::Error) -> String {
@@ -237,10 +269,11 @@ impl DockerDriver {
         } else {
             DriverName::Docker
         };
-        // Both engines need the host INPUT rules (see firewall.rs), so a
-        // local engine and iptables.
-        let egress_supported =
-            settings.egress_enforce && endpoint.is_local() && firewall::iptables().is_some();
+        // Both engines need the host rules (see firewall.rs), so a local
+        // engine and a host that accepts them.
+        let egress_supported = settings.egress_enforce
+            && endpoint.is_local()
+            && firewall::egress_host_support().await.rules.is_ok();
         Ok(Self {
             docker,
             name,
@@ -463,6 +496,7 @@ impl DockerDriver {
         let mut network_mode = None;
         let mut networking = None;
         let mut extra_hosts = Vec::new();
+        let mut sysctls = None;
         if let Some(EgressAttachment {
             proxy_port,
             token,
@@ -477,27 +511,23 @@ impl DockerDriver {
                 });
             }
             let proxy_host = if *enforce {
-                let net = format!("iterion-{run}");
-                let created = self
-                    .docker
-                    .create_network(NetworkCreateRequest {
-                        name: net.clone(),
-                        internal: Some(true),
-                        labels: Some(labels.clone()),
-                        ..NetworkCreateRequest::default()
-                    })
-                    .await
-                    .map_err(engine_err("create network"))?;
+                // Usually created by `egress_binding` (the proxy listens on
+                // its gateway); created here for a caller that skipped it.
+                let (net, id) = self.run_network(run, &labels).await?;
                 res.network = Some(net.clone());
                 let gateway = self.network_gateway(&net).await?;
                 let bridge = match self.name {
                     DriverName::Podman => {
                         crate::rawlist::podman_interface(&self.endpoint, &net).await?
                     }
-                    _ => firewall::docker_bridge(&created.id),
+                    _ => firewall::docker_bridge(&id),
                 };
                 res.bridge = Some(bridge.clone());
-                firewall::confine(&bridge, &gateway, *proxy_port, run).await?;
+                res.firewall_run = Some(run.to_owned());
+                firewall::confine(&bridge, gateway, *proxy_port, run).await?;
+                if firewall::ipv6_in_kernel() {
+                    sysctls = Some(crate::security::ipv6_off_sysctls());
+                }
                 network_mode = Some(net.clone());
                 networking = Some(NetworkingConfig {
                     endpoints_config: Some(HashMap::from([(net, EndpointSettings::default())])),
@@ -506,7 +536,7 @@ impl DockerDriver {
                 // unreachable; the alias must point at the one reachable
                 // address, the network's gateway, where the proxy listens.
                 extra_hosts.push(format!("host.docker.internal:{gateway}"));
-                gateway
+                gateway.to_string()
             } else {
                 extra_hosts.push(self.host_gateway_alias().await?);
                 "host.docker.internal".to_owned()
@@ -592,6 +622,9 @@ impl DockerDriver {
             memory_swap: bytes(plan.limits.memory_swap),
             nano_cpus: plan.limits.nano_cpus,
             privileged: Some(false),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            cap_add: Some(crate::security::capabilities()),
+            sysctls: sysctls.clone(),
             extra_hosts: (!extra_hosts.is_empty()).then(|| extra_hosts.clone()),
             network_mode: network_mode.clone(),
             ..HostConfig::default()
@@ -669,6 +702,11 @@ impl DockerDriver {
                 return Err(e);
             }
         }
+        // The bridge exists now (Podman creates it at the first start);
+        // nothing has run in the container but its sleeping PID 1.
+        if let (Some(bridge), Some(run)) = (&res.bridge, &res.firewall_run) {
+            firewall::seal_bridge(bridge, run).await?;
+        }
         observer.log(
             OutputStream::System,
             &format!("started sandbox container {name} from {image}"),
@@ -726,6 +764,47 @@ impl DockerDriver {
             .await;
     }
 
+    /// The per-run internal network `iterion-<run>` (name, id): found again
+    /// when `egress_binding` created it, created otherwise. A network of that
+    /// name this run did not label is refused, never joined.
+    async fn run_network(
+        &self,
+        run: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(String, String), DriverError> {
+        let net = format!("iterion-{run}");
+        match self.docker.inspect_network(&net, None).await {
+            Ok(found) => {
+                let ours = found
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(RUN_ID_LABEL))
+                    .is_some_and(|r| r == run);
+                if !ours || found.internal != Some(true) {
+                    return Err(DriverError::SpecRefused {
+                        reason: format!(
+                            "network {net} exists and is not this run's internal network"
+                        ),
+                    });
+                }
+                return Ok((net, found.id.unwrap_or_default()));
+            }
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => return Err(engine_err("inspect network")(e)),
+        }
+        let created = self
+            .docker
+            .create_network(NetworkCreateRequest {
+                name: net.clone(),
+                internal: Some(true),
+                labels: Some(labels.clone()),
+                ..NetworkCreateRequest::default()
+            })
+            .await
+            .map_err(engine_err("create network"))?;
+        Ok((net, created.id))
+    }
+
     /// The `host.docker.internal` entry. Podman 4.3 does not know the
     /// `host-gateway` keyword (it writes it verbatim into /etc/hosts), so
     /// there the alias points at its default network's gateway.
@@ -739,7 +818,7 @@ impl DockerDriver {
         }
     }
 
-    async fn network_gateway(&self, net: &str) -> Result<String, DriverError> {
+    async fn network_gateway(&self, net: &str) -> Result<std::net::Ipv4Addr, DriverError> {
         let inspect = self
             .docker
             .inspect_network(net, None)
@@ -751,7 +830,7 @@ impl DockerDriver {
             .into_iter()
             .flatten()
             .filter_map(|c| c.gateway)
-            .find(|g| g.parse::<std::net::Ipv4Addr>().is_ok())
+            .find_map(|g| g.parse::<std::net::Ipv4Addr>().ok())
             .ok_or_else(|| DriverError::Engine {
                 operation: "inspect network",
                 source: format!("network {net} has no IPv4 gateway").into(),
@@ -982,6 +1061,47 @@ impl Driver for DockerDriver {
         })
     }
 
+    async fn egress_binding(
+        &self,
+        info: &RunInfo,
+        enforce: bool,
+    ) -> Result<EgressBinding, DriverError> {
+        // Podman gives a network's gateway to its bridge only at the first
+        // container start, after the proxy binds; dockerd at creation.
+        let not_yet_configured = self.name == DriverName::Podman;
+        if enforce {
+            if !self.egress_supported {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "egress enforcement",
+                });
+            }
+            let labels = self.run_labels(info);
+            let (net, _) = self.run_network(info.run_id.as_str(), &labels).await?;
+            let gateway = self.network_gateway(&net).await?;
+            return Ok(EgressBinding {
+                address: gateway.into(),
+                not_yet_configured,
+                network: Some(net),
+            });
+        }
+        // Advisory: the container is on the engine's default network and
+        // reaches the host at that network's gateway (`host.docker.internal`).
+        // A remote engine's containers cannot reach this host at all.
+        if !self.endpoint.is_local() {
+            return Ok(EgressBinding::loopback());
+        }
+        let default_network = match self.name {
+            DriverName::Podman => "podman",
+            _ => "bridge",
+        };
+        Ok(EgressBinding {
+            address: self.network_gateway(default_network).await?.into(),
+            not_yet_configured,
+            network: None,
+        })
+    }
+
     async fn start(
         &self,
         prepared: Prepared,
@@ -1126,11 +1246,14 @@ impl Driver for DockerDriver {
                 .await
                 .map_err(|e| (e, "remove container")),
             ResourceKind::Network => {
-                if self.endpoint.is_local() && firewall::iptables().is_some() {
-                    let bridge = (self.name == DriverName::Docker && !resource.id.is_empty())
-                        .then(|| firewall::docker_bridge(&resource.id));
-                    let run = (!resource.run_id.is_empty()).then_some(resource.run_id.as_str());
-                    firewall::release(bridge.as_deref(), run).await?;
+                if self.endpoint.is_local() && firewall::nft().is_some() {
+                    // The rules are named by the run; a network without the
+                    // label is still named `iterion-<run>`.
+                    let run = match resource.run_id.as_str() {
+                        "" => resource.name.strip_prefix("iterion-").unwrap_or_default(),
+                        r => r,
+                    };
+                    firewall::release(run).await?;
                 }
                 self.docker
                     .remove_network(target)
@@ -1264,6 +1387,22 @@ mod tests {
             discovery_candidates(&env)
                 .contains(&"unix:///run/user/1/podman/podman.sock".to_owned())
         );
+    }
+
+    #[test]
+    fn descriptor_exhaustion_is_not_a_dead_engine() {
+        let io = |errno| bollard::errors::Error::IOError {
+            err: std::io::Error::from_raw_os_error(errno),
+        };
+        // EMFILE, ENFILE: the process, not the engine.
+        assert!(!engine_unreachable(&io(24)));
+        assert!(!engine_unreachable(&io(23)));
+        // ECONNREFUSED, ENOENT: the engine is gone.
+        assert!(engine_unreachable(&io(111)));
+        assert!(engine_unreachable(&io(2)));
+        // Wrapped one level down, as a client error carries it.
+        let wrapped = std::io::Error::other(std::io::Error::from_raw_os_error(24));
+        assert!(descriptors_exhausted(&wrapped));
     }
 
     #[test]

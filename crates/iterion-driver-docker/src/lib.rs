@@ -13,13 +13,16 @@
 //! runtime orchestrates the orphan reaper.
 //!
 //! Containment defaults of every sandbox: `no-new-privileges`, pids limit
-//! (plan, default 4096), never privileged, the engine's default capability
-//! set, no engine socket, memory/CPU from the plan or else from the
-//! settings below; PID 1 is the engine's init (docker-init / catatonit) in
-//! front of a long sleep, or — on a Podman without catatonit — a shell
-//! whose `wait` reaps orphans. With enforced egress the container sits
-//! only on a per-run `--internal` network; on dockerd one host INPUT rule
-//! (see `firewall.rs`) also closes the host's own addresses.
+//! (plan, default 4096), never privileged, every capability dropped but
+//! [`SANDBOX_CAPABILITIES`] (`security.rs`), no engine socket, memory/CPU
+//! from the plan or else from the settings below; PID 1 is the engine's
+//! init (docker-init / catatonit) in front of a long sleep, or — on a
+//! Podman without catatonit — a shell whose `wait` reaps orphans. With
+//! enforced egress the container sits only on a per-run `--internal`
+//! network with IPv6 off inside it, and per-run nftables tables on this
+//! host (`firewall.rs`) let it reach the proxy's port on the gateway and
+//! nothing else, IPv6 and non-IP frames included; the proxy listens on
+//! that gateway only ([`Driver::egress_binding`](iterion_core::Driver::egress_binding)).
 //!
 //! Environment (read by [`DockerSettings::from_env`]):
 //! - `DOCKER_HOST`: engine endpoint (`unix://`, `tcp://`); remote ⇒ bindless.
@@ -34,6 +37,7 @@ mod exec;
 mod firewall;
 mod rawlist;
 mod run;
+mod security;
 pub mod settings;
 mod tarfix;
 
@@ -41,5 +45,7 @@ pub use driver::{
     DockerDriver, Endpoint, MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL, STORE_LABEL,
 };
 pub use exec::DockerExec;
+pub use firewall::{EgressHostSupport, RULES_SUMMARY, egress_host_support};
 pub use run::{DockerRun, drain_len};
+pub use security::SANDBOX_CAPABILITIES;
 pub use settings::{BindsMode, DockerSettings, SettingsError};

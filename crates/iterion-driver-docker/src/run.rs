@@ -17,6 +17,11 @@ use iterion_core::{
 use crate::driver::{DockerDriver, engine_err, engine_unreachable, message_of, status_of};
 use crate::exec::{DockerExec, EXEC_MARKER_ENV};
 
+/// Bound of one directory listing (a drain's piecewise export).
+const LIST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bytes of one listing kept; a longer one fails (never a partial list).
+const LIST_LIMIT: usize = 8 * 1024 * 1024;
+
 /// Grace given to the container on cleanup (facts §5.3: `stop --time`).
 const STOP_GRACE_SECS: i32 = 2;
 
@@ -26,6 +31,8 @@ pub(crate) struct RunResources {
     pub(crate) container: Option<String>,
     pub(crate) network: Option<String>,
     pub(crate) bridge: Option<String>,
+    /// The run whose nftables tables were installed (removed at cleanup).
+    pub(crate) firewall_run: Option<String>,
     pub(crate) volumes: Vec<String>,
     /// Limits of the plan the engine could not apply.
     pub(crate) unenforced: Vec<iterion_core::driver::UnenforcedLimit>,
@@ -241,6 +248,56 @@ impl SandboxRun for DockerRun {
         Ok(crate::tarfix::reroot(stream, basename))
     }
 
+    async fn list_dir(&self, container_path: &str) -> Result<Vec<Vec<u8>>, DriverError> {
+        // POSIX sh built-ins only (globs, `[`, `printf`): no find, ls or
+        // stat in the image is needed. NUL-separated, hidden names included.
+        const LIST: &str = r#"cd -- "$1" || exit 3
+for f in * .[!.]* ..?*; do
+  if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
+done"#;
+        let mut request = ExecRequest::new(["sh", "-c", LIST, "sh", container_path]);
+        request.user = Some("0".to_owned());
+        let listing = async {
+            let mut session = self.exec(request).await?;
+            iterion_core::driver::collect_output(
+                session.as_mut(),
+                iterion_core::driver::OutputLimits {
+                    stdout: LIST_LIMIT,
+                    stderr_tail: 1024,
+                },
+                &mut |_| {},
+            )
+            .await
+        };
+        let out = tokio::time::timeout(LIST_TIMEOUT, listing)
+            .await
+            .map_err(|_| DriverError::Io {
+                operation: format!("list {container_path}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {}s", LIST_TIMEOUT.as_secs()),
+                ),
+            })??;
+        if out.exit_code != 0 || out.stdout_truncated() {
+            return Err(DriverError::Engine {
+                operation: "list directory",
+                source: format!(
+                    "listing {container_path} exited {} ({} bytes): {}",
+                    out.exit_code,
+                    out.stdout_total,
+                    String::from_utf8_lossy(&out.stderr_tail).trim()
+                )
+                .into(),
+            });
+        }
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty() && *n != b"." && *n != b"..")
+            .map(<[u8]>::to_vec)
+            .collect())
+    }
+
     async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError> {
         self.driver
             .docker
@@ -312,10 +369,10 @@ impl SandboxRun for DockerRun {
                 container_left = Some(why);
             }
         }
-        if let Some(bridge) = &self.res.bridge
-            && let Err(e) = crate::firewall::release(Some(bridge), None).await
+        if let Some(run) = &self.res.firewall_run
+            && let Err(e) = crate::firewall::release(run).await
         {
-            self.report(&format!("release firewall rule of {bridge}: {e}"));
+            self.report(&format!("release the firewall tables of run {run}: {e}"));
         }
         if let Some(net) = &self.res.network {
             match docker.remove_network(net).await {

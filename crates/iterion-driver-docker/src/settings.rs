@@ -39,15 +39,17 @@ pub const MIN_MEMORY: u64 = 6 << 20;
 pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 /// `off` makes the driver report that it cannot confine a sandbox to the
 /// egress proxy (`capabilities.egress_enforcement = false`), as on a host
-/// without iptables or a remote engine. For tests and operators who want
+/// without nftables or a remote engine. For tests and operators who want
 /// the degraded path visible: inline runs with a non-open `network:` block
 /// are then refused (`SANDBOX_SPEC_REFUSED`) and auto runs get an advisory
 /// proxy plus a `sandbox_egress_unenforced` event — never a silent open.
 pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Bound of one discovery probe.
-pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound of one discovery probe. Podman 4.3 answers `/version` in 2–3.5 s
+/// on a loaded 2-core host (measured while the test suite ran): 3 s made
+/// discovery report "no engine answered" for a healthy engine.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether host paths may be bound into the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,6 +8,7 @@
 //! nor how a denial becomes an event (the runtime's callback).
 
 mod error;
+mod literal;
 mod policy;
 pub mod preset;
 mod proxy;
@@ -21,8 +22,8 @@ pub use policy::{
 };
 pub use proxy::{
     BlockReason, BlockedCallback, BlockedRequest, DEFAULT_DIAL_TIMEOUT,
-    DEFAULT_HEADER_READ_TIMEOUT, EGRESS_HEADER, EgressProxy, ProxyHandle, ProxyOptions,
-    strip_hop_by_hop,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, EGRESS_HEADER, EgressProxy,
+    LIMIT_NOTICE_INTERVAL, LimitCallback, LimitNotice, ProxyHandle, ProxyOptions, strip_hop_by_hop,
 };
 pub use resolver::{Resolver, StaticResolver, SystemResolver};
 pub use token::ProxyToken;

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use iterion_core::{NetworkMode, NetworkSpec};
 
 use crate::error::NetproxyError;
-use crate::preset;
+use crate::{literal, preset};
 
 /// Why one rule of a `network:` block cannot compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +47,13 @@ pub enum RuleErrorKind {
     },
     /// A DNS rule naming a port; rules match hosts only.
     PortInRule,
+    /// A numeric rule (its last label is a number) that is no valid
+    /// address: it can never be a name (see `literal`).
+    InvalidAddress,
+    /// A wildcard over a numeric suffix (`*.0.2`): every host ending in a
+    /// number is an IP literal, which no DNS pattern matches, so the rule
+    /// could never match (in a denylist, silently failing open).
+    NumericWildcard,
 }
 
 impl RuleErrorKind {
@@ -60,6 +67,8 @@ impl RuleErrorKind {
             Self::MultipleWildcards => "multiple_wildcards",
             Self::InvalidCidr { .. } => "invalid_cidr",
             Self::PortInRule => "port_in_rule",
+            Self::InvalidAddress => "invalid_address",
+            Self::NumericWildcard => "numeric_wildcard",
         }
     }
 }
@@ -79,6 +88,12 @@ impl fmt::Display for RuleError {
             RuleErrorKind::InvalidCidr { detail } => format!("invalid CIDR: {detail}"),
             RuleErrorKind::PortInRule => {
                 "rules match hosts, not ports (drop the `:port`)".to_owned()
+            }
+            RuleErrorKind::InvalidAddress => {
+                "a numeric host that is no valid IP address (write the address dotted)".to_owned()
+            }
+            RuleErrorKind::NumericWildcard => {
+                "a wildcard over a numeric suffix matches nothing: hosts ending in a number are IP addresses (write a CIDR)".to_owned()
             }
         };
         write!(f, "network rule #{} `{}`: {what}", self.index, self.rule)
@@ -174,12 +189,14 @@ impl Pattern {
 
     fn matches(&self, host: &Host) -> bool {
         match (self, host) {
-            (Pattern::Everything, _) => true,
+            (Pattern::Everything, Host::Ip(_) | Host::Dns(_)) => true,
             (Pattern::Ip(p), Host::Ip(ip)) => p == ip,
             (Pattern::Cidr(c), Host::Ip(ip)) => c.contains(*ip),
             // An IP literal never matches a DNS pattern (facts §2.3): bare
             // metadata IPs stay refused unless an IP rule lists them.
             (_, Host::Ip(_)) => false,
+            // Not even `**`: it is neither a name nor an address.
+            (_, Host::Invalid) => false,
             (Pattern::Ip(_) | Pattern::Cidr(_), Host::Dns(_)) => false,
             (Pattern::Exact(p), Host::Dns(h)) => p == h,
             (Pattern::SingleLabel, Host::Dns(h)) => !h.contains('.'),
@@ -210,6 +227,12 @@ struct Rule {
 enum Host {
     Ip(IpAddr),
     Dns(String),
+    /// Numeric-looking but no address (`1.2.3.4.5`): refused everywhere.
+    Invalid,
+}
+
+fn strip_dot(s: &str) -> &str {
+    s.strip_suffix('.').unwrap_or(s)
 }
 
 fn strip_brackets(s: &str) -> &str {
@@ -229,12 +252,15 @@ fn normalise_ip(ip: IpAddr) -> IpAddr {
 /// Canonicalise a host the way the matcher sees it (facts §2.3): trim,
 /// strip `[…]` around IPv6 and a `:port`, strip one trailing dot,
 /// lower-case, IDN → punycode (falling back to the lower-cased input when
-/// the name is not valid IDNA). IP literals come back in their canonical
-/// text form (v4-mapped IPv6 unmapped).
-pub fn canonical_host(raw: &str) -> String {
+/// the name is not valid IDNA). IP literals — every `inet_aton` shape
+/// included (`2887581698`, `127.1`, `0x7f.1`) — come back in their
+/// canonical text form (v4-mapped IPv6 unmapped). `None` for a host that
+/// looks numeric but is no address (`1.2.3.4.5`): it is never a name.
+pub fn canonical_host(raw: &str) -> Option<String> {
     match classify(raw) {
-        Host::Ip(ip) => ip.to_string(),
-        Host::Dns(name) => name,
+        Host::Ip(ip) => Some(ip.to_string()),
+        Host::Dns(name) => Some(name),
+        Host::Invalid => None,
     }
 }
 
@@ -249,12 +275,15 @@ fn classify(raw: &str) -> Host {
         s
     };
     let s = s.strip_suffix('.').unwrap_or(s);
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Host::Ip(normalise_ip(ip));
-    }
     let lower = s.to_lowercase();
+    // IDNA maps full-width digits and dots to ASCII (`１２７.０.０.１`), so
+    // the literal check runs on what a resolver would finally see.
     let name = idna::domain_to_ascii(&lower).unwrap_or(lower);
-    Host::Dns(name)
+    match literal::ip_of(strip_dot(&name)) {
+        Ok(Some(ip)) => Host::Ip(normalise_ip(ip)),
+        Ok(None) => Host::Dns(name),
+        Err(()) => Host::Invalid,
+    }
 }
 
 /// Lower-case and IDN-encode a DNS pattern body (after its wildcard label).
@@ -284,7 +313,12 @@ fn compile_rule(index: usize, raw: &str) -> Result<Rule, RuleError> {
         Pattern::Cidr(
             Cidr::parse(body).map_err(|detail| err(RuleErrorKind::InvalidCidr { detail }))?,
         )
-    } else if let Ok(ip) = strip_brackets(body).parse::<IpAddr>() {
+    } else if let Some(ip) = (!body.starts_with('*'))
+        .then(|| literal::ip_of(strip_dot(strip_brackets(body))))
+        .transpose()
+        .map_err(|()| err(RuleErrorKind::InvalidAddress))?
+        .flatten()
+    {
         Pattern::Ip(normalise_ip(ip))
     } else if body == "**" {
         Pattern::Everything
@@ -309,6 +343,9 @@ fn compile_rule(index: usize, raw: &str) -> Result<Rule, RuleError> {
         }
         match lead {
             "*" | "**" if rest.is_empty() => return Err(err(RuleErrorKind::WildcardEmptySuffix)),
+            "*" | "**" if literal::numeric_ipv4(rest) != literal::Numeric::Name => {
+                return Err(err(RuleErrorKind::NumericWildcard));
+            }
             "*" => Pattern::OneLabel(canonical_dns_pattern(rest)),
             "**" => Pattern::AnyLabels(canonical_dns_pattern(rest)),
             _ => Pattern::Exact(canonical_dns_pattern(body)),
@@ -431,7 +468,7 @@ impl Policy {
             };
         }
         let host = classify(host);
-        if matches!(&host, Host::Dns(h) if h.is_empty()) {
+        if matches!(&host, Host::Invalid) || matches!(&host, Host::Dns(h) if h.is_empty()) {
             return Decision {
                 allowed: false,
                 rule: None,
@@ -564,11 +601,66 @@ mod tests {
         }
     }
 
+    /// Issue 19 item 10: every shape the resolver reads as an IPv4 address
+    /// is an IP literal to the matcher too — never a one-label name.
+    #[test]
+    fn numeric_hosts_are_ip_literals() {
+        let star = allow(&["*"]);
+        for host in [
+            "2886729730",
+            "2886729730:8080",
+            "0xac100002",
+            "0254.16.0.2",
+            "172.16.2",
+            "0xac.0x10.0.2",
+            "[::ffff:172.16.0.2]",
+            "１７２.１６.０.２",
+            "２８８６７２９７３０",
+        ] {
+            assert!(!star.decide(host).allowed, "{host} matched a DNS pattern");
+            assert_eq!(
+                canonical_host(host).as_deref(),
+                Some("172.16.0.2"),
+                "{host}"
+            );
+            assert!(allow(&["172.16.0.2"]).decide(host).allowed, "{host}");
+            assert!(allow(&["172.16.0.0/12"]).decide(host).allowed, "{host}");
+            assert!(allow(&["2886729730"]).decide("172.16.0.2").allowed);
+        }
+        assert!(!allow(&["*"]).decide("127.1").allowed);
+        assert_eq!(canonical_host("0x7f.1").as_deref(), Some("127.0.0.1"));
+        // Numeric-looking but no address: neither a name nor an IP, so
+        // not even `**` reaches it, and it is no valid rule.
+        for bad in [
+            "1.2.3.4.5",
+            "256.0.0.1",
+            "4294967296",
+            "example.123",
+            "08.1.1.1",
+        ] {
+            assert_eq!(canonical_host(bad), None, "{bad}");
+            assert!(!allow(&["**", "*"]).decide(bad).allowed, "{bad}");
+            let errs = check_rules(&spec(NetworkMode::Allowlist, &[bad]));
+            assert_eq!(errs.len(), 1, "{bad}");
+            assert_eq!(errs[0].kind.code(), "invalid_address");
+        }
+        // Names that merely contain digits stay names.
+        assert!(star.decide("intranet").allowed);
+        assert!(allow(&["**.example.com"]).decide("1.2.example.com").allowed);
+    }
+
     #[test]
     fn ip_literal_never_matches_dns_patterns() {
-        let p = allow(&["*", "*.254.169.254", "**.169.254", "169.254.169.254.nip.io"]);
+        let p = allow(&["*", "169.254.169.254.nip.io", "**.nip.io"]);
         assert!(!p.decide("169.254.169.254").allowed);
         assert!(!p.decide("[fe80::1]").allowed);
+        // A wildcard over a numeric suffix could only ever target an IP:
+        // refused when the workflow compiles (it would never match).
+        for rule in ["*.254.169.254", "**.169.254", "!*.0.2", "*.0x10"] {
+            let errs = check_rules(&spec(NetworkMode::Denylist, &[rule]));
+            assert_eq!(errs.len(), 1, "{rule}");
+            assert_eq!(errs[0].kind.code(), "numeric_wildcard", "{rule}");
+        }
     }
 
     #[test]
@@ -755,10 +847,11 @@ mod tests {
 
     #[test]
     fn canonicalisation() {
-        assert_eq!(canonical_host("  Example.COM.:443 "), "example.com");
-        assert_eq!(canonical_host("[2001:DB8::1]:8443"), "2001:db8::1");
-        assert_eq!(canonical_host("bücher.de"), "xn--bcher-kva.de");
-        assert_eq!(canonical_host("::ffff:10.0.0.1"), "10.0.0.1");
+        let c = |h: &str| canonical_host(h).unwrap_or_default();
+        assert_eq!(c("  Example.COM.:443 "), "example.com");
+        assert_eq!(c("[2001:DB8::1]:8443"), "2001:db8::1");
+        assert_eq!(c("bücher.de"), "xn--bcher-kva.de");
+        assert_eq!(c("::ffff:10.0.0.1"), "10.0.0.1");
     }
 
     fn label() -> impl Strategy<Value = String> {
@@ -815,12 +908,41 @@ mod tests {
         #[test]
         fn ip_literals_ignore_dns_patterns(a: u8, b: u8, c: u8, d: u8) {
             let ip = format!("{a}.{b}.{c}.{d}");
-            let p = allow(&["*", &format!("*.{b}.{c}.{d}"), &format!("**.{c}.{d}")]);
+            let p = allow(&["*", &format!("{a}.{b}.{c}.{d}.nip.io"), "**.nip.io"]);
             prop_assert!(!p.decide(&ip).allowed);
+            let numeric_suffix = spec(NetworkMode::Allowlist, &[&format!("*.{b}.{c}.{d}"), &format!("**.{c}.{d}")]);
+            prop_assert_eq!(check_rules(&numeric_suffix).len(), 2);
             let with_port = format!("{ip}:80");
             let cidr = format!("{a}.0.0.0/8");
             prop_assert!(allow(&[&ip]).decide(&with_port).allowed);
             prop_assert!(allow(&[&cidr]).decide(&ip).allowed);
+        }
+
+        #[test]
+        fn every_inet_aton_shape_is_the_same_literal(a: u8, b: u8, c: u8, d: u8, port: u16) {
+            let ip = std::net::Ipv4Addr::new(a, b, c, d);
+            let n = u32::from(ip);
+            let dotted = ip.to_string();
+            let forms = [
+                n.to_string(),
+                format!("{n:#x}"),
+                format!("0{n:o}"),
+                format!("{a}.{}", n & 0xff_ffff),
+                format!("{a}.{b}.{}", n & 0xffff),
+                format!("{a:#x}.0{b:o}.{c}.{d:#x}"),
+                format!("{n}:{port}"),
+            ];
+            let star = allow(&["*", "**"]);
+            let names_only = allow(&["*"]);
+            for form in &forms {
+                let canonical = canonical_host(form);
+                prop_assert_eq!(canonical.as_deref(), Some(dotted.as_str()), "{}", form);
+                prop_assert!(!names_only.decide(form).allowed, "{}", form);
+                // `**` is every host, IP literals included: the same decision
+                // the dotted form gets, whatever the spelling.
+                prop_assert_eq!(star.decide(form), star.decide(&dotted), "{}", form);
+                prop_assert!(allow(&[&dotted]).decide(form).allowed, "{}", form);
+            }
         }
 
         #[test]

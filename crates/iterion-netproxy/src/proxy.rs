@@ -36,6 +36,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use iterion_core::NetworkMode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -96,6 +97,44 @@ pub struct BlockedRequest {
 /// Callback for denied requests (the runtime turns it into `network_blocked`).
 pub type BlockedCallback = Arc<dyn Fn(BlockedRequest) + Send + Sync>;
 
+/// A resource limit the proxy hit, reported through
+/// [`ProxyOptions::on_limit`]: the first time, then at most once per
+/// [`LIMIT_NOTICE_INTERVAL`] with what was refused in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitNotice {
+    /// The run held [`ProxyOptions::max_connections`] connections; `refused`
+    /// new ones were answered `503` (or closed unanswered) since the last notice.
+    Connections {
+        /// The cap.
+        limit: usize,
+        /// Connections refused since the previous notice.
+        refused: u64,
+    },
+    /// The process is out of file descriptors (`EMFILE`/`ENFILE` on
+    /// accept): the proxy backs off; `failures` accepts failed since the
+    /// last notice.
+    Descriptors {
+        /// Failed accepts since the previous notice.
+        failures: u64,
+    },
+}
+
+/// Callback for [`LimitNotice`]s (the runtime writes them to the run log).
+pub type LimitCallback = Arc<dyn Fn(LimitNotice) + Send + Sync>;
+
+/// Concurrent client connections one proxy (one run) holds by default
+/// (issue 19 item 9). Each costs at most two sockets and, while it
+/// tunnels, two pipes: well inside a descriptor limit raised to its hard
+/// bound (`iterion` does that at start).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// Shortest interval between two [`LimitNotice`]s of one kind.
+pub const LIMIT_NOTICE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Over-cap connections answered `503` at the same time; past this they
+/// are closed unanswered, so refusing can never exhaust descriptors itself.
+const OVERFLOW_ANSWERS: usize = 32;
+
 /// Per-start knobs of the proxy.
 #[derive(Clone)]
 pub struct ProxyOptions {
@@ -113,6 +152,15 @@ pub struct ProxyOptions {
     pub header_read_timeout: Duration,
     /// Name resolution for targets.
     pub resolver: Arc<dyn Resolver>,
+    /// Concurrent client connections held; past it a new connection gets
+    /// `503` and is closed (never queued: a run cannot starve the proxy).
+    pub max_connections: usize,
+    /// Bind even when `bind`'s address is not (yet) configured on this
+    /// host (`IP_FREEBIND`): a Podman network's gateway only appears on
+    /// its bridge once the first container joins, after the proxy starts.
+    pub freebind: bool,
+    /// Called when a limit is hit (rate-limited); a panic inside it is contained.
+    pub on_limit: LimitCallback,
 }
 
 impl ProxyOptions {
@@ -127,6 +175,9 @@ impl ProxyOptions {
             dial_timeout: DEFAULT_DIAL_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             resolver: Arc::new(SystemResolver),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            freebind: false,
+            on_limit: Arc::new(|_| {}),
         }
     }
 }
@@ -139,6 +190,8 @@ impl std::fmt::Debug for ProxyOptions {
             .field("token", &self.token)
             .field("dial_timeout", &self.dial_timeout)
             .field("header_read_timeout", &self.header_read_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("freebind", &self.freebind)
             .finish_non_exhaustive()
     }
 }
@@ -150,13 +203,10 @@ pub struct EgressProxy;
 impl EgressProxy {
     /// Bind and start serving; the proxy is listening when this returns.
     pub async fn start(opts: ProxyOptions) -> Result<ProxyHandle, NetproxyError> {
-        let listener =
-            TcpListener::bind(opts.bind)
-                .await
-                .map_err(|source| NetproxyError::Bind {
-                    addr: opts.bind,
-                    source,
-                })?;
+        let listener = listen(opts.bind, opts.freebind).map_err(|source| NetproxyError::Bind {
+            addr: opts.bind,
+            source,
+        })?;
         let local_addr = listener
             .local_addr()
             .map_err(|source| NetproxyError::Bind {
@@ -176,6 +226,10 @@ impl EgressProxy {
             cancel: cancel.clone(),
             tracker: tracker.clone(),
             tunnels: tunnels.clone(),
+            connections: Arc::new(Semaphore::new(opts.max_connections.max(1))),
+            max_connections: opts.max_connections.max(1),
+            overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
+            limits: Limits::new(opts.on_limit),
         });
         tracker.spawn(accept_loop(listener, shared));
         Ok(ProxyHandle {
@@ -241,6 +295,87 @@ struct Shared {
     cancel: CancellationToken,
     tracker: TaskTracker,
     tunnels: Arc<AtomicUsize>,
+    /// One permit per client connection held (issue 19 item 9).
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    /// One permit per over-cap connection being answered `503`.
+    overflow: Arc<Semaphore>,
+    limits: Limits,
+}
+
+/// A listening socket on `addr`; with `freebind`, also when the address is
+/// not configured yet (`IP_FREEBIND`, Linux).
+fn listen(addr: SocketAddr, freebind: bool) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    #[cfg(target_os = "linux")]
+    if freebind {
+        match addr {
+            SocketAddr::V4(_) => socket.set_freebind_v4(true)?,
+            SocketAddr::V6(_) => socket.set_freebind_v6(true)?,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = freebind;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Rate-limited [`LimitNotice`]s: the first of a kind at once, then at
+/// most one per [`LIMIT_NOTICE_INTERVAL`] carrying the count in between.
+struct Limits {
+    callback: LimitCallback,
+    refused: std::sync::atomic::AtomicU64,
+    emfile: std::sync::atomic::AtomicU64,
+    last: std::sync::Mutex<[Option<std::time::Instant>; 2]>,
+}
+
+impl Limits {
+    fn new(callback: LimitCallback) -> Self {
+        Self {
+            callback,
+            refused: 0.into(),
+            emfile: 0.into(),
+            last: std::sync::Mutex::new([None, None]),
+        }
+    }
+
+    fn note(&self, slot: usize, limit: usize) {
+        let counter = if slot == 0 {
+            &self.refused
+        } else {
+            &self.emfile
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let now = std::time::Instant::now();
+        let due = match self.last.lock() {
+            Ok(mut last) => match last[slot] {
+                Some(t) if now.duration_since(t) < LIMIT_NOTICE_INTERVAL => false,
+                _ => {
+                    last[slot] = Some(now);
+                    true
+                }
+            },
+            Err(_) => false,
+        };
+        if !due {
+            return;
+        }
+        let n = counter.swap(0, Ordering::Relaxed);
+        let notice = if slot == 0 {
+            LimitNotice::Connections { limit, refused: n }
+        } else {
+            LimitNotice::Descriptors { failures: n }
+        };
+        tracing::warn!(?notice, "egress proxy limit reached");
+        let cb = self.callback.clone();
+        if std::panic::catch_unwind(AssertUnwindSafe(move || cb(notice))).is_err() {
+            tracing::warn!("egress proxy on_limit callback panicked; ignored");
+        }
+    }
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -250,27 +385,96 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _peer)) => {
-                let _ = stream.set_nodelay(true);
-                shared
-                    .tracker
-                    .spawn(serve_connection(stream, shared.clone()));
-            }
+            Ok((stream, _peer)) => match shared.connections.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = stream.set_nodelay(true);
+                    shared
+                        .tracker
+                        .spawn(serve_connection(stream, shared.clone(), permit));
+                }
+                Err(_) => {
+                    shared.limits.note(0, shared.max_connections);
+                    refuse_over_cap(stream, &shared);
+                }
+            },
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "egress proxy accept failed");
+                // EMFILE/ENFILE: the process is out of descriptors. Back off
+                // instead of spinning, and say so (a run's own flood cannot
+                // get here past the cap; other load in the process can).
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc_emfile::EMFILE | libc_emfile::ENFILE)
+                ) {
+                    shared.limits.note(1, shared.max_connections);
+                } else {
+                    tracing::warn!(error = %e, "egress proxy accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
 }
 
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+/// `errno` values of descriptor exhaustion (Linux; the same on the BSDs).
+mod libc_emfile {
+    pub(super) const ENFILE: i32 = 23;
+    pub(super) const EMFILE: i32 = 24;
+}
+
+/// Answer an over-cap connection `503` and close it, without reading its
+/// request: a bounded number at a time, the rest closed unanswered.
+fn refuse_over_cap(mut stream: TcpStream, shared: &Shared) {
+    let Ok(permit) = shared.overflow.clone().try_acquire_owned() else {
+        return;
+    };
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\n{EGRESS_HEADER}: connection-limit; limit={}\r\n\
+         Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        shared.max_connections,
+        OVER_CAP_BODY.len(),
+        OVER_CAP_BODY
+    );
+    shared.tracker.spawn(async move {
+        let _permit = permit;
+        let work = async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.shutdown().await?;
+            // Read what the client sent until it closes, so closing our end
+            // does not reset the answer away (bounded in bytes and time).
+            let mut sink = [0u8; 4096];
+            let mut left: usize = 64 * 1024;
+            while left > 0 {
+                let n = stream.read(&mut sink).await?;
+                if n == 0 {
+                    break;
+                }
+                left = left.saturating_sub(n);
+            }
+            Ok::<(), io::Error>(())
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), work).await;
+    });
+}
+
+const OVER_CAP_BODY: &str =
+    "iterion: the run's egress proxy holds its maximum of concurrent connections; retry later\n";
+
+async fn serve_connection(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    // The connection's permit lives as long as the connection; when it
+    // becomes a CONNECT tunnel, hyper's connection ends and the tunnel task
+    // takes the permit over (a tunnel counts against the cap like any
+    // connection).
+    let slot: PermitSlot = Arc::new(std::sync::Mutex::new(Some(permit)));
     let cancel = shared.cancel.clone();
     let timeout = shared.header_read_timeout;
     let svc = service_fn(move |req| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(req, shared).await) }
+        let slot = slot.clone();
+        async move { Ok::<_, Infallible>(handle(req, shared, slot).await) }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -312,9 +516,19 @@ fn empty(status: StatusCode) -> Response<ProxyBody> {
 struct Target {
     host: String,
     port: u16,
+    /// The Host an absolute-form request is forwarded with (its
+    /// request-target's authority); `None` for origin-form and CONNECT.
+    host_header: Option<HeaderValue>,
 }
 
-async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<ProxyBody> {
+/// A connection's cap permit, handed to its tunnel when it becomes one.
+type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: PermitSlot,
+) -> Response<ProxyBody> {
     if !authorized(req.headers(), &shared.token) {
         let mut resp = text(
             StatusCode::PROXY_AUTHENTICATION_REQUIRED,
@@ -324,11 +538,20 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<ProxyBo
             header::PROXY_AUTHENTICATE,
             HeaderValue::from_static("Basic realm=\"iterion\""),
         );
+        // Issue 19 item 9: an unauthenticated client gets no kept-alive
+        // connection to hold (hyper closes after a `Connection: close`).
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return resp;
     }
     let target = match target_of(&req) {
         Ok(t) => t,
-        Err(msg) => return text(StatusCode::BAD_REQUEST, format!("{msg}\n")),
+        Err(msg) => {
+            let mut resp = text(StatusCode::BAD_REQUEST, format!("{msg}\n"));
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return resp;
+        }
     };
     let decision = shared.policy.decide(&target.host);
     if !decision.allowed {
@@ -358,7 +581,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<ProxyBo
         }
     };
     if req.method() == Method::CONNECT {
-        tunnel(req, upstream, &shared)
+        tunnel(req, upstream, &shared, &slot)
     } else {
         forward(req, upstream, &target, &shared).await
     }
@@ -392,6 +615,12 @@ fn authorized(headers: &HeaderMap, token: &ProxyToken) -> bool {
 }
 
 fn target_of(req: &Request<Incoming>) -> Result<Target, &'static str> {
+    // RFC 9112 §3.2: more than one Host is a 400, or the policy could
+    // judge one while the upstream reads the other.
+    if req.headers().get_all(header::HOST).iter().count() > 1 {
+        return Err("more than one Host header");
+    }
+    let mut host_header = None;
     let (raw_host, port) = if req.method() == Method::CONNECT {
         let auth = req
             .uri()
@@ -404,6 +633,13 @@ fn target_of(req: &Request<Incoming>) -> Result<Target, &'static str> {
             Some(_) => return Err("only http:// is forwarded; use CONNECT for other schemes"),
         }
         if let Some(auth) = req.uri().authority() {
+            // Issue 19 item 11: the policy judges this authority, so the
+            // upstream gets exactly it as Host (RFC 9112 §3.2.2: a proxy
+            // replaces the Host of an absolute-form request), whatever
+            // Host the client sent alongside.
+            let shown = auth.as_str().rsplit('@').next().unwrap_or_default();
+            host_header =
+                Some(HeaderValue::from_str(shown).map_err(|_| "invalid request-target authority")?);
             (auth.host().to_owned(), auth.port_u16().unwrap_or(80))
         } else {
             let host = req
@@ -412,10 +648,16 @@ fn target_of(req: &Request<Incoming>) -> Result<Target, &'static str> {
                 .and_then(|h| h.to_str().ok())
                 .ok_or("missing host")?;
             let auth: http::uri::Authority = host.parse().map_err(|_| "invalid Host header")?;
+            if auth.as_str().contains('@') {
+                return Err("invalid Host header");
+            }
             (auth.host().to_owned(), auth.port_u16().unwrap_or(80))
         }
     };
-    let host = canonical_host(&raw_host);
+    // Never a name when it reads as a number (issue 19 item 10): the
+    // canonical form of `2887581698` is `172.16.0.2`, and that is what the
+    // policy judges and the dialer dials.
+    let host = canonical_host(&raw_host).ok_or("the host looks numeric but is no IP address")?;
     let plausible = !host.is_empty()
         && (host.parse::<IpAddr>().is_ok()
             || host
@@ -424,7 +666,11 @@ fn target_of(req: &Request<Incoming>) -> Result<Target, &'static str> {
     if !plausible || port == 0 {
         return Err("missing or invalid target host");
     }
-    Ok(Target { host, port })
+    Ok(Target {
+        host,
+        port,
+        host_header,
+    })
 }
 
 fn blocked(
@@ -513,12 +759,19 @@ impl Drop for TunnelGuard {
     }
 }
 
-fn tunnel(mut req: Request<Incoming>, upstream: TcpStream, shared: &Shared) -> Response<ProxyBody> {
+fn tunnel(
+    mut req: Request<Incoming>,
+    upstream: TcpStream,
+    shared: &Shared,
+    slot: &PermitSlot,
+) -> Response<ProxyBody> {
     let on_upgrade = hyper::upgrade::on(&mut req);
     let cancel = shared.cancel.clone();
     let guard = TunnelGuard::new(&shared.tunnels);
+    let permit = slot.lock().ok().and_then(|mut p| p.take());
     shared.tracker.spawn(async move {
         let _guard = guard;
+        let _permit = permit;
         let upgraded = tokio::select! {
             () = cancel.cancelled() => return,
             u = on_upgrade => match u {
@@ -716,7 +969,9 @@ async fn forward(
         Ok(u) => u,
         Err(_) => return text(StatusCode::BAD_REQUEST, "invalid request target\n"),
     };
-    if !parts.headers.contains_key(header::HOST) {
+    if let Some(judged) = &target.host_header {
+        parts.headers.insert(header::HOST, judged.clone());
+    } else if !parts.headers.contains_key(header::HOST) {
         let host = if target.host.contains(':') {
             format!("[{}]:{}", target.host, target.port)
         } else {

@@ -15,6 +15,14 @@
 //! container is untrusted and the store's file area is the only place bytes
 //! land.
 //!
+//! Time is bounded by what is stored, not by what the container claims: a
+//! member over what its path may still take is declined at its tar header
+//! and never read (a sparse terabyte costs nothing); the archive is dropped
+//! there and the rest of the path is exported entry by entry from
+//! [`SandboxRun::list_dir`] listings, each piece read by the same parser
+//! (see `drain_path`). Bytes read past without being stored (declined
+//! members) are bounded by the cap too.
+//!
 //! Memory is bounded whatever the archive: per path, at most
 //! [`DrainOptions::puts_in_flight`] puts are open, only one of them receiving
 //! data, through a channel of [`DrainOptions::chunks_in_flight`] chunks; the
@@ -40,6 +48,7 @@
 pub mod name;
 mod tar;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -518,6 +527,9 @@ enum Step {
     PastLimit(u64),
     /// A member declined on its header (name, type, depth).
     Decline(Member),
+    /// A member whose data would go past the cap: declined at its header,
+    /// the archive dropped there.
+    Oversize(Member),
     /// A member to store; its data follows on `body`.
     Put {
         member: Member,
@@ -587,12 +599,101 @@ impl Settle<'_> {
     }
 }
 
-/// One declared path: the archive reader and the committer run side by
-/// side in this task. The reader parses headers and streams each member's
-/// data into its put; the committer meters, reserves, starts puts and lets
-/// up to `puts_in_flight` of them commit (fsync, rename, insert) while the
-/// reader goes on — the store's per-file durability cost overlaps the
-/// archive instead of adding up.
+/// One export of a declared path: the path itself, or — once a member too
+/// large to read was met — one entry below it, named by its components
+/// relative to the declared path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Export {
+    rel: Vec<String>,
+}
+
+/// Exports of one declared path in one drain, the first included: past
+/// this, what is left is declined as a count (each export is one archive
+/// request; a tree of many entries beside many oversized ones stays bounded).
+const MAX_EXPORTS_PER_PATH: usize = 512;
+/// Directory listings of one declared path in one drain.
+const MAX_LISTINGS_PER_PATH: usize = 128;
+
+/// What the archives of one declared path showed so far, for planning the
+/// exports that follow an abort.
+struct Walk {
+    /// Every member seen (stored, declined or a directory), by its path
+    /// relative to the declared path (`""` for the path itself).
+    seen: HashSet<String>,
+    /// The previous member's components (within the current export).
+    last: Vec<String>,
+    /// Directories an export has left (within the current export).
+    closed: HashSet<String>,
+    /// Whether every archive so far listed each directory's entries
+    /// together (depth-first). Both engines do; if one did not, a started
+    /// directory could be incomplete and is exported again.
+    depth_first: bool,
+    /// Bytes read past and not stored (declined members, repeats): bounded
+    /// by the cap like stored bytes, so a declined member cannot be a
+    /// terabyte read either.
+    skipped: u64,
+    exports: usize,
+    listings: usize,
+}
+
+impl Walk {
+    fn new() -> Self {
+        Self {
+            seen: HashSet::new(),
+            last: Vec::new(),
+            closed: HashSet::new(),
+            depth_first: true,
+            skipped: 0,
+            exports: 0,
+            listings: 0,
+        }
+    }
+
+    /// Record one member; `true` when it was seen before (a repeat).
+    fn visit(&mut self, rel: &[String]) -> bool {
+        let common = self
+            .last
+            .iter()
+            .zip(rel)
+            .take_while(|(a, b)| a == b)
+            .count();
+        for j in (common + 1)..=self.last.len() {
+            self.closed.insert(self.last[..j].join("/"));
+        }
+        // Entering a directory this export already left: not depth-first.
+        if (common + 1..rel.len()).any(|j| self.closed.contains(&rel[..j].join("/"))) {
+            self.depth_first = false;
+        }
+        self.last = rel.to_vec();
+        !self.seen.insert(rel.join("/"))
+    }
+
+    fn start_export(&mut self) {
+        self.exports += 1;
+        self.last.clear();
+        self.closed.clear();
+    }
+}
+
+/// How one export's archive ended.
+enum ReadEnd {
+    /// At its end-of-archive marker.
+    Finished,
+    /// At the header of a member too large to read (its path relative to
+    /// the declared path, `None` when its name leaves the path): the stream
+    /// was dropped there.
+    Aborted(Option<Vec<String>>),
+}
+
+/// One declared path, ADR-143 §"Unbounded size": its archive is read once,
+/// and a member whose data would go past what the path may still take is
+/// declined at its header — the stream is dropped there, never read past
+/// (a tar stream cannot skip a member without reading it: a sparse 1 TiB
+/// file used to cost 1 TiB of zeros and the whole drain). What the archive
+/// had not reached yet is then exported piece by piece: each directory on
+/// the way to the dropped member is listed (`SandboxRun::list_dir`) and
+/// each of its entries not yet drained is exported on its own, with the
+/// same rule. The bounded tar reader stays the only parser of every piece.
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn drain_path(
     run: &dyn SandboxRun,
@@ -605,17 +706,6 @@ async fn drain_path(
     meter: &mut Meter,
     declines: &mut Declines,
 ) -> Result<(), ReadbackError> {
-    let stream = run
-        .export(&decl.container_path)
-        .await
-        .map_err(|source| ReadbackError::Export { source })?;
-    let mut tar = TarStream::new(
-        stream,
-        MetaLimits {
-            long_name: options.max_long_name,
-            pax: options.max_pax_header,
-        },
-    );
     let mut settle = Settle {
         addr,
         state,
@@ -623,38 +713,235 @@ async fn drain_path(
         pending: 0,
         store_errors: 0,
     };
-    let (steps_tx, steps_rx) = mpsc::channel(1);
-    let (read, committed) = tokio::join!(
-        read_archive(&mut tar, addr, options, steps_tx),
-        commit_members(store, run_id, decl, options, meter, &mut settle, steps_rx),
-    );
-    committed.and(read)
+    let base = decl.container_path.trim_end_matches('/');
+    let mut walk = Walk::new();
+    let mut queue = std::collections::VecDeque::from([Export { rel: Vec::new() }]);
+    while let Some(export) = queue.pop_front() {
+        if walk.exports >= MAX_EXPORTS_PER_PATH {
+            let left = queue.len() as u64 + 1;
+            settle.declines.count += left - 1;
+            settle.declines.decline(reason::CAP_EXCEEDED, || {
+                format!(
+                    "{base}/… ({left} entries not drained: more than {MAX_EXPORTS_PER_PATH} exports)"
+                )
+            });
+            break;
+        }
+        walk.start_export();
+        let path = container_path_of(base, &export.rel);
+        let stream = match run.export(&path).await {
+            Ok(stream) => stream,
+            // A piece that vanished since its listing is no failure of the path.
+            Err(e) if !export.rel.is_empty() && is_not_found(&e) => continue,
+            Err(source) => return Err(ReadbackError::Export { source }),
+        };
+        let mut tar = TarStream::new(
+            stream,
+            MetaLimits {
+                long_name: options.max_long_name,
+                pax: options.max_pax_header,
+            },
+        );
+        let budget = Budget {
+            cap: decl.cap.0,
+            held: settle.state.metered + settle.pending,
+        };
+        let (steps_tx, steps_rx) = mpsc::channel(1);
+        let (read, committed) = tokio::join!(
+            read_archive(
+                &mut tar, addr, options, &export, &mut walk, budget, steps_tx
+            ),
+            commit_members(store, run_id, decl, options, meter, &mut settle, steps_rx),
+        );
+        // Dropping the reader closes the engine's stream mid-member.
+        drop(tar);
+        committed?;
+        if let ReadEnd::Aborted(at) = read? {
+            plan_rest(
+                run,
+                base,
+                &export,
+                at.as_deref(),
+                &mut walk,
+                &mut queue,
+                &mut settle,
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+fn container_path_of(base: &str, rel: &[String]) -> String {
+    let mut path = base.to_owned();
+    for comp in rel {
+        path.push('/');
+        path.push_str(comp);
+    }
+    path
+}
+
+fn is_not_found(e: &DriverError) -> bool {
+    matches!(e, DriverError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
+/// After an abort at `at` inside `export`: list every directory from the
+/// export's root down to the dropped member's parent, and queue each entry
+/// the archive had not finished. A member whose name left the path (`at`
+/// is `None`) is on no chain: the export's root alone is listed. A
+/// directory that cannot be listed (a stopped container, an image without
+/// `sh`) has its undrained rest declined by name, never silently lost.
+async fn plan_rest(
+    run: &dyn SandboxRun,
+    base: &str,
+    export: &Export,
+    at: Option<&[String]>,
+    walk: &mut Walk,
+    queue: &mut std::collections::VecDeque<Export>,
+    settle: &mut Settle<'_>,
+) {
+    let levels: Vec<(&[String], Option<&String>)> = match at {
+        Some(at) => (export.rel.len()..at.len())
+            .map(|depth| (&at[..depth], Some(&at[depth])))
+            .collect(),
+        None => vec![(export.rel.as_slice(), None)],
+    };
+    for (dir, chain_child) in levels {
+        let dir_path = container_path_of(base, dir);
+        if walk.listings >= MAX_LISTINGS_PER_PATH {
+            settle.declines.decline(reason::CAP_EXCEEDED, || {
+                name::escaped(&format!(
+                    "{dir_path}/… (not drained: more than {MAX_LISTINGS_PER_PATH} listings)"
+                ))
+            });
+            continue;
+        }
+        walk.listings += 1;
+        let names = match run.list_dir(&dir_path).await {
+            Ok(names) => names,
+            Err(e) => {
+                settle.declines.decline(reason::CAP_EXCEEDED, || {
+                    name::escaped(&format!(
+                        "{dir_path}/… (not drained: the directory could not be listed: {e})"
+                    ))
+                });
+                continue;
+            }
+        };
+        for raw in names {
+            // The dropped member (or the directory holding it) is on its way.
+            if chain_child.is_some_and(|c| String::from_utf8_lossy(&raw) == c.as_str()) {
+                continue;
+            }
+            let Some(entry) = std::str::from_utf8(&raw)
+                .ok()
+                .filter(|n| !n.is_empty() && *n != "." && *n != ".." && !n.contains(['/', '\0']))
+            else {
+                settle.declines.decline(reason::ARCHIVE_ERROR, || {
+                    name::escaped(&format!("{dir_path}/{}", String::from_utf8_lossy(&raw)))
+                });
+                continue;
+            };
+            let mut rel = dir.to_vec();
+            rel.push(entry.to_owned());
+            // Seen and left: complete, when archives are depth-first.
+            if walk.depth_first && walk.seen.contains(&rel.join("/")) {
+                continue;
+            }
+            queue.push_back(Export { rel });
+        }
+    }
+}
+
+/// What one export may still take: the reader declines at the header a
+/// member that does not fit, instead of reading it.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    cap: u64,
+    /// Bytes the path already holds or has in flight when the export starts.
+    held: u64,
 }
 
 /// Parse the archive and hand each member to the committer. Stops quietly
 /// when the committer has stopped (it reports why).
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn read_archive(
     tar: &mut TarStream,
     addr: &name::Addressing,
     options: &DrainOptions,
+    export: &Export,
+    walk: &mut Walk,
+    budget: Budget,
     steps: mpsc::Sender<Step>,
-) -> Result<(), ReadbackError> {
+) -> Result<ReadEnd, ReadbackError> {
     let mut members: u64 = 0;
     let mut past_limit: u64 = 0;
+    let mut sent: u64 = 0;
     let result = async {
-        while let Some(member) = tar.next_member().await? {
+        while let Some(mut member) = tar.next_member().await? {
             members += 1;
+            if !export.rel.is_empty() {
+                match name::graft(&member.name, &addr.top, &export.rel) {
+                    Some(full) => member.name = full,
+                    None => {
+                        // Not under the exported entry: declined as such.
+                        if steps.send(Step::Decline(member)).await.is_err() {
+                            return Ok(ReadEnd::Finished);
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Members past the limit are counted, never remembered; a name
+            // that leaves the path (`..`) is declined and plans nothing.
+            let rel = (members <= options.max_members_per_path)
+                .then(|| name::relative(&member.name, addr))
+                .flatten()
+                .filter(|r| !r.iter().any(|c| c == ".." || c.contains('\\')));
+            let repeat = rel.as_deref().is_some_and(|r| walk.visit(r));
+            let room = budget.cap.saturating_sub(budget.held + sent);
+            let verdict = if repeat || members > options.max_members_per_path {
+                Verdict::Skip
+            } else {
+                name::judge(&member, addr, options.max_depth)
+            };
+            // The header's size counts before a byte is read: a member over
+            // what the path may still take is declined here and the stream
+            // dropped, never read (the sparse terabyte). A member declined
+            // for another reason is read past only while the bytes read past
+            // stay within the cap.
+            let over_cap = match verdict {
+                Verdict::Store(_) => member.size > room,
+                Verdict::Skip | Verdict::Decline(_) => {
+                    member.size > budget.cap.saturating_sub(walk.skipped)
+                }
+            };
+            if over_cap {
+                let at = rel;
+                if !repeat {
+                    let _ = steps.send(Step::Oversize(member)).await;
+                }
+                return Ok(ReadEnd::Aborted(at));
+            }
             if members > options.max_members_per_path {
                 // Counted, not named: reading on keeps the stream honest (a
                 // cut archive is still an archive_error) without growing
                 // memory.
                 past_limit += 1;
+                walk.skipped += member.size;
                 continue;
             }
-            let step = match name::judge(&member, addr, options.max_depth) {
-                Verdict::Skip => continue,
-                Verdict::Decline(_why) => Step::Decline(member),
+            let step = match verdict {
+                Verdict::Skip => {
+                    walk.skipped += member.size;
+                    continue;
+                }
+                Verdict::Decline(_why) => {
+                    walk.skipped += member.size;
+                    Step::Decline(member)
+                }
                 Verdict::Store(path) => {
+                    sent += member.size;
                     let (tx, body) = mpsc::channel(options.chunks_in_flight.max(1));
                     let cut = Arc::new(AtomicBool::new(false));
                     let step = Step::Put {
@@ -664,17 +951,17 @@ async fn read_archive(
                         cut: cut.clone(),
                     };
                     if steps.send(step).await.is_err() {
-                        return Ok(());
+                        return Ok(ReadEnd::Finished);
                     }
                     feed_member(tar, tx, &cut).await?;
                     continue;
                 }
             };
             if steps.send(step).await.is_err() {
-                return Ok(());
+                return Ok(ReadEnd::Finished);
             }
         }
-        Ok(())
+        Ok(ReadEnd::Finished)
     }
     .await;
     if past_limit > 0 {
@@ -713,6 +1000,7 @@ async fn commit_members(
                 let room = cap.saturating_sub(held);
                 match step {
                     Step::PastLimit(n) => settle.state.past_limit += n,
+                    Step::Oversize(member) => settle.decline(reason::CAP_EXCEEDED, &member),
                     Step::Decline(member) => {
                         // A member that would not fit anyway (a sparse file
                         // claiming terabytes) is reported for the cap it

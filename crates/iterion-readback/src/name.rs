@@ -178,6 +178,15 @@ pub(crate) fn display(addr: &Addressing, member: &Member) -> String {
     } else {
         format!("{}/{}", addr.parent, raw)
     };
+    let mut out = escaped(&full);
+    if member.name_truncated && !out.ends_with('…') {
+        out.push('…');
+    }
+    out
+}
+
+/// A container path for reports: control characters escaped, bounded.
+pub(crate) fn escaped(full: &str) -> String {
     let mut out = String::with_capacity(full.len().min(MAX_REPORTED_NAME + 8));
     for c in full.chars() {
         if out.len() >= MAX_REPORTED_NAME {
@@ -190,10 +199,50 @@ pub(crate) fn display(addr: &Addressing, member: &Member) -> String {
             out.push(c);
         }
     }
-    if member.name_truncated {
-        out.push('…');
-    }
     out
+}
+
+/// A member's path relative to the declared path, as components (lossy
+/// for non-UTF-8 bytes; `.` and empty ones dropped): what a drain's walk
+/// tracks. `None` when the name is not under the declared path's entry.
+pub(crate) fn relative(name: &[u8], addr: &Addressing) -> Option<Vec<String>> {
+    let text = String::from_utf8_lossy(name);
+    let mut comps = text.split('/').filter(|c| !c.is_empty() && *c != ".");
+    if !addr.top.is_empty() && comps.next()? != addr.top {
+        return None;
+    }
+    Some(comps.map(str::to_owned).collect())
+}
+
+/// Rename a member of a piecewise export — the engine names it by the
+/// exported entry's basename (`c/x` for `<path>/a/b/c`) — to where the
+/// whole path's archive has it (`<top>/a/b/c/x`), so every check of
+/// [`judge`] sees the full name. The rest of the name is kept byte for
+/// byte (a `..` in it is still declined). `None` when the member is not
+/// under the exported entry.
+pub(crate) fn graft(name: &[u8], top: &str, rel: &[String]) -> Option<Vec<u8>> {
+    let entry = rel.last()?.as_bytes();
+    let mut rest = name;
+    while let Some(r) = rest.strip_prefix(b"./") {
+        rest = r;
+    }
+    let (first, tail) = match rest.iter().position(|b| *b == b'/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, &b""[..]),
+    };
+    if first != entry {
+        return None;
+    }
+    let mut out = Vec::with_capacity(top.len() + name.len() + 64);
+    out.extend_from_slice(top.as_bytes());
+    for comp in rel {
+        if !out.is_empty() {
+            out.push(b'/');
+        }
+        out.extend_from_slice(comp.as_bytes());
+    }
+    out.extend_from_slice(tail);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -233,6 +282,34 @@ mod tests {
             key_prefix(&decl("/a b/..x/...", MountOrigin::ReadBack)),
             ".iterion-readback/a%20b/..x/%2E%2E%2E/"
         );
+    }
+
+    #[test]
+    fn grafts_piecewise_members_under_the_whole_name() {
+        let rel = |r: &[&str]| r.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
+        let g = |name: &str, r: &[&str]| {
+            graft(name.as_bytes(), "artifact-files", &rel(r))
+                .map(|v| String::from_utf8(v).unwrap_or_default())
+        };
+        assert_eq!(
+            g("c/x", &["a", "b", "c"]).as_deref(),
+            Some("artifact-files/a/b/c/x")
+        );
+        assert_eq!(g("./c", &["c"]).as_deref(), Some("artifact-files/c"));
+        assert_eq!(
+            g("c/../../x", &["c"]).as_deref(),
+            Some("artifact-files/c/../../x")
+        );
+        assert_eq!(g("d/x", &["a", "c"]), None);
+        assert_eq!(g("/c/x", &["c"]), None);
+        assert_eq!(g("cc/x", &["c"]), None);
+        let run_files = addressing(&decl(RUN_FILES_CONTAINER_DIR, MountOrigin::RunFiles));
+        assert_eq!(
+            relative(b"./artifact-files//a/./b", &run_files),
+            Some(rel(&["a", "b"]))
+        );
+        assert_eq!(relative(b"artifact-files", &run_files), Some(Vec::new()));
+        assert_eq!(relative(b"other/a", &run_files), None);
     }
 
     #[test]

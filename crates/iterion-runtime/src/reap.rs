@@ -292,6 +292,12 @@ pub async fn reap_host_dirs(
         // it; only this store's proof of a terminal run may reap it.
         let unowned = dir.owner.is_none();
         let mut decision = judge(DriverName::Noop, store, dir, dry_run).await;
+        // A live process's directory for a run this store does not know is
+        // another store's running run: host dirs carry no store label, and
+        // a reaper never judges (nor lists) another store's live resources.
+        if decision.lease == LeaseState::Held && !matches!(decision.lookup, RunLookup::Found(_)) {
+            continue;
+        }
         if unowned && !matches!(decision.lookup, RunLookup::Found(_)) {
             decision.lease = LeaseState::CheckFailed;
             decision.verdict = reapable(&decision.resource.run_id, decision.lease, decision.lookup);

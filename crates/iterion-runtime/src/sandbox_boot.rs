@@ -15,13 +15,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use iterion_core::driver::{ManagedResource, ResourceKind};
 use iterion_core::plan::EgressAttachment;
 use iterion_core::{
     Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode,
     MountOrigin, RunInfo, RunStore,
 };
 use iterion_netproxy::{
-    BlockedRequest, EgressProxy, Policy, ProxyHandle, ProxyOptions, ProxyToken,
+    BlockedRequest, EgressProxy, LimitNotice, Policy, ProxyHandle, ProxyOptions, ProxyToken,
 };
 use iterion_readback::DrainOptions;
 use iterion_sandbox::admission::admit;
@@ -476,7 +477,14 @@ impl SandboxBooter for PolicyBooter {
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())
             .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let info = RunInfo {
+            run_id: ctx.run_id.clone(),
+            run_name: Some(ctx.workflow.name.clone()),
+            host_workspace: ctx.workspace.to_string_lossy().into_owned(),
+            max_duration: None,
+        };
         let mut proxy = None;
+        let mut egress_network = None;
         if policy.needs_proxy() {
             match egress_verdict(resolved.mode, true, driver_name, caps.egress_enforcement) {
                 EgressVerdict::Refused { reason } => {
@@ -485,16 +493,29 @@ impl SandboxBooter for PolicyBooter {
                 EgressVerdict::Advisory { event } => events.emit(event),
                 EgressVerdict::Open | EgressVerdict::Enforced => {}
             }
+            // The driver says where (issue 19 item 9: the run's gateway,
+            // never every address of the host).
+            let binding = driver
+                .egress_binding(&info, caps.egress_enforcement)
+                .await
+                .map_err(|e| driver_error(e, ctx))?;
+            egress_network = binding.network.clone();
             let token = ProxyToken::generate();
             let mut opts = ProxyOptions::new(
-                std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+                std::net::SocketAddr::new(binding.address, 0),
                 Arc::new(policy),
                 token.clone(),
             );
+            opts.freebind = binding.not_yet_configured;
             opts.on_blocked = Arc::new(network_blocked(events.clone(), self.current.clone()));
-            let handle = EgressProxy::start(opts)
-                .await
-                .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+            opts.on_limit = Arc::new(proxy_limit(events.clone()));
+            let handle = match EgressProxy::start(opts).await {
+                Ok(h) => h,
+                Err(e) => {
+                    release_egress_network(&driver, ctx, egress_network).await;
+                    return Err(refused(FailureCode::SandboxStartFailed, e.to_string()));
+                }
+            };
             plan.egress = Some(EgressAttachment {
                 proxy_port: handle.local_addr().port(),
                 token: token.expose().to_owned(),
@@ -503,7 +524,7 @@ impl SandboxBooter for PolicyBooter {
             proxy = Some(handle);
         }
         let started = self
-            .prepare_and_start(ctx, &driver, plan.clone(), &source, resolved.mode)
+            .prepare_and_start(ctx, &driver, plan.clone(), &source, resolved.mode, &info)
             .await;
         match started {
             Ok(run) => {
@@ -537,6 +558,9 @@ impl SandboxBooter for PolicyBooter {
                 if let Some(p) = proxy {
                     p.shutdown().await;
                 }
+                // A failed start has removed what it adopted; a failed
+                // prepare or build never adopted the network.
+                release_egress_network(&driver, ctx, egress_network).await;
                 Err(e)
             }
         }
@@ -659,14 +683,9 @@ impl PolicyBooter {
         plan: LaunchPlan,
         source: &str,
         mode: Mode,
+        info: &RunInfo,
     ) -> Result<Arc<dyn iterion_core::SandboxRun>, BootError> {
         let observer = RunObserver::new(ctx.events.clone());
-        let info = RunInfo {
-            run_id: ctx.run_id.clone(),
-            run_name: Some(ctx.workflow.name.clone()),
-            host_workspace: ctx.workspace.to_string_lossy().into_owned(),
-            max_duration: None,
-        };
         let has_post_create = plan.post_create.is_some();
         // Step 16: validate and do the slow IO, optionally build, then start.
         let mut prepared = tokio::select! {
@@ -680,7 +699,7 @@ impl PolicyBooter {
                 context: build.context.clone(),
             });
             let started = Instant::now();
-            prepared = match driver.build(prepared, &info, &observer).await {
+            prepared = match driver.build(prepared, info, &observer).await {
                 Ok(p) => {
                     ctx.events.emit(EventKind::SandboxBuildFinished {
                         driver: driver.name().as_str().to_owned(),
@@ -706,7 +725,7 @@ impl PolicyBooter {
             Some(_) => "proxy (advisory)".to_owned(),
         };
         let run = tokio::select! {
-            r = driver.start(prepared, &info, &observer) => r.map_err(|e| driver_error(e, ctx))?,
+            r = driver.start(prepared, info, &observer) => r.map_err(|e| driver_error(e, ctx))?,
             () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
         };
         let run: Arc<dyn iterion_core::SandboxRun> = Arc::from(run);
@@ -733,6 +752,48 @@ impl PolicyBooter {
             egress,
         });
         Ok(run)
+    }
+}
+
+/// Remove the per-run network a driver created for the proxy's binding,
+/// when the run ends before its sandbox could own it (best effort, said in
+/// the run log; the reaper collects what is left).
+async fn release_egress_network(
+    driver: &Arc<dyn Driver>,
+    ctx: &BootContext<'_>,
+    network: Option<String>,
+) {
+    let Some(name) = network else {
+        return;
+    };
+    let resource = ManagedResource {
+        kind: ResourceKind::Network,
+        id: String::new(),
+        name: name.clone(),
+        run_id: ctx.run_id.as_str().to_owned(),
+        owner: None,
+    };
+    if let Err(e) = driver.remove_managed(&resource).await {
+        ctx.events
+            .system_log(None, format!("removing network {name} failed: {e}"));
+    }
+}
+
+/// The proxy's limit notices, in the run log (issue 19 item 9: a refused
+/// connection is said, never silent).
+fn proxy_limit(events: Emitter) -> impl Fn(LimitNotice) + Send + Sync {
+    move |notice: LimitNotice| {
+        let line = match notice {
+            LimitNotice::Connections { limit, refused } => format!(
+                "egress proxy: the run holds its maximum of {limit} concurrent connections; \
+                 {refused} new connection(s) answered 503"
+            ),
+            LimitNotice::Descriptors { failures } => format!(
+                "egress proxy: this process is out of file descriptors; {failures} connection(s) \
+                 could not be accepted"
+            ),
+        };
+        events.system_log(None, line);
     }
 }
 

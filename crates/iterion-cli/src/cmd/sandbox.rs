@@ -162,11 +162,13 @@ struct PlainReport {
 struct EgressReport {
     enforced: bool,
     detail: &'static str,
+    protections: drivers::EgressProtections,
 }
 
 impl EgressReport {
-    fn of(caps: &Capabilities) -> Self {
+    fn of(caps: &Capabilities, protections: drivers::EgressProtections) -> Self {
         Self {
+            protections,
             enforced: caps.egress_enforcement,
             detail: match caps.egress_enforcement {
                 true => {
@@ -217,7 +219,10 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             .unwrap_or_else(|| "<unset>".to_owned()),
         selected_driver: selected,
         available_drivers: available,
-        egress: caps.as_ref().map(EgressReport::of),
+        egress: match &caps {
+            Some(c) => Some(EgressReport::of(c, drivers::egress_protections().await)),
+            None => None,
+        },
         capabilities: caps,
         driver_error,
         note,
@@ -255,6 +260,23 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
                 "NOT enforced"
             };
             println!("egress:            {state} ({})", e.detail);
+            let p = &e.protections;
+            let state = |applied: bool| if applied { "applied" } else { "NOT APPLIED" };
+            println!(
+                "  firewall:        {} ({})",
+                state(p.firewall.applied),
+                p.firewall.detail
+            );
+            println!(
+                "  ipv6:            {} ({})",
+                state(p.ipv6.applied),
+                p.ipv6.detail
+            );
+            println!("  proxy bind:      {}", p.proxy_bind);
+            println!(
+                "  proxy cap:       {} concurrent connections per run",
+                p.proxy_max_connections
+            );
         }
         if let Some(c) = &report.capabilities {
             println!("capabilities:      {}", serde_json::to_string(c)?);
@@ -604,6 +626,10 @@ pub async fn strict_report(
         }
     });
 
+    // egress confinement: each protection a confined run needs, and why a
+    // host that cannot apply one fails (inline) or warns (auto).
+    checks.push(egress_confinement_check(spec.as_ref(), selected).await);
+
     Ok(StrictReport {
         host: host.as_str(),
         mode: resolved.mode.as_str().to_owned(),
@@ -617,6 +643,57 @@ pub async fn strict_report(
         capabilities: selected.map(|d| d.capabilities()),
         checks,
     })
+}
+
+/// The strict row for issue 19's egress protections, from the booter's own
+/// verdict (`egress_verdict`) and the host's probe.
+async fn egress_confinement_check(
+    spec: Option<&Spec>,
+    selected: Option<&Arc<dyn Driver>>,
+) -> Check {
+    const NAME: &str = "egress confinement";
+    let Some(s) = spec else {
+        return check(NAME, CheckStatus::Skip, "no active sandbox");
+    };
+    let needs_proxy =
+        iterion_netproxy::Policy::from_spec(s.network.as_ref()).is_ok_and(|p| p.needs_proxy());
+    if !needs_proxy {
+        return check(
+            NAME,
+            CheckStatus::Skip,
+            "open network: no proxy, nothing to confine",
+        );
+    }
+    let Some(d) = selected else {
+        return check(NAME, CheckStatus::Unavailable, "no driver selected");
+    };
+    let caps = d.capabilities();
+    let p = drivers::egress_protections().await;
+    let protections = format!(
+        "{}; IPv6: {}; capabilities: {} only; proxy on {}, at most {} connections",
+        p.firewall.detail,
+        p.ipv6.detail,
+        iterion_driver_docker::SANDBOX_CAPABILITIES.join(", "),
+        p.proxy_bind,
+        p.proxy_max_connections
+    );
+    let why = if p.firewall.applied {
+        "enforcement is off (ITERION_SANDBOX_EGRESS_ENFORCE=off) or the engine is remote".to_owned()
+    } else {
+        p.firewall.detail.clone()
+    };
+    match egress_verdict(s.mode, true, d.name(), caps.egress_enforcement) {
+        EgressVerdict::Enforced => check(NAME, CheckStatus::Pass, protections),
+        EgressVerdict::Refused { reason } => {
+            check(NAME, CheckStatus::Fail, format!("{reason}: {why}"))
+        }
+        EgressVerdict::Advisory { .. } => check(
+            NAME,
+            CheckStatus::Warn,
+            format!("advisory proxy only (sandbox_egress_unenforced): {why}"),
+        ),
+        EgressVerdict::Open => check(NAME, CheckStatus::Skip, "open network"),
+    }
 }
 
 /// The host variables `${localEnv:…}` may read, and nothing else.

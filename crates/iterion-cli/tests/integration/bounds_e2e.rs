@@ -224,12 +224,14 @@ fn a_node_timeout_kills_the_command_and_fails_the_run() {
 
 #[test]
 fn budget_max_duration_stops_the_run() {
-    let wf = slow_workflow("", "  budget:\n    max_duration: \"3s\"\n");
+    // The budget counts from the run's start, sandbox boot included: 10 s
+    // leaves a loaded engine time to start `slow`, 30 s short of its end.
+    let wf = slow_workflow("", "  budget:\n    max_duration: \"10s\"\n");
     for engine in Engine::ALL {
         let (_, events) = stopped_by(engine, &wf, &[], "BUDGET_EXCEEDED");
         let exceeded = one(&events, "budget_exceeded");
         assert_eq!(exceeded["data"]["dimension"], "duration", "{engine:?}");
-        assert_eq!(exceeded["data"]["limit"], 3000.0, "{engine:?}");
+        assert_eq!(exceeded["data"]["limit"], 10000.0, "{engine:?}");
     }
 }
 
@@ -237,12 +239,12 @@ fn budget_max_duration_stops_the_run() {
 fn run_timeout_flag_stops_the_run() {
     let wf = slow_workflow("", "");
     for engine in Engine::ALL {
-        let (_, events) = stopped_by(engine, &wf, &["--timeout", "3s"], "TIMEOUT");
+        let (_, events) = stopped_by(engine, &wf, &["--timeout", "10s"], "TIMEOUT");
         let error = one(&events, "run_failed")["data"]["error"]
             .as_str()
             .unwrap_or("")
             .to_owned();
-        assert!(error.contains("--timeout 3s"), "{engine:?}: {error}");
+        assert!(error.contains("--timeout 10s"), "{engine:?}: {error}");
     }
     let sb = Sandbox::new(Engine::Docker);
     let file = sb.write("slow.iter", &wf);

@@ -38,13 +38,13 @@ use serde_json::Value;
 
 use tokio_rustls::rustls;
 
-use crate::support::{self, Engine, Sandbox, of_type};
+use crate::support::{self, Engine, Sandbox, nft_tables_of, of_type};
 
 /// A host-side HTTP/1.1 server answering every request with `body`, and
 /// remembering who connected. Stopped (and joined) on drop.
-struct Upstream {
-    port: u16,
-    body: String,
+pub(crate) struct Upstream {
+    pub(crate) port: u16,
+    pub(crate) body: String,
     peers: Arc<Mutex<Vec<IpAddr>>>,
     heads: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
@@ -52,7 +52,7 @@ struct Upstream {
 }
 
 impl Upstream {
-    fn start(body: &str) -> Self {
+    pub(crate) fn start(body: &str) -> Self {
         Self::serve(body, None)
     }
 
@@ -101,12 +101,12 @@ impl Upstream {
         }
     }
 
-    fn peers(&self) -> Vec<IpAddr> {
+    pub(crate) fn peers(&self) -> Vec<IpAddr> {
         self.peers.lock().expect("peers").clone()
     }
 
     /// The request heads received (request line + headers).
-    fn heads(&self) -> Vec<String> {
+    pub(crate) fn heads(&self) -> Vec<String> {
         self.heads.lock().expect("heads").clone()
     }
 }
@@ -159,7 +159,7 @@ impl Drop for Upstream {
 
 /// The host's primary IPv4 address: the source address of the default
 /// route (a UDP connect sends nothing).
-fn host_ip() -> IpAddr {
+pub(crate) fn host_ip() -> IpAddr {
     let sock = UdpSocket::bind("0.0.0.0:0").expect("udp bind");
     sock.connect("192.0.2.1:9")
         .or_else(|_| sock.connect("1.1.1.1:53"))
@@ -171,7 +171,7 @@ fn host_ip() -> IpAddr {
 
 /// dockerd's default bridge gateway (docker0): another address of the
 /// host, reached through the host's INPUT chain rather than forwarding.
-fn docker0_ip() -> String {
+pub(crate) fn docker0_ip() -> String {
     let out = Command::new("docker")
         .args([
             "-H",
@@ -193,7 +193,7 @@ fn docker0_ip() -> String {
 }
 
 /// The inline `sandbox:` body on the slim image, plus `extra` lines.
-fn inline(extra: &str) -> String {
+pub(crate) fn inline(extra: &str) -> String {
     format!(
         "    image: \"{}\"\n    host_state: none\n{extra}",
         support::slim()
@@ -202,7 +202,7 @@ fn inline(extra: &str) -> String {
 
 /// A one-node workflow running `script` (bash) under the `sandbox:` block
 /// `body`; the node's output is the JSON object the script prints.
-fn probe_workflow(name: &str, body: &str, script: &str) -> String {
+pub(crate) fn probe_workflow(name: &str, body: &str, script: &str) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(script);
     format!(
         "tool probe:\n  command: `echo {b64} | base64 -d > /tmp/probe.sh && bash /tmp/probe.sh`\n\n\
@@ -212,7 +212,7 @@ fn probe_workflow(name: &str, body: &str, script: &str) -> String {
 
 /// The bash prelude of every probe script: `rec NAME VALUE` files a result;
 /// `emit` prints them all as one JSON object.
-const PRELUDE: &str = r#"set -u
+pub(crate) const PRELUDE: &str = r#"set -u
 R=/tmp/probe-results; mkdir -p "$R"
 rec() { printf '%s' "$2" > "$R/$1"; }
 emit() { local args=(); for f in "$R"/*; do args+=(--arg "$(basename "$f")" "$(cat "$f")"); done; jq -cn "${args[@]}" '$ARGS.named'; }
@@ -228,20 +228,49 @@ TOK="${PROXY#*//t:}"; TOK="${TOK%%@*}"
 if [ -n "$PROXY" ]; then rec token_rev "$(printf '%s' "$TOK" | rev)"; fi
 "#;
 
-fn node_output(events: &[Value]) -> Value {
+/// What a finished probe run left: its id, its events, the probe's output.
+pub(crate) struct ProbeRun {
+    pub(crate) run_id: String,
+    pub(crate) events: Vec<Value>,
+    pub(crate) out: Value,
+}
+
+/// Run the one-node probe `script` under the `sandbox:` block `body`,
+/// expecting it to finish.
+pub(crate) fn run_probe(sb: &Sandbox, name: &str, body: &str, script: &str) -> ProbeRun {
+    let file = sb.write(&format!("{name}.iter"), &probe_workflow(name, body, script));
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{:?} {name}: {}",
+        sb.engine,
+        res.stderr
+    );
+    let events = sb.events(&run_id);
+    let out = node_output(&events);
+    ProbeRun {
+        run_id,
+        events,
+        out,
+    }
+}
+
+pub(crate) fn node_output(events: &[Value]) -> Value {
     let finished = of_type(events, "node_finished");
     assert_eq!(finished.len(), 1, "one node ran: {events:#?}");
     finished[0]["data"]["output"].clone()
 }
 
-fn field<'a>(out: &'a Value, key: &str) -> &'a str {
+pub(crate) fn field<'a>(out: &'a Value, key: &str) -> &'a str {
     out[key]
         .as_str()
         .unwrap_or_else(|| panic!("probe output has no {key}: {out:#}"))
 }
 
 /// The per-run resources a confined run creates are gone afterwards.
-fn assert_cleaned(engine: Engine, run_id: &str) {
+pub(crate) fn assert_cleaned(engine: Engine, run_id: &str) {
     assert!(
         !support::container_exists(engine, run_id),
         "{engine:?}: container of {run_id} left behind"
@@ -262,16 +291,11 @@ fn assert_cleaned(engine: Engine, run_id: &str) {
         String::from_utf8_lossy(&out.stdout).trim().is_empty(),
         "{engine:?}: network of {run_id} left behind"
     );
-    if let Ok(out) = Command::new("iptables")
-        .args(["-w", "5", "-S", "INPUT"])
-        .output()
-    {
-        let rules = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            !rules.contains(&format!("iterion:{run_id}")),
-            "{engine:?}: INPUT rule of {run_id} left behind:\n{rules}"
-        );
-    }
+    let tables = nft_tables_of(run_id);
+    assert!(
+        tables.is_empty(),
+        "{engine:?}: firewall tables of {run_id} left behind: {tables:?}"
+    );
 }
 
 fn confined(engine: Engine) {
@@ -311,20 +335,11 @@ emit
     let block =
         format!("    network:\n      mode: allowlist\n      rules: [\"{host}\", \"localhost\"]\n");
     let sb = Sandbox::new(engine);
-    let file = sb.write(
-        "egress.iter",
-        &probe_workflow("egress_e2e", &inline(&block), &script),
-    );
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}",
-        res.stderr
-    );
-    let events = sb.events(&run_id);
-    let out = node_output(&events);
+    let ProbeRun {
+        run_id,
+        events,
+        out,
+    } = run_probe(&sb, "egress_e2e", &inline(&block), &script);
     eprintln!("{engine:?} probe results: {out:#}");
     let started = of_type(&events, "sandbox_started");
     assert_eq!(
@@ -497,17 +512,11 @@ emit
         ),
     ] {
         let sb = Sandbox::new(engine);
-        let file = sb.write("open.iter", &probe_workflow(name, &inline(block), &script));
-        let res = sb.run(&file, &[]);
-        let run_id = res.run_id();
-        assert_eq!(
-            (res.code, res.status()),
-            (Some(0), "finished"),
-            "{engine:?} {name}: {}",
-            res.stderr
-        );
-        let events = sb.events(&run_id);
-        let out = node_output(&events);
+        let ProbeRun {
+            run_id,
+            events,
+            out,
+        } = run_probe(&sb, name, &inline(block), &script);
         assert_eq!(field(&out, "proxy_env"), "unset", "{engine:?} {name}");
         assert_eq!(field(&out, "proxy_any"), "0", "{engine:?} {name}: {out:#}");
         assert_eq!(field(&out, "direct"), "open-ok rc=0", "{engine:?} {name}");
@@ -963,8 +972,8 @@ fn run_id_of(sb: &Sandbox) -> String {
 }
 
 /// Cancelling a confined run (SIGINT) removes its container, network and
-/// INPUT rules; a SIGKILLed one leaves them to `iterion sandbox reap`,
-/// which removes them all (rules by the run's comment on Podman).
+/// firewall tables; a SIGKILLed one leaves them to `iterion sandbox reap`,
+/// which removes them all (the tables are named by the run).
 fn interrupted_runs_release_confinement(engine: Engine) {
     let pid = std::process::id();
     let sb = Sandbox::new(engine);
@@ -989,16 +998,16 @@ fn interrupted_runs_release_confinement(engine: Engine) {
     let run_id = run_id_of(&sb);
     child.kill().expect("SIGKILL");
     let _ = child.wait();
-    // SIGKILL left everything behind, rules included.
-    let rules = Command::new("iptables")
-        .args(["-w", "5", "-S", "INPUT"])
-        .output()
-        .expect("iptables");
-    let rules = String::from_utf8_lossy(&rules.stdout);
+    // SIGKILL left everything behind, both firewall tables included.
+    let mut tables = nft_tables_of(&run_id);
+    tables.sort();
     assert_eq!(
-        rules.matches(&format!("iterion:{run_id}")).count(),
-        2,
-        "{engine:?}: {rules}"
+        tables,
+        vec![
+            format!("table inet iterion-{run_id}"),
+            format!("table netdev iterion-{run_id}")
+        ],
+        "{engine:?}"
     );
     let reap = sb.iterion(&["sandbox", "reap", "--json"]);
     assert!(

@@ -4,6 +4,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
+mod attacks_e2e;
 mod bounds_e2e;
 mod egress_e2e;
 mod output_e2e;

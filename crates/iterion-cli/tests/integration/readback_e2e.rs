@@ -597,6 +597,100 @@ fn podman_bindless_over_cap_member_is_declined() {
     over_cap_member_is_declined(Engine::Podman, Binds::Bindless);
 }
 
+/// Issue 19 item 8: sparse terabytes in the run-files dir, one at the top
+/// and one nested, between ordinary files, on an image stripped of `find`
+/// and `stat`.
+const SPARSE_WORKFLOW: &str = r#"
+tool write:
+  command: `set -e
+D="$ITERION_ARTIFACT_FILES_DIR"
+rm -f /bin/find /bin/stat /usr/bin/find /usr/bin/stat
+mkdir -p "$D/a/b" "$D/z"
+printf 'first' > "$D/a/first.txt"
+truncate -s 1099511627776 "$D/s"
+printf 'nested' > "$D/a/b/c.txt"
+truncate -s 1099511627776 "$D/a/b/big"
+printf 'after' > "$D/z/after.txt"
+printf 'last' > "$D/zz.txt"
+if [ -e /bin/find ] || [ -e /bin/stat ]; then echo '{"tools": true}'; else echo '{"tools": false}'; fi`
+
+workflow sparse:
+  entry: write
+  sandbox:
+    image: "iterion-test/busybox:local"
+    host_state: none
+  write -> done
+"#;
+
+/// A sparse terabyte is declined at its tar header and never read: the run
+/// finishes, the drain is partial for `cap_exceeded` naming both big files,
+/// every ordinary file before, beside and after them is stored, and nothing
+/// is stale (it used to take 608 s and mark everything stale).
+fn sparse_terabytes_cost_nothing(engine: Engine, binds: Binds) {
+    let sb = sandbox(engine, binds);
+    let wf = sb.write("sparse.iter", SPARSE_WORKFLOW);
+    let res = run(&sb, &wf, &[]);
+    assert_finished(&res);
+    let id = res.run_id();
+    let events = sb.events(&id);
+    assert_eq!(
+        node_output(&events, "write"),
+        &serde_json::json!({"tools": false}),
+        "{engine:?}/{binds:?}: find and stat were not removed"
+    );
+    let failed = of_type(&events, "sandbox_runfiles_drain_failed");
+    assert_eq!(failed.len(), 1, "{events:#?}");
+    assert_eq!(
+        failed[0]["data"]["reason"], "cap_exceeded",
+        "{:#}",
+        failed[0]
+    );
+    assert_eq!(failed[0]["data"]["stale"], false);
+    let mut declined: Vec<&str> = failed[0]["data"]["declined"]
+        .as_array()
+        .expect("declined")
+        .iter()
+        .map(|v| v.as_str().expect("name"))
+        .collect();
+    declined.sort();
+    assert_eq!(
+        declined,
+        [
+            "/iterion/artifact-files/a/b/big",
+            "/iterion/artifact-files/s"
+        ],
+        "{engine:?}/{binds:?}"
+    );
+    let files = sb.files(&id);
+    assert_eq!(
+        listing(&files),
+        expected(&[
+            ("a/first.txt", b"first"),
+            ("a/b/c.txt", b"nested"),
+            ("z/after.txt", b"after"),
+            ("zz.txt", b"last"),
+        ]),
+        "{engine:?}/{binds:?}"
+    );
+    assert_eq!(files["drain"]["status"], "partial", "{files:#}");
+    assert_eq!(files["drain"]["stale"], false);
+}
+
+#[test]
+fn docker_bind_sparse_terabytes_cost_nothing() {
+    sparse_terabytes_cost_nothing(Engine::Docker, Binds::Bind);
+}
+
+#[test]
+fn podman_bind_sparse_terabytes_cost_nothing() {
+    sparse_terabytes_cost_nothing(Engine::Podman, Binds::Bind);
+}
+
+#[test]
+fn podman_bindless_sparse_terabytes_cost_nothing() {
+    sparse_terabytes_cost_nothing(Engine::Podman, Binds::Bindless);
+}
+
 /// The hostile tree. `CANARY` is replaced by a host path the container must
 /// never reach through the drain.
 const HOSTILE_WORKFLOW: &str = r#"

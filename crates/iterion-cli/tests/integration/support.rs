@@ -504,8 +504,8 @@ pub fn force_remove(engine: Engine, run_id: &str) {
 }
 
 /// What a run left on `engine` and on this host: its container, network,
-/// volumes and INPUT rules (iptables, when present), by name. Empty when
-/// the run released everything.
+/// volumes and nftables tables, by name. Empty when the run released
+/// everything.
 pub fn leftovers(engine: Engine, run_id: &str) -> Vec<String> {
     let mut left = Vec::new();
     let docker = |args: &[&str]| {
@@ -529,17 +529,27 @@ pub fn leftovers(engine: Engine, run_id: &str) -> Vec<String> {
     for id in docker(&["volume", "ls", "-q", "--filter", &label]) {
         left.push(format!("volume {id}"));
     }
-    if let Ok(out) = Command::new("iptables")
-        .args(["-w", "5", "-S", "INPUT"])
-        .output()
-    {
-        let comment = format!("iterion:{run_id}");
-        left.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.contains(&comment))
-                .map(|l| format!("rule {l}")),
-        );
-    }
+    left.extend(
+        nft_tables_of(run_id)
+            .into_iter()
+            .map(|t| format!("rule {t}")),
+    );
     left
+}
+
+/// The nftables tables of a run (`table inet iterion-<run>`, `table netdev
+/// iterion-<run>`), as `nft list tables` names them.
+pub fn nft_tables_of(run_id: &str) -> Vec<String> {
+    let out = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft list tables (scripts/setup.sh installs nftables)");
+    assert!(out.status.success(), "nft list tables failed");
+    let suffix = format!(" iterion-{run_id}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.ends_with(&suffix))
+        .map(str::to_owned)
+        .collect()
 }

@@ -11,4 +11,5 @@ mod auth;
 mod connect;
 mod curl;
 mod forward;
+mod hardening;
 mod lifecycle;

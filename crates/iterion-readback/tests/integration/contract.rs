@@ -269,16 +269,23 @@ pub async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
 
     // Each member alone is under the cap; with the first attempt's 600
     // bytes, `b` would cross it.
-    let second = ServedRun::new().serve(
-        "/iterion/artifact-files",
-        Source::Bytes(
-            Archive::new()
-                .file("artifact-files/b", &[b'b'; 500])
-                .file("artifact-files/c", &[b'c'; 300])
-                .finish(),
-            100,
-        ),
-    );
+    // `b` is declined at its header; `c` comes in its own export.
+    let second = ServedRun::new()
+        .serve(
+            "/iterion/artifact-files",
+            Source::Bytes(
+                Archive::new()
+                    .file("artifact-files/b", &[b'b'; 500])
+                    .file("artifact-files/c", &[b'c'; 300])
+                    .finish(),
+                100,
+            ),
+        )
+        .listing("/iterion/artifact-files", &[b"b", b"c"])
+        .serve(
+            "/iterion/artifact-files/c",
+            Source::Bytes(Archive::new().file("c", &[b'c'; 300]).finish(), 100),
+        );
     let report = drain(&second, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
     assert_eq!(report.status, DrainStatus::Partial);
     assert_eq!(report.reason, Some("cap_exceeded"));
@@ -299,17 +306,24 @@ pub async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
     assert_eq!(draft.data["declined"][0], "/iterion/artifact-files/b");
     assert_eq!(draft.data["reason"], "cap_exceeded");
 
-    // A third attempt: only 100 bytes of room are left.
-    let third = ServedRun::new().serve(
-        "/iterion/artifact-files",
-        Source::Bytes(
-            Archive::new()
-                .file("artifact-files/d", &[b'd'; 101])
-                .file("artifact-files/e", &[b'e'; 100])
-                .finish(),
-            64,
-        ),
-    );
+    // A third attempt: only 100 bytes of room are left. `d` is declined at
+    // its header and never read; `e` comes in its own export.
+    let third = ServedRun::new()
+        .serve(
+            "/iterion/artifact-files",
+            Source::Bytes(
+                Archive::new()
+                    .file("artifact-files/d", &[b'd'; 101])
+                    .file("artifact-files/e", &[b'e'; 100])
+                    .finish(),
+                64,
+            ),
+        )
+        .listing("/iterion/artifact-files", &[b"d", b"e"])
+        .serve(
+            "/iterion/artifact-files/e",
+            Source::Bytes(Archive::new().file("e", &[b'e'; 100]).finish(), 64),
+        );
     let report = drain(&third, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
     assert_eq!(report.declined, ["/iterion/artifact-files/d"]);
     assert_eq!(report.paths[0].metered, 1000);
@@ -318,8 +332,9 @@ pub async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
 pub async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read(backend: Backend) {
     let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
-    // 2 TiB claimed, then the stream simply ends: the member is declined on
-    // its header, and the missing body is the archive's own error.
+    // 2 TiB claimed: the member is declined on its header and the archive
+    // dropped there (its missing body is never read). With no listing to
+    // export the rest piecewise, the rest is declined by name.
     let bytes = Archive::new()
         .file("artifact-files/ok", b"ok")
         .claim(b"artifact-files/huge", b'0', 2 << 40, &[0u8; 4096])
@@ -338,7 +353,15 @@ pub async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read(backe
             .declined
             .contains(&"/iterion/artifact-files/huge".to_owned())
     );
-    assert_eq!(report.status, DrainStatus::Failed);
+    assert!(
+        report
+            .declined
+            .iter()
+            .any(|d| d.starts_with("/iterion/artifact-files/… (not drained"))
+    );
+    assert_eq!(report.status, DrainStatus::Partial);
+    assert_eq!(report.reason, Some("cap_exceeded"));
+    assert!(!report.stale);
     assert_eq!(report.paths[0].metered, 2);
     assert_eq!(
         stored(&*ts.store, &run_id).await.keys().collect::<Vec<_>>(),
@@ -482,12 +505,14 @@ pub async fn a_drain_that_dies_mid_member_has_already_charged_the_meter(backend:
     assert!(charged >= 40 * MIB, "meter charged {charged}");
 
     // The retry meters on top of the charge: 61 MiB more would cross 100.
-    let retry = ServedRun::new().serve(
-        "/iterion/artifact-files",
-        Source::Generated(generated(1, (61 * MIB) as usize, 1, |_| {
-            "artifact-files/big".into()
-        })),
-    );
+    let retry = ServedRun::new()
+        .serve(
+            "/iterion/artifact-files",
+            Source::Generated(generated(1, (61 * MIB) as usize, 1, |_| {
+                "artifact-files/big".into()
+            })),
+        )
+        .listing("/iterion/artifact-files", &[b"big"]);
     let report = drain(&retry, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
     assert_eq!(report.declined, ["/iterion/artifact-files/big"]);
     assert_eq!(report.reason, Some("cap_exceeded"));

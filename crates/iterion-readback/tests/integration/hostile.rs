@@ -233,7 +233,12 @@ async fn the_drain_failed_event_names_what_was_declined() {
         .raw(b"artifact-files/pipe", b'6', b"", b"")
         .file("artifact-files/too-big", &[0u8; 2048])
         .finish();
-    let run = ServedRun::new().serve("/iterion/artifact-files", Source::Bytes(archive, 512));
+    let run = ServedRun::new()
+        .serve("/iterion/artifact-files", Source::Bytes(archive, 512))
+        .listing(
+            "/iterion/artifact-files",
+            &[b"kept.txt", b"passwd", b"shadow", b"pipe", b"too-big"],
+        );
     let report = drain(
         &run,
         &*ts.store,

@@ -6,6 +6,7 @@ mod engine;
 mod faults;
 mod fuzz;
 mod hostile;
+mod oversize;
 mod store;
 mod support;
 

@@ -28,21 +28,40 @@ pub enum Source {
     Hang(Bytes),
 }
 
-/// A sandbox whose `export` serves prepared tar streams.
+/// A sandbox whose `export` serves prepared tar streams, and whose
+/// `list_dir` answers the listings it was given (others are unsupported).
 pub struct ServedRun {
     pub sources: BTreeMap<String, Source>,
+    pub listings: BTreeMap<String, Vec<Vec<u8>>>,
+    /// Every path `export` was asked for, in order.
+    pub exported: std::sync::Mutex<Vec<String>>,
 }
 
 impl ServedRun {
     pub fn new() -> Self {
         Self {
             sources: BTreeMap::new(),
+            listings: BTreeMap::new(),
+            exported: std::sync::Mutex::new(Vec::new()),
         }
     }
 
     pub fn serve(mut self, path: &str, source: Source) -> Self {
         self.sources.insert(path.to_owned(), source);
         self
+    }
+
+    pub fn listing(mut self, path: &str, names: &[&[u8]]) -> Self {
+        self.listings
+            .insert(path.to_owned(), names.iter().map(|n| n.to_vec()).collect());
+        self
+    }
+
+    pub fn exported(&self) -> Vec<String> {
+        self.exported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -63,7 +82,20 @@ impl SandboxRun for ServedRun {
             feature: "exec",
         })
     }
+    async fn list_dir(&self, container_path: &str) -> Result<Vec<Vec<u8>>, DriverError> {
+        self.listings
+            .get(container_path)
+            .cloned()
+            .ok_or(DriverError::Unsupported {
+                driver: DriverName::Kubernetes,
+                feature: "directory listing",
+            })
+    }
     async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError> {
+        self.exported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(container_path.to_owned());
         match self.sources.get(container_path) {
             Some(Source::Bytes(bytes, chunk)) => {
                 let chunk = (*chunk).max(1);
@@ -251,6 +283,17 @@ pub fn generated(
         });
         Box::pin(stream) as ByteStream
     })
+}
+
+/// A member claiming `size` bytes whose data never ends (zeros forever,
+/// after `prefix`): a drain that reads past it never finishes.
+pub fn endless_member(prefix: Bytes, name: &'static [u8], size: u64) -> Source {
+    Source::Generated(Arc::new(move || {
+        let mut head = prefix.to_vec();
+        head.extend_from_slice(&header(name, b'0', size, b""));
+        let zeros = futures_util::stream::repeat_with(|| Ok(Bytes::from(vec![0u8; 64 * 1024])));
+        Box::pin(futures_util::stream::iter([Ok(Bytes::from(head))]).chain(zeros)) as ByteStream
+    }))
 }
 
 /// A runtime for proptest bodies.

@@ -306,7 +306,11 @@ async fn per_run_host_dirs_are_reaped_with_the_same_predicate() {
         verdict(&d_live),
         Some(ReapVerdict::Keep("lease held"))
     ));
-    assert!(matches!(verdict(&d_other_live), Some(ReapVerdict::Keep(_))));
+    assert_eq!(
+        verdict(&d_other_live),
+        None,
+        "another store's live run: neither judged nor listed"
+    );
     assert!(matches!(verdict(&d_unmarked), Some(ReapVerdict::Keep(_))));
     assert_eq!(
         verdict(&d_not_a_run),
