@@ -8,6 +8,8 @@ cd "$ITERION_ROOT"
 "$ITERION_ROOT/scripts/setup.sh"
 "$ITERION_ROOT/scripts/services.sh" docker podman postgres
 "$ITERION_ROOT/scripts/images.sh" docker podman
+ITERION_RUNNER_BIN=$("$ITERION_ROOT/scripts/build-static.sh")
+export ITERION_RUNNER_BIN
 
 benches=(
   "iterion-dsl parse"                 # parse+compile MB/s vs serde_json and a line scan
@@ -16,6 +18,7 @@ benches=(
   "iterion-netproxy proxy"            # added latency, CONNECT throughput, RSS per tunnel
   "iterion-readback drain"            # drain 500 MB / 1,000 files vs tar -x and docker cp
   "iterion-runtime redact"            # secret masking MB/s vs a line split and exact replace
+  "iterion-agent runner"              # in-box claw tool call and turn vs the same loop on the host
 )
 for b in "${benches[@]}"; do
   read -r crate bench _ <<<"$b"

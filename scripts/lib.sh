@@ -14,8 +14,18 @@ export ITERION_TEST_POSTGRES_URL="${ITERION_TEST_POSTGRES_URL:-postgres://iterio
 export ITERION_TEST_BUSYBOX_IMAGE="${ITERION_TEST_BUSYBOX_IMAGE:-iterion-test/busybox:local}"
 export ITERION_TEST_SLIM_IMAGE="${ITERION_TEST_SLIM_IMAGE:-iterion-sandbox-slim:local}"
 
+# The Claude Code CLI, installed by setup.sh (pinned: the stream-json
+# protocol the claude_code backend parses is the CLI's).
+export ITERION_CLAUDE_CODE_VERSION="${ITERION_CLAUDE_CODE_VERSION:-2.1.332}"
+export ITERION_CLAUDE_CODE_DIR="${ITERION_CLAUDE_CODE_DIR:-/var/cache/iterion-claude-code}"
+export ITERION_CLAUDE_CLI="${ITERION_CLAUDE_CLI:-$ITERION_CLAUDE_CODE_DIR/node_modules/@anthropic-ai/claude-code-linux-x64/claude}"
+
 # A shared target dir keeps CI incremental on one machine; absent, cargo builds from scratch.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/iterion-target}"
+
+# The static iterion (the claw runner inside containers) is built by
+# scripts/build-static.sh next to the ordinary build, under target/<triple>/.
+export ITERION_STATIC_TARGET="${ITERION_STATIC_TARGET:-x86_64-unknown-linux-gnu}"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

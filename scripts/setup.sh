@@ -29,3 +29,19 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 CONF
 fi
+
+# The Claude Code CLI (agent tests run it for real): the npm package ships
+# the native Linux binary in its platform package; the wrapper's postinstall
+# is not needed. Installed once into a cache dir and reused.
+if [[ ! -x $ITERION_CLAUDE_CLI ]]; then
+  # Debian's npm, unless a node distribution already brings its own.
+  if ! command -v npm >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+  fi
+  log "installing @anthropic-ai/claude-code@$ITERION_CLAUDE_CODE_VERSION into $ITERION_CLAUDE_CODE_DIR"
+  mkdir -p "$ITERION_CLAUDE_CODE_DIR"
+  npm install --no-audit --no-fund --ignore-scripts --loglevel=error \
+    --prefix "$ITERION_CLAUDE_CODE_DIR" "@anthropic-ai/claude-code@$ITERION_CLAUDE_CODE_VERSION" >/dev/null
+  [[ -x $ITERION_CLAUDE_CLI ]] || die "the claude CLI is not at $ITERION_CLAUDE_CLI after npm install"
+fi

@@ -31,6 +31,9 @@ pub enum Command {
     /// Sandbox diagnostics and maintenance.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Internal: run one claw node inside the sandbox, over stdio.
+    #[command(name = "__claw-runner", hide = true)]
+    ClawRunner,
 }
 
 /// `iterion validate`.

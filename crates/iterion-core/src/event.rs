@@ -295,9 +295,98 @@ pub enum EventKind {
         limit: String,
         reason: String,
     },
-    /// A workflow budget ran out (upstream's `budget_exceeded`):
-    /// `dimension` is `duration` (ms) or `iterations` (node executions);
-    /// the agents add `tokens` and `cost_usd`.
+    // ---- agents (upstream names; payloads as upstream's event hooks) ---
+    /// One model call is about to be made.
+    LlmRequest {
+        backend: String,
+        model: String,
+        message_count: u32,
+        tool_count: u32,
+    },
+    /// One model call answered.
+    LlmStepFinished {
+        step: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        finish_reason: String,
+        tool_calls: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    /// A transient provider failure (429, 5xx, transport) is retried.
+    LlmRetry {
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status_code: Option<u16>,
+    },
+    /// A tool call starts; `placement` is `container` or `host`.
+    ToolStarted {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        placement: String,
+    },
+    /// A tool call returned.
+    ToolCalled {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        output_size: u64,
+        duration_ms: u64,
+        placement: String,
+    },
+    /// A tool call failed (the model sees the error and may recover).
+    ToolError {
+        tool: String,
+        tool_use_id: String,
+        input_size: u64,
+        duration_ms: u64,
+        error: String,
+        placement: String,
+    },
+    /// An agent backend took the node.
+    DelegateStarted {
+        backend: String,
+    },
+    /// The backend produced the node's output.
+    DelegateFinished {
+        backend: String,
+        duration_ms: u64,
+        tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i64>,
+        formatting_pass_used: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+    },
+    /// The backend failed the node.
+    DelegateError {
+        backend: String,
+        duration_ms: u64,
+        tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i64>,
+        code: String,
+        error: String,
+    },
+    /// A claw node runs through `iterion __claw-runner` inside the sandbox.
+    SandboxClawRoutedViaRunner {
+        reason: String,
+        limitations_v1: Vec<String>,
+    },
+    /// A token or cost budget crossed its warning threshold (80 %).
+    BudgetWarning {
+        dimension: String,
+        used: f64,
+        limit: f64,
+    },
+    /// A budget ran out (upstream's `budget_exceeded`): `dimension` is
+    /// `duration` (ms) or `iterations` (node executions) for the workflow's
+    /// bounds, `tokens` or `cost_usd` for an agent's; the run or node stops.
     BudgetExceeded {
         dimension: String,
         used: f64,
@@ -345,6 +434,17 @@ impl EventKind {
             Self::NetworkBlocked { .. } => "network_blocked",
             Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
             Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
+            Self::LlmRequest { .. } => "llm_request",
+            Self::LlmStepFinished { .. } => "llm_step_finished",
+            Self::LlmRetry { .. } => "llm_retry",
+            Self::ToolStarted { .. } => "tool_started",
+            Self::ToolCalled { .. } => "tool_called",
+            Self::ToolError { .. } => "tool_error",
+            Self::DelegateStarted { .. } => "delegate_started",
+            Self::DelegateFinished { .. } => "delegate_finished",
+            Self::DelegateError { .. } => "delegate_error",
+            Self::SandboxClawRoutedViaRunner { .. } => "sandbox_claw_routed_via_runner",
+            Self::BudgetWarning { .. } => "budget_warning",
             Self::BudgetExceeded { .. } => "budget_exceeded",
         }
     }
@@ -368,6 +468,45 @@ mod tests {
         assert_eq!(draft.kind, "sandbox_host_binds_dropped");
         assert_eq!(draft.data["dropped"][0]["target"], "/c");
         assert_eq!(draft.data["withdrawn_env"][0], "ITERION_ARTIFACT_FILES_DIR");
+    }
+
+    #[test]
+    fn agent_event_names_match_serde_tags() {
+        let kinds = [
+            EventKind::LlmRequest {
+                backend: "claw".into(),
+                model: "anthropic/m".into(),
+                message_count: 1,
+                tool_count: 0,
+            },
+            EventKind::LlmStepFinished {
+                step: 1,
+                input_tokens: 1,
+                output_tokens: 2,
+                finish_reason: "end_turn".into(),
+                tool_calls: 0,
+                cost_usd: None,
+            },
+            EventKind::LlmRetry {
+                attempt: 1,
+                delay_ms: 10,
+                error: "429".into(),
+                status_code: Some(429),
+            },
+            EventKind::SandboxClawRoutedViaRunner {
+                reason: "sandbox active".into(),
+                limitations_v1: vec![],
+            },
+            EventKind::BudgetExceeded {
+                dimension: "tokens".into(),
+                used: 2.0,
+                limit: 1.0,
+            },
+        ];
+        for kind in kinds {
+            let draft: EventDraft = kind.clone().into();
+            assert_eq!(draft.kind, kind.name());
+        }
     }
 
     #[test]

@@ -157,6 +157,9 @@ pub enum MountOrigin {
     WorktreeGit,
     /// A per-run secret file.
     SecretFile,
+    /// The `iterion` binary the claw runner execs, read-only at
+    /// `/usr/local/bin/iterion` (facts §6.5).
+    RunnerBinary,
 }
 
 /// A declared read-back path (ADR-143).

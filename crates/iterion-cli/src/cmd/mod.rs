@@ -21,5 +21,17 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Files(args) => files::run(args).await,
         Command::Sandbox(SandboxCommand::Doctor(args)) => sandbox::doctor(args).await,
         Command::Sandbox(SandboxCommand::Reap(args)) => sandbox::reap(args).await,
+        Command::ClawRunner => Ok(claw_runner().await),
+    }
+}
+
+/// `iterion __claw-runner`: the in-box runner; its exit codes map onto the
+/// table (a protocol failure is bad input).
+async fn claw_runner() -> Exit {
+    use iterion_agent::runner::inbox::{exit, serve_stdio};
+    match serve_stdio().await {
+        exit::OK => Exit::Success,
+        exit::PROTOCOL => Exit::BadInput,
+        _ => Exit::Failure,
     }
 }

@@ -1,0 +1,361 @@
+//! Provider credentials: the one function that collects them from a host
+//! environment snapshot ([`ProviderCredentials::collect`]), the subset a
+//! backend or provider needs ([`ProviderCredentials::for_provider`],
+//! [`ProviderCredentials::for_claude_code`]), the check that refuses a
+//! missing one by naming its variable, and the guard that refuses a Claude
+//! subscription OAuth token to claw (upstream `GuardThirdPartyOAuth`).
+//!
+//! What it hands out travels on an exec's env only — never argv, never a
+//! container's create-time env, never an event: the [`Redactor`] built from
+//! the same set scrubs any text that leaves an agent.
+
+use std::collections::BTreeMap;
+
+use crate::env::EnvSnapshot;
+use crate::error::AgentError;
+use crate::model::Provider;
+
+/// Upstream's `providerCredentialEnvVars`, plus the Anthropic bearer token
+/// and the two base URLs an operator points at a gateway.
+pub const PROVIDER_CREDENTIAL_VARS: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_ENDPOINT",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GROQ_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "MISTRAL_API_KEY",
+    "BEDROCK_REGION",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+];
+
+/// Credentials only the claude CLI may use (a subscription token, a
+/// seeded config dir).
+pub const CLAUDE_CODE_ONLY_VARS: &[&str] = &["CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CONFIG_DIR"];
+
+/// Variables naming an endpoint rather than holding a secret.
+const NON_SECRET_VARS: &[&str] = &[
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+    "AZURE_OPENAI_ENDPOINT",
+    "BEDROCK_REGION",
+    "AWS_REGION",
+    "CLAUDE_CONFIG_DIR",
+];
+
+/// Prefix of a Claude subscription (Pro/Max) OAuth access token.
+const SUBSCRIPTION_TOKEN_PREFIX: &str = "sk-ant-oat";
+
+/// The provider variables present in a host snapshot. `Debug` prints
+/// names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ProviderCredentials {
+    vars: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ProviderCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.vars.keys()).finish()
+    }
+}
+
+impl ProviderCredentials {
+    /// Collect every known provider variable from `env` (empty values are
+    /// "unset"). The one place that decides which host variables may
+    /// reach an agent.
+    pub fn collect(env: &EnvSnapshot) -> Self {
+        let vars = PROVIDER_CREDENTIAL_VARS
+            .iter()
+            .chain(CLAUDE_CODE_ONLY_VARS)
+            .filter_map(|name| env.get(name).map(|v| ((*name).to_owned(), v.to_owned())))
+            .collect();
+        Self { vars }
+    }
+
+    /// A value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// Names present.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.vars.keys().map(String::as_str)
+    }
+
+    /// The variables claw needs for `provider`, checked: a missing key is
+    /// an error naming the variable; a subscription token without an API
+    /// key is refused. This is the exec env of an in-box runner.
+    pub fn for_provider(&self, provider: Provider) -> Result<BTreeMap<String, String>, AgentError> {
+        let pick = |names: &[&str]| -> BTreeMap<String, String> {
+            names
+                .iter()
+                .filter_map(|n| self.vars.get(*n).map(|v| ((*n).to_owned(), v.clone())))
+                .collect()
+        };
+        match provider {
+            Provider::Anthropic => {
+                self.guard_subscription_token()?;
+                let out = pick(&[
+                    "ANTHROPIC_API_KEY",
+                    "ANTHROPIC_AUTH_TOKEN",
+                    "ANTHROPIC_BASE_URL",
+                ]);
+                if !out.contains_key("ANTHROPIC_API_KEY")
+                    && !out.contains_key("ANTHROPIC_AUTH_TOKEN")
+                {
+                    return Err(missing(
+                        "anthropic",
+                        &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"],
+                    ));
+                }
+                Ok(out)
+            }
+            Provider::OpenAi => {
+                let out = pick(&["OPENAI_API_KEY", "OPENAI_BASE_URL"]);
+                // A self-hosted gateway (vLLM, Ollama) behind OPENAI_BASE_URL
+                // may take no key; the public API always does.
+                if out.is_empty() {
+                    return Err(missing("openai", &["OPENAI_API_KEY", "OPENAI_BASE_URL"]));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The variables the claude CLI may use, checked against `has_login`
+    /// (a host login the CLI finds by itself, e.g. `~/.claude` on an
+    /// unsandboxed run).
+    pub fn for_claude_code(&self, has_login: bool) -> Result<BTreeMap<String, String>, AgentError> {
+        let out: BTreeMap<String, String> = [
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_BASE_URL",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "CLAUDE_CONFIG_DIR",
+        ]
+        .iter()
+        .filter_map(|n| self.vars.get(*n).map(|v| ((*n).to_owned(), v.clone())))
+        .collect();
+        let has_secret = out.keys().any(|k| k != "ANTHROPIC_BASE_URL");
+        if !has_secret && !has_login {
+            return Err(missing(
+                "claude_code",
+                &[
+                    "ANTHROPIC_API_KEY",
+                    "ANTHROPIC_AUTH_TOKEN",
+                    "CLAUDE_CODE_OAUTH_TOKEN",
+                    "CLAUDE_CONFIG_DIR",
+                ],
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Upstream `GuardThirdPartyOAuth`: the Claude subscription is scoped to
+    /// the official CLI, so claw refuses to drive Anthropic with it when no
+    /// API key is present.
+    fn guard_subscription_token(&self) -> Result<(), AgentError> {
+        let subscription = |v: &str| v.starts_with(SUBSCRIPTION_TOKEN_PREFIX);
+        let refuse = |variable: &str| {
+            Err(AgentError::SubscriptionTokenRefused {
+                variable: variable.to_owned(),
+            })
+        };
+        match self.get("ANTHROPIC_API_KEY") {
+            Some(k) if !subscription(k) => return Ok(()),
+            Some(_) => return refuse("ANTHROPIC_API_KEY"),
+            None => {}
+        }
+        match self.get("ANTHROPIC_AUTH_TOKEN") {
+            Some(t) if subscription(t) => refuse("ANTHROPIC_AUTH_TOKEN"),
+            // A gateway bearer token (z.ai, LiteLLM) authenticates claw.
+            Some(_) => Ok(()),
+            None if self.get("CLAUDE_CODE_OAUTH_TOKEN").is_some() => {
+                refuse("CLAUDE_CODE_OAUTH_TOKEN")
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A redactor for every secret value in this set.
+    pub fn redactor(&self) -> Redactor {
+        Redactor::new(
+            self.vars
+                .iter()
+                .filter(|(k, _)| !NON_SECRET_VARS.contains(&k.as_str()))
+                .map(|(_, v)| v.clone()),
+        )
+    }
+}
+
+fn missing(provider: &str, variables: &[&str]) -> AgentError {
+    AgentError::MissingCredential {
+        provider: provider.to_owned(),
+        variables: variables.iter().map(|v| (*v).to_owned()).collect(),
+    }
+}
+
+/// Replaces secret values in text that leaves an agent (events, errors,
+/// tool output forwarded to logs).
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets.len())
+    }
+}
+
+/// What a redacted secret becomes.
+pub const REDACTED: &str = "***";
+
+impl Redactor {
+    /// A redactor for these values. Values shorter than 6 bytes are left
+    /// alone: replacing `abc` everywhere would mangle text and protect nothing.
+    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let mut secrets: Vec<String> = values.into_iter().filter(|v| v.len() >= 6).collect();
+        // Longest first, so a secret containing another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        Self { secrets }
+    }
+
+    /// `text` with every secret replaced by [`REDACTED`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for s in &self.secrets {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// Redact every string inside a JSON value.
+    pub fn redact_json(&self, value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(s) if self.secrets.iter().any(|x| s.contains(x.as_str())) => {
+                *s = self.redact(s);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| self.redact_json(v)),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> EnvSnapshot {
+        pairs.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    #[test]
+    fn collect_keeps_only_provider_variables() {
+        let creds = ProviderCredentials::collect(&env(&[
+            ("ANTHROPIC_API_KEY", "sk-ant-api-1"),
+            ("HOME", "/root"),
+            ("GITHUB_TOKEN", "ghp_x"),
+            ("OPENAI_API_KEY", ""),
+        ]));
+        assert_eq!(creds.names().collect::<Vec<_>>(), vec!["ANTHROPIC_API_KEY"]);
+    }
+
+    #[test]
+    fn provider_subset_is_least_privilege() {
+        let creds = ProviderCredentials::collect(&env(&[
+            ("ANTHROPIC_API_KEY", "sk-ant-api-1"),
+            ("OPENAI_API_KEY", "sk-openai-1"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret-1"),
+        ]));
+        let a = creds.for_provider(Provider::Anthropic).expect("anthropic");
+        assert_eq!(a.keys().collect::<Vec<_>>(), vec!["ANTHROPIC_API_KEY"]);
+        let o = creds.for_provider(Provider::OpenAi).expect("openai");
+        assert_eq!(o.keys().collect::<Vec<_>>(), vec!["OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn missing_key_names_the_variable_not_a_value() {
+        let creds = ProviderCredentials::collect(&env(&[("OPENAI_API_KEY", "sk-openai-1")]));
+        let err = creds
+            .for_provider(Provider::Anthropic)
+            .expect_err("missing");
+        assert_eq!(err.code(), "AGENT_MISSING_CREDENTIAL");
+        let msg = err.to_string();
+        assert!(msg.contains("ANTHROPIC_API_KEY"), "{msg}");
+        assert!(!msg.contains("sk-openai-1"));
+    }
+
+    #[test]
+    fn openai_gateway_without_key_is_allowed() {
+        let creds =
+            ProviderCredentials::collect(&env(&[("OPENAI_BASE_URL", "http://10.0.0.2:11434/v1")]));
+        assert!(creds.for_provider(Provider::OpenAi).is_ok());
+    }
+
+    #[test]
+    fn subscription_token_guard_table() {
+        let cases: &[(&[(&str, &str)], bool)] = &[
+            (&[("ANTHROPIC_API_KEY", "sk-ant-api03-x")], true),
+            (&[("ANTHROPIC_API_KEY", "sk-ant-oat01-x")], false),
+            (&[("ANTHROPIC_AUTH_TOKEN", "sk-ant-oat01-x")], false),
+            (&[("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-x")], false),
+            (
+                &[
+                    ("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-x"),
+                    ("ANTHROPIC_API_KEY", "sk-ant-api03-x"),
+                ],
+                true,
+            ),
+            // A gateway bearer token (z.ai, LiteLLM) is not a subscription.
+            (&[("ANTHROPIC_AUTH_TOKEN", "gw-token-123")], true),
+        ];
+        for (vars, ok) in cases {
+            let creds = ProviderCredentials::collect(&env(vars));
+            let got = creds.for_provider(Provider::Anthropic);
+            assert_eq!(got.is_ok(), *ok, "{vars:?}");
+            if let Err(e) = got {
+                assert_eq!(e.code(), "AGENT_SUBSCRIPTION_TOKEN_REFUSED");
+                assert!(!e.to_string().contains("sk-ant-oat01-x"));
+            }
+        }
+    }
+
+    #[test]
+    fn claude_code_accepts_subscription_and_config_dir() {
+        let creds =
+            ProviderCredentials::collect(&env(&[("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-x")]));
+        assert!(creds.for_claude_code(false).is_ok());
+        let none = ProviderCredentials::collect(&env(&[("ANTHROPIC_BASE_URL", "http://gw")]));
+        assert!(none.for_claude_code(false).is_err());
+        assert!(none.for_claude_code(true).is_ok());
+    }
+
+    #[test]
+    fn redactor_scrubs_secrets_but_not_urls() {
+        let creds = ProviderCredentials::collect(&env(&[
+            ("ANTHROPIC_API_KEY", "sk-ant-api-secret"),
+            ("ANTHROPIC_BASE_URL", "http://provider.test:8080"),
+        ]));
+        let r = creds.redactor();
+        assert_eq!(
+            r.redact("key=sk-ant-api-secret at http://provider.test:8080"),
+            "key=*** at http://provider.test:8080"
+        );
+        let mut v = serde_json::json!({"a": ["x sk-ant-api-secret"], "b": 1});
+        r.redact_json(&mut v);
+        assert_eq!(v["a"][0], "x ***");
+    }
+}
