@@ -21,6 +21,11 @@ use crate::{drivers, render, stores, workflow};
 
 /// Entry point of the verb.
 pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    // Before anything reads the store's location (the store, the scope the
+    // sandbox is labelled with, the reaper).
+    if let Some(dir) = &args.store_dir {
+        stores::select_dir(dir.clone());
+    }
     let (_, workflow) = workflow::load_workflow(&args.file)?;
     let vars = parse_vars(&args.vars)?;
     let env = EnvSnapshot::from_process();
@@ -49,6 +54,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     cancel_on_signals(cancel.clone())?;
 
     let store = stores::open_from_env().await?;
+    let run_id = match args.run_id.clone() {
+        Some(id) => {
+            // A taken id would make this run write over another's record,
+            // sandbox name and files: refused before anything is created.
+            if store
+                .load_run(&id)
+                .await
+                .map_err(stores::store_error)?
+                .is_some()
+            {
+                return Err(UserInputError::new(format!(
+                    "--run-id {id}: the store already holds a run with this id"
+                ))
+                .into());
+            }
+            id
+        }
+        None => RunId::generate(),
+    };
+    tracing::info!(run = %run_id, file = %args.file.display(), "run starting");
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
     // start of every run: bounded, in the background, never blocking it.
@@ -57,7 +82,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let reap_store = store.clone();
     let reap_drivers = discovered.drivers.clone();
     let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+    // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
+    // itself the boundary and judges no one's sandboxes.
+    let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
     let reaper = tokio::spawn(async move {
+        if !reaping {
+            return;
+        }
         let pass = async {
             iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
             iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false).await;
@@ -92,7 +123,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             TrustFlag::Trusted => Trust::Trusted,
             TrustFlag::Untrusted => Trust::Untrusted,
         },
-        run_id: RunId::generate(),
+        run_id,
         workspace,
         flags: BootFlags::new(flags),
         timeout: args.timeout,

@@ -10,6 +10,7 @@ mod egress_e2e;
 mod output_e2e;
 mod readback_e2e;
 mod run_e2e;
+mod run_flags_e2e;
 mod secrets_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
