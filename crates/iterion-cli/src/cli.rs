@@ -210,6 +210,27 @@ pub enum SandboxCommand {
     Doctor(DoctorArgs),
     /// One pass of the orphan reaper over every available driver.
     Reap(ReapArgs),
+    /// The Kubernetes objects a run of FILE would create (a `v1` List); nothing applied.
+    Manifests(ManifestsArgs),
+}
+
+/// `-o` of `iterion sandbox manifests`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ManifestFormat {
+    /// YAML, as `kubectl -o yaml`.
+    Yaml,
+    /// JSON, as `kubectl -o json`.
+    Json,
+}
+
+/// `iterion sandbox manifests`.
+#[derive(Debug, Args)]
+pub struct ManifestsArgs {
+    /// Workflow file.
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: ManifestFormat,
 }
 
 /// `--target` of the strict doctor.

@@ -163,14 +163,107 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
             )
         }
         "sandbox_build_failed" => format!("sandbox: build failed: {}", s(d, "error")),
-        "node_started" => format!("▶ {node}"),
+        "node_started" => format!("▶ {node}{}", in_branch(d)),
         "node_finished" => format!(
-            "✓ {node} ({} ms) {}",
+            "✓ {node}{} ({} ms) {}",
+            in_branch(d),
             d.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
             compact(&d["output"])
         ),
-        "node_failed" => format!("✗ {node}: {} {}", s(d, "error"), s(d, "stderr_tail").trim()),
-        "edge_taken" => return None,
+        "node_failed" => format!(
+            "✗ {node}{}: {} {}",
+            in_branch(d),
+            s(d, "error"),
+            s(d, "stderr_tail").trim()
+        ),
+        "branch_started" => match d.get("index").and_then(Value::as_u64) {
+            Some(i) => format!(
+                "⇉ {} item {i} → {} ({})",
+                s(d, "from"),
+                s(d, "to"),
+                s(d, "branch_id")
+            ),
+            None => format!(
+                "⇉ {} → {} ({})",
+                s(d, "from"),
+                s(d, "to"),
+                s(d, "branch_id")
+            ),
+        },
+        "branch_finished" => format!("⇇ {} {}", s(d, "branch_id"), s(d, "outcome")),
+        "join_ready" if node.is_empty() => {
+            format!("⋈ every branch reached done ({})", s(d, "strategy"))
+        }
+        "join_ready" => format!(
+            "⋈ join at {node} ({}, {} branch(es), {} failed)",
+            s(d, "strategy"),
+            d.get("branches").and_then(Value::as_u64).unwrap_or(0),
+            d.get("failed_branches")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+        ),
+        "edge_selected" | "run_checkpoint" => return None,
+        // An agent's steps as they happen (issue 11 item 7): one line per
+        // model call, tool call and outcome, tagged with the node.
+        "delegate_started" => format!("  {node}: agent on {}{}", s(d, "backend"), in_branch(d)),
+        "llm_request" => format!(
+            "  {node}: → {} ({} messages, {} tools)",
+            s(d, "model"),
+            num(d, "message_count"),
+            num(d, "tool_count")
+        ),
+        "llm_step_finished" => format!(
+            "  {node}: ← step {}: {} ({} in / {} out tokens{})",
+            num(d, "step"),
+            s(d, "finish_reason"),
+            num(d, "input_tokens"),
+            num(d, "output_tokens"),
+            match d.get("tool_calls").and_then(Value::as_u64) {
+                Some(n) if n > 0 => format!(", {n} tool call(s)"),
+                _ => String::new(),
+            }
+        ),
+        "llm_retry" => format!(
+            "  {node}: retry {} in {} ms: {}",
+            num(d, "attempt"),
+            num(d, "delay_ms"),
+            s(d, "error")
+        ),
+        "tool_started" => format!("  {node}: ⚙ {} ({})", s(d, "tool"), s(d, "placement")),
+        "tool_called" => format!(
+            "  {node}: ✓ {} {} ms, {} bytes",
+            s(d, "tool"),
+            num(d, "duration_ms"),
+            num(d, "output_size")
+        ),
+        "tool_error" => format!("  {node}: ✗ {}: {}", s(d, "tool"), s(d, "error")),
+        "delegate_finished" => format!(
+            "  {node}: agent done in {} ms, {} tokens",
+            num(d, "duration_ms"),
+            num(d, "tokens")
+        ),
+        "delegate_error" => format!(
+            "  {node}: agent failed ({}): {}",
+            s(d, "code"),
+            s(d, "error")
+        ),
+        // The run's own bounds (max_duration, max_iterations) name no node.
+        "budget_exceeded" if node.is_empty() => format!(
+            "budget exceeded: {} {} of {}",
+            s(d, "dimension"),
+            d.get("used").and_then(Value::as_f64).unwrap_or(0.0),
+            d.get("limit").and_then(Value::as_f64).unwrap_or(0.0)
+        ),
+        "budget_warning" | "budget_exceeded" => format!(
+            "  {node}: {} {}: {} of {}",
+            event.kind.replace('_', " "),
+            s(d, "dimension"),
+            d["used"],
+            d["limit"]
+        ),
+        "sandbox_claw_routed_via_runner" => {
+            "sandbox: claw nodes run in the box (iterion __claw-runner)".into()
+        }
         "network_blocked" => format!(
             "egress: blocked {}:{} ({}, rule {}){}",
             s(d, "host"),
@@ -202,12 +295,6 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
                 .map_or_else(String::new, |b| format!(" ({})", iterion_core::ByteSize(b))),
             s(d, "detail")
         ),
-        "budget_exceeded" => format!(
-            "budget exceeded: {} {} of {}",
-            s(d, "dimension"),
-            d.get("used").and_then(Value::as_f64).unwrap_or(0.0),
-            d.get("limit").and_then(Value::as_f64).unwrap_or(0.0)
-        ),
         "run_finished" => "run finished".into(),
         "run_failed" => format!(
             "run {} ({}): {}",
@@ -219,6 +306,18 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
         "sandbox_image_pull" => return None,
         other => format!("{other} {}", compact(d)),
     })
+}
+
+/// A number field, 0 when absent.
+fn num(d: &Value, key: &str) -> u64 {
+    d.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// ` [branch]` for an event inside a parallel branch.
+fn in_branch(d: &Value) -> String {
+    d.get("branch_id")
+        .and_then(Value::as_str)
+        .map_or_else(String::new, |b| format!(" [{b}]"))
 }
 
 fn compact(v: &Value) -> String {

@@ -1,14 +1,15 @@
-//! Durations as operators and workflows write them: Go's
+//! Durations as operators write them in environment variables: Go's
 //! `time.ParseDuration` syntax (`90s`, `10m`, `1h30m`, `1.5h`, `250ms`),
-//! the one spelling of `ITERION_SANDBOX_PULL_TIMEOUT`, a tool's `timeout:`,
-//! `budget.max_duration` and `iterion run --timeout` (facts §4: upstream
-//! reads them with Go's parser, so existing files keep their meaning).
+//! because the upstream variables (`ITERION_SANDBOX_PULL_TIMEOUT`,
+//! `ITERION_SANDBOX_K8S_POD_READY_TIMEOUT`, `ITERION_SANDBOX_REAP_INTERVAL`…)
+//! keep their meaning. Parsing only; what a bad value falls back to is
+//! each variable's own rule.
 
 use std::time::Duration;
 
-/// Parse a Go-style duration (`90s`, `10m`, `1h30m`, `1.5h`, `250ms`).
-/// Returns `None` for anything Go's `time.ParseDuration` would refuse or a
-/// negative value.
+/// Parse a Go-style duration. Returns `None` for anything Go's
+/// `time.ParseDuration` would refuse, a negative value, or one too large
+/// to be meant (over ~31,000 years).
 pub fn parse_go_duration(raw: &str) -> Option<Duration> {
     let s = raw.trim();
     if s.is_empty() {
@@ -64,7 +65,8 @@ mod tests {
         assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
-        for bad in ["", "10", "-5s", "5x", "m", "1..2s", "1e3s"] {
+        assert_eq!(parse_go_duration("0s"), Some(Duration::ZERO));
+        for bad in ["", "10", "-5s", "5x", "m", "1..2s", "1e400h"] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }
     }

@@ -49,6 +49,15 @@ impl EventDraft {
         self.node_id = Some(node);
         self
     }
+
+    /// Mark the event as happening inside a parallel branch (facts §8's
+    /// `branch_id`, carried in `data` so every store keeps it as is).
+    pub fn in_branch(mut self, branch: Option<&str>) -> Self {
+        if let (Some(branch), Value::Object(data)) = (branch, &mut self.data) {
+            data.insert("branch_id".into(), Value::String(branch.to_owned()));
+        }
+        self
+    }
 }
 
 impl From<EventKind> for EventDraft {
@@ -86,6 +95,15 @@ pub struct DroppedBind {
     pub source: String,
     /// Container target.
     pub target: String,
+}
+
+/// A branch that failed before its join (`join_ready.failed_branches`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedBranch {
+    /// The branch.
+    pub branch_id: String,
+    /// Why it failed.
+    pub error: String,
 }
 
 /// Every event the runtime emits, with its payload.
@@ -133,12 +151,61 @@ pub enum EventKind {
         error: String,
         stderr_tail: String,
     },
-    EdgeTaken {
+    /// The edge a node's output (or its router) selected; upstream's name.
+    EdgeSelected {
         from: String,
         to: String,
         condition: Option<String>,
+        #[serde(rename = "loop")]
         loop_name: Option<String>,
         iteration: Option<u32>,
+        /// Position in a `round_robin` router's cycle.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round_robin_index: Option<u32>,
+        /// `as foreach NAME(…)`: the loop name and how many items it runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        foreach: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<u64>,
+    },
+    // ---- parallel branches (upstream `pkg/runtime/fan_out.go`) ----------
+    /// A branch of a fan-out (or one item of a foreach) got its slot.
+    BranchStarted {
+        branch_id: String,
+        /// The router (or the foreach edge's source) it forked from.
+        from: String,
+        /// Its first node.
+        to: String,
+        /// The item's index, for a foreach branch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        index: Option<u64>,
+    },
+    /// A branch ended: reached its join, `done`, a failure or a cancel.
+    BranchFinished {
+        branch_id: String,
+        /// `joined`, `done`, `failed` or `cancelled`.
+        outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        join_node: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Every branch of a fan-out is accounted for; the join node runs
+    /// next (node_id = the join node).
+    JoinReady {
+        /// `wait_all` or `best_effort`.
+        strategy: String,
+        branches: u64,
+        failed_branches: Vec<FailedBranch>,
+        /// Every branch ended at `done` (no join node): the run finishes.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        terminal_join: bool,
+    },
+    /// One step of the run's resumable progress (versioned; folded in
+    /// order it rebuilds the engine's state, `iterion_runtime::progress`).
+    RunCheckpoint {
+        version: u32,
+        step: Value,
     },
     // ---- sandbox (facts §8) --------------------------------------------
     SandboxSkipped {
@@ -407,7 +474,11 @@ impl EventKind {
             Self::NodeStarted { .. } => "node_started",
             Self::NodeFinished { .. } => "node_finished",
             Self::NodeFailed { .. } => "node_failed",
-            Self::EdgeTaken { .. } => "edge_taken",
+            Self::EdgeSelected { .. } => "edge_selected",
+            Self::BranchStarted { .. } => "branch_started",
+            Self::BranchFinished { .. } => "branch_finished",
+            Self::JoinReady { .. } => "join_ready",
+            Self::RunCheckpoint { .. } => "run_checkpoint",
             Self::SandboxSkipped { .. } => "sandbox_skipped",
             Self::SandboxDriverSelected { .. } => "sandbox_driver_selected",
             Self::SandboxImagePull { .. } => "sandbox_image_pull",

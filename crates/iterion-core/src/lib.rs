@@ -7,6 +7,7 @@
 //! size and duration parsing, and escaping run-supplied text for a terminal. It performs no IO and depends on no engine, database or
 //! HTTP crate: those live behind the traits, in their own crates.
 
+pub mod agent;
 pub mod capabilities;
 pub mod display;
 pub mod driver;

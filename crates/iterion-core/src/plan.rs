@@ -232,6 +232,11 @@ impl Default for Limits {
     }
 }
 
+/// The variables that point a process at the egress proxy: the driver
+/// sets them at create time (run token), the runtime again on each exec
+/// (that exec's own credential).
+pub const PROXY_ENV_VARS: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"];
+
 /// How the sandbox reaches the egress proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EgressAttachment {

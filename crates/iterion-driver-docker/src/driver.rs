@@ -542,8 +542,9 @@ impl DockerDriver {
                 "host.docker.internal".to_owned()
             };
             let url = format!("http://t:{token}@{proxy_host}:{proxy_port}");
+            res.proxy_host = Some(proxy_host.clone());
             // Upserted over the plan's env (facts §5.3, k8s: proxy env wins).
-            for key in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            for key in iterion_core::plan::PROXY_ENV_VARS {
                 env.insert(key.to_owned(), url.clone());
             }
             for key in ["NO_PROXY", "no_proxy"] {
@@ -1270,6 +1271,13 @@ impl Driver for DockerDriver {
                 return Err(DriverError::Unsupported {
                     driver: self.name,
                     feature: "removing host directories",
+                });
+            }
+            // A Kubernetes object: this driver never lists one.
+            ResourceKind::Secret => {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "removing a Kubernetes Secret",
                 });
             }
         };

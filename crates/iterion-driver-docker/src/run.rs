@@ -36,6 +36,9 @@ pub(crate) struct RunResources {
     pub(crate) volumes: Vec<String>,
     /// Limits of the plan the engine could not apply.
     pub(crate) unenforced: Vec<iterion_core::driver::UnenforcedLimit>,
+    /// Where the container reaches the egress proxy (its network's
+    /// gateway when confined, `host.docker.internal` otherwise).
+    pub(crate) proxy_host: Option<String>,
 }
 
 /// The live sandbox of one run.
@@ -152,6 +155,10 @@ impl SandboxRun for DockerRun {
 
     fn workdir(&self) -> &str {
         &self.workdir
+    }
+
+    fn egress_host(&self) -> Option<&str> {
+        self.res.proxy_host.as_deref()
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {

@@ -41,6 +41,15 @@ pub struct Workflow {
     pub budget: BTreeMap<String, Value>,
     /// Secrets the workflow asks for.
     pub secrets: Vec<SecretDecl>,
+    /// `prompt NAME:` bodies by name, as written (`{{…}}` rendered at run
+    /// time). A node's `system:`/`user:` names one of these, or is an
+    /// inline prompt when it names none.
+    #[serde(default)]
+    pub prompts: BTreeMap<String, String>,
+    /// Every other workflow-level property as written (`default_backend`,
+    /// `interaction`, …), for the engine and the agent seam.
+    #[serde(default)]
+    pub properties: BTreeMap<String, Value>,
     /// Where the workflow is declared.
     pub pos: Pos,
 }

@@ -1,12 +1,14 @@
 //! iterion-netproxy owns a run's egress policy and the proxy enforcing it:
 //! compiling a `network:` block ([`NetworkSpec`](iterion_core::NetworkSpec))
 //! into a [`Policy`] (pattern language, presets, last-match-wins, address
-//! vetting), the per-run [`ProxyToken`], and the token-authenticated
-//! CONNECT/HTTP [`EgressProxy`] that reports every denial through a
+//! vetting), the per-run [`ProxyToken`] and per-exec [`ExecCredential`]s
+//! (which exec asked), and the token-authenticated CONNECT/HTTP
+//! [`EgressProxy`] that reports every denial, attributed, through a
 //! callback. It does not decide when a proxy runs (the runtime asks
 //! [`Policy::needs_proxy`]), how a container is confined to it (drivers),
 //! nor how a denial becomes an event (the runtime's callback).
 
+mod credentials;
 mod error;
 mod literal;
 mod policy;
@@ -15,6 +17,7 @@ mod proxy;
 mod resolver;
 mod token;
 
+pub use credentials::{CredentialBook, ExecCredential};
 pub use error::NetproxyError;
 pub use policy::{
     AddressRefusal, Decision, Policy, RuleError, RuleErrorKind, canonical_host, check_preset,

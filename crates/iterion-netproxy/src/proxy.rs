@@ -40,6 +40,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::credentials::CredentialBook;
 use crate::error::NetproxyError;
 use crate::policy::{Policy, canonical_host};
 use crate::resolver::{Resolver, SystemResolver};
@@ -92,6 +93,9 @@ pub struct BlockedRequest {
     /// The deciding rule as written (`None`: the mode default or the
     /// built-in sensitive-address guard decided).
     pub rule: Option<String>,
+    /// The label of the per-exec credential the request presented
+    /// ([`CredentialBook::issue`]); `None` when it used the run token.
+    pub exec: Option<String>,
 }
 
 /// Callback for denied requests (the runtime turns it into `network_blocked`).
@@ -144,6 +148,9 @@ pub struct ProxyOptions {
     pub policy: Arc<Policy>,
     /// The run's token.
     pub token: ProxyToken,
+    /// Per-exec credentials, accepted alongside the run token and naming
+    /// the exec in [`BlockedRequest::exec`].
+    pub credentials: CredentialBook,
     /// Called once per denied request; a panic inside it is contained.
     pub on_blocked: BlockedCallback,
     /// Upper bound on resolving plus connecting to the target.
@@ -171,6 +178,7 @@ impl ProxyOptions {
             bind,
             policy,
             token,
+            credentials: CredentialBook::new(),
             on_blocked: Arc::new(|_| {}),
             dial_timeout: DEFAULT_DIAL_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
@@ -219,6 +227,7 @@ impl EgressProxy {
         let shared = Arc::new(Shared {
             policy: opts.policy,
             token: opts.token,
+            credentials: opts.credentials,
             on_blocked: opts.on_blocked,
             dial_timeout: opts.dial_timeout,
             header_read_timeout: opts.header_read_timeout,
@@ -288,6 +297,7 @@ impl Drop for ProxyHandle {
 struct Shared {
     policy: Arc<Policy>,
     token: ProxyToken,
+    credentials: CredentialBook,
     on_blocked: BlockedCallback,
     dial_timeout: Duration,
     header_read_timeout: Duration,
@@ -521,6 +531,24 @@ struct Target {
     host_header: Option<HeaderValue>,
 }
 
+/// Who presented a valid credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Principal {
+    /// The run token (the sandbox as a whole).
+    Run,
+    /// A per-exec credential, with its label.
+    Exec(String),
+}
+
+impl Principal {
+    fn exec(self) -> Option<String> {
+        match self {
+            Self::Run => None,
+            Self::Exec(label) => Some(label),
+        }
+    }
+}
+
 /// A connection's cap permit, handed to its tunnel when it becomes one.
 type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
@@ -529,7 +557,7 @@ async fn handle(
     shared: Arc<Shared>,
     slot: PermitSlot,
 ) -> Response<ProxyBody> {
-    if !authorized(req.headers(), &shared.token) {
+    let Some(principal) = authorized(req.headers(), &shared.token, &shared.credentials) else {
         let mut resp = text(
             StatusCode::PROXY_AUTHENTICATION_REQUIRED,
             "proxy authentication required\n",
@@ -543,7 +571,7 @@ async fn handle(
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return resp;
-    }
+    };
     let target = match target_of(&req) {
         Ok(t) => t,
         Err(msg) => {
@@ -559,7 +587,7 @@ async fn handle(
             NetworkMode::Denylist => BlockReason::Denylist,
             NetworkMode::Allowlist | NetworkMode::Open => BlockReason::Allowlist,
         };
-        return blocked(&shared, target, reason, decision.rule);
+        return blocked(&shared, target, reason, decision.rule, principal);
     }
     let deadline = tokio::time::Instant::now() + shared.dial_timeout;
     let addrs = match resolve(&shared, &target, deadline).await {
@@ -568,7 +596,13 @@ async fn handle(
     };
     for addr in &addrs {
         if let Err(refusal) = shared.policy.vet_address(addr.ip()) {
-            return blocked(&shared, target, BlockReason::ResolvedAddress, refusal.rule);
+            return blocked(
+                &shared,
+                target,
+                BlockReason::ResolvedAddress,
+                refusal.rule,
+                principal,
+            );
         }
     }
     let upstream = match dial(&addrs, deadline).await {
@@ -587,30 +621,33 @@ async fn handle(
     }
 }
 
-/// `Bearer <token>` or `Basic base64(<any>:<token>)`, constant-time compare.
-fn authorized(headers: &HeaderMap, token: &ProxyToken) -> bool {
-    let Some(value) = headers
+/// `Bearer <token>`, `Basic base64(<any>:<token>)` (the run), or
+/// `Basic base64(<id>:<secret>)` of an issued per-exec credential; secrets
+/// compared in constant time.
+fn authorized(
+    headers: &HeaderMap,
+    token: &ProxyToken,
+    credentials: &CredentialBook,
+) -> Option<Principal> {
+    let value = headers
         .get(header::PROXY_AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let Some((scheme, cred)) = value.trim().split_once(' ') else {
-        return false;
-    };
+        .and_then(|v| v.to_str().ok())?;
+    let (scheme, cred) = value.trim().split_once(' ')?;
     let cred = cred.trim();
     if scheme.eq_ignore_ascii_case("bearer") {
-        token.matches(cred.as_bytes())
+        token.matches(cred.as_bytes()).then_some(Principal::Run)
     } else if scheme.eq_ignore_ascii_case("basic") {
-        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(cred) else {
-            return false;
-        };
-        match decoded.iter().position(|b| *b == b':') {
-            Some(i) => token.matches(&decoded[i + 1..]),
-            None => false,
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(cred)
+            .ok()?;
+        let i = decoded.iter().position(|b| *b == b':')?;
+        let (user, secret) = (&decoded[..i], &decoded[i + 1..]);
+        if let Some(label) = credentials.identify(user, secret) {
+            return Some(Principal::Exec(label));
         }
+        token.matches(secret).then_some(Principal::Run)
     } else {
-        false
+        None
     }
 }
 
@@ -678,6 +715,7 @@ fn blocked(
     target: Target,
     reason: BlockReason,
     rule: Option<String>,
+    principal: Principal,
 ) -> Response<ProxyBody> {
     let rule_text = rule
         .as_deref()
@@ -699,6 +737,7 @@ fn blocked(
         port: target.port,
         reason,
         rule,
+        exec: principal.exec(),
     };
     let cb = shared.on_blocked.clone();
     // The callback never takes the proxy down (facts §7.3).
@@ -1036,6 +1075,8 @@ mod tests {
     #[test]
     fn auth_forms() {
         let t = ProxyToken::generate();
+        let book = CredentialBook::new();
+        let authorized = |h: &HeaderMap, t: &ProxyToken| authorized(h, t, &book).is_some();
         let mut h = HeaderMap::new();
         assert!(!authorized(&h, &t));
         let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
@@ -1056,5 +1097,45 @@ mod tests {
             );
             assert_eq!(authorized(&h, &t), ok, "{value}");
         }
+    }
+
+    #[test]
+    fn exec_credentials_name_their_exec() {
+        let t = ProxyToken::generate();
+        let book = CredentialBook::new();
+        let cred = book.issue("probe");
+        let url = cred.endpoint_url("h", 1);
+        let userinfo = url
+            .strip_prefix("http://")
+            .and_then(|u| u.split_once('@'))
+            .map(|(u, _)| u.to_owned())
+            .unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let mut h = HeaderMap::new();
+        let mut with = |value: String| {
+            h.insert(
+                header::PROXY_AUTHORIZATION,
+                HeaderValue::from_str(&value).unwrap(),
+            );
+            authorized(&h, &t, &book)
+        };
+        assert_eq!(
+            with(format!("Basic {}", b64(&userinfo))),
+            Some(Principal::Exec("probe".into()))
+        );
+        assert_eq!(
+            with(format!("Basic {}", b64(&format!("t:{}", t.expose())))),
+            Some(Principal::Run)
+        );
+        // The run token under an exec's id still speaks for the run only.
+        let id = userinfo.split(':').next().unwrap();
+        assert_eq!(
+            with(format!("Basic {}", b64(&format!("{id}:{}", t.expose())))),
+            Some(Principal::Run)
+        );
+        // An exec secret as a Bearer token is not accepted.
+        let secret = userinfo.split(':').nth(1).unwrap();
+        assert_eq!(with(format!("Bearer {secret}")), None);
+        assert_eq!(with(format!("Basic {}", b64(&format!("t:{secret}")))), None);
     }
 }

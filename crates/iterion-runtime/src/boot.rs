@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use iterion_core::{DriverError, FailureCode, RunId, SandboxRun, Trust};
+use iterion_core::plan::PROXY_ENV_VARS;
+use iterion_core::{DriverError, FailureCode, NodeId, RunId, SandboxRun, Trust};
 use iterion_dsl::ir;
+use iterion_netproxy::CredentialBook;
 use iterion_sandbox::noop::NoopDriver;
 use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
 use tokio_util::sync::CancellationToken;
@@ -89,14 +91,18 @@ pub enum AdmissionVerdict {
 }
 
 /// What every exec of a run carries of its secrets: `as: env` values for
-/// the exec's own env (never the container's create-time env) and the
-/// redactor applied to the node log.
+/// the exec's own env (never the container's create-time env), the
+/// redactor applied to the node log, and the egress proxy's per-exec
+/// credentials.
 #[derive(Clone, Default)]
 pub struct ExecSecrets {
     /// Variable → value.
     pub env: BTreeMap<String, String>,
     /// Masks every secret value (env and file) in log lines.
     pub redactor: Redactor,
+    /// The run's egress proxy, when it has one the execs can name
+    /// themselves to.
+    pub egress: Option<ExecEgress>,
 }
 
 impl std::fmt::Debug for ExecSecrets {
@@ -104,7 +110,48 @@ impl std::fmt::Debug for ExecSecrets {
         f.debug_struct("ExecSecrets")
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("redactor", &self.redactor)
+            .field("egress", &self.egress)
             .finish()
+    }
+}
+
+/// The run's egress proxy as each exec reaches it: every exec gets a
+/// fresh credential of the proxy's [`CredentialBook`] in its own
+/// `*_PROXY` variables (over the create-time run token), so a denial is
+/// attributed to the node whose process asked, even when parallel
+/// branches exec at the same time.
+#[derive(Clone)]
+pub struct ExecEgress {
+    /// The proxy's book of per-exec credentials.
+    pub credentials: CredentialBook,
+    /// Where the container reaches the proxy ([`SandboxRun::egress_host`]).
+    pub host: String,
+    /// The proxy's port.
+    pub port: u16,
+}
+
+impl std::fmt::Debug for ExecEgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecEgress")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+impl ExecEgress {
+    /// The proxy variables of one exec of `node` (a fresh credential;
+    /// secret — env only, never argv or events).
+    pub fn env_for(&self, node: &NodeId) -> BTreeMap<String, String> {
+        let url = self
+            .credentials
+            .issue(node.as_str())
+            .endpoint_url(&self.host, self.port);
+        PROXY_ENV_VARS
+            .iter()
+            .map(|k| ((*k).to_owned(), url.clone()))
+            .collect()
     }
 }
 

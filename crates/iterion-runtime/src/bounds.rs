@@ -293,9 +293,9 @@ impl RunBounds {
         Ok(())
     }
 
-    /// Arm `node`'s `timeout:` under the run's token (a node without one
-    /// gets a watchdog that only follows the run).
-    pub fn arm_node(&self, node: &NodeId, run: &Watchdog) -> Watchdog {
+    /// Arm `node`'s `timeout:` under `parent` (the run's token, or its
+    /// branch's; a node without one gets a watchdog that only follows it).
+    pub fn arm_node(&self, node: &NodeId, parent: &CancellationToken) -> Watchdog {
         let deadline = self.node_timeouts.get(node).map(|after| {
             (
                 *after,
@@ -305,7 +305,7 @@ impl RunBounds {
                 },
             )
         });
-        Watchdog::arm(run.token(), deadline)
+        Watchdog::arm(parent, deadline)
     }
 
     /// The hook of the agents' budgets: add `amount` to `dimension`
@@ -493,6 +493,8 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect(),
             secrets: Vec::new(),
+            prompts: BTreeMap::new(),
+            properties: BTreeMap::new(),
             pos: ir::Pos::default(),
         }
     }
@@ -608,14 +610,14 @@ mod tests {
         let mut b = RunBounds::from_workflow(&wf, None).unwrap();
         let user = CancellationToken::new();
         let run = b.arm_run(&user);
-        let node = b.arm_node(&NodeId::new("slow"), &run);
+        let node = b.arm_node(&NodeId::new("slow"), run.token());
         tokio::time::sleep(Duration::from_millis(1900)).await;
         assert!(!node.token().is_cancelled());
         tokio::time::sleep(Duration::from_millis(200)).await;
         node.token().cancelled().await;
         assert!(matches!(node.fired(), Some(Bound::NodeTimeout { .. })));
         assert!(!run.token().is_cancelled(), "a node bound stops the node");
-        let other = b.arm_node(&NodeId::new("fast"), &run);
+        let other = b.arm_node(&NodeId::new("fast"), run.token());
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert!(!other.token().is_cancelled(), "no timeout: no deadline");
         assert_eq!(b.stop_failure(&run).0.code, FailureCode::Cancelled);
@@ -627,7 +629,7 @@ mod tests {
         let mut b = RunBounds::from_workflow(&wf, None).unwrap();
         let user = CancellationToken::new();
         let run = b.arm_run(&user);
-        let node = b.arm_node(&NodeId::new("a"), &run);
+        let node = b.arm_node(&NodeId::new("a"), run.token());
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert!(node.token().is_cancelled());
         assert!(node.fired().is_none(), "the node's own bound did not fire");

@@ -13,15 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use iterion_core::driver::{OutputLimits, collect_output};
+use iterion_core::agent::AgentRunner;
 use iterion_core::store::{Admission, AdmissionDecision, Failure, NewRun, RunRecord, Transition};
-use iterion_core::{
-    ByteStream, DriverError, EventKind, ExecRequest, FailureCode, NodeId, RunId, RunStatus,
-    RunStore, StoreError, Trust,
-};
-use iterion_dsl::ir::{self, Target, ToolSpec};
-use serde_json::{Map, Value};
+use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
+use iterion_dsl::ir;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
@@ -29,12 +24,10 @@ use iterion_sandbox::verdict::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
-use crate::bounds::{self, Bound, BoundsError, RunBounds, Watchdog};
-use crate::events::{CurrentNode, Emitter, EventTap, NodeLog, spawn_writer};
+use crate::bounds::{BoundsError, RunBounds, Watchdog};
+use crate::events::{Emitter, EventTap, spawn_writer};
+use crate::exec::{RunCx, Stop};
 use crate::owner;
-use crate::redact::TailRedactor;
-use crate::routing::{self, RouteError, Router};
-use crate::template::{self, Scope};
 
 /// Engine-wide knobs.
 #[derive(Debug, Clone)]
@@ -130,7 +123,7 @@ pub struct Engine {
     booter: Arc<dyn SandboxBooter>,
     settings: EngineSettings,
     tap: Option<EventTap>,
-    current: CurrentNode,
+    agents: Option<Arc<dyn AgentRunner>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -142,22 +135,6 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// Why node execution stopped short of `done`.
-#[derive(Debug)]
-enum Stop {
-    Cancelled,
-    Failed(Failure),
-}
-
-/// Per-run state of the node loop.
-struct RunState {
-    run_id: RunId,
-    vars: BTreeMap<String, Value>,
-    outputs: BTreeMap<NodeId, Value>,
-    shell: Option<&'static str>,
-    scripts: u64,
-}
-
 impl Engine {
     /// An engine over `store`, booting through `booter`.
     pub fn new(store: Arc<dyn RunStore>, booter: Arc<dyn SandboxBooter>) -> Self {
@@ -166,14 +143,14 @@ impl Engine {
             booter,
             settings: EngineSettings::default(),
             tap: None,
-            current: CurrentNode::default(),
+            agents: None,
         }
     }
 
-    /// Publish which node's exec is running into `current` (the egress
-    /// proxy names that node in `network_blocked`).
-    pub fn with_current_node(mut self, current: CurrentNode) -> Self {
-        self.current = current;
+    /// Run agent, judge and `mode: llm` router nodes through `runner`
+    /// (without one they are refused at admission, by name).
+    pub fn with_agents(mut self, runner: Arc<dyn AgentRunner>) -> Self {
+        self.agents = Some(runner);
         self
     }
 
@@ -260,14 +237,14 @@ impl Engine {
         let events = ctx.events;
         let cancel = ctx.cancel;
         // ---- admission (seed step 3): ours first, then the policy's.
-        let checked = admission::check_workflow(&options.workflow)
+        let checked = admission::check_workflow(&options.workflow, self.agents.is_some())
             .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars))
             .map_err(|e| (e.code(), e.to_string()));
         let checked = match bounds {
             Err(e) => Err((e.code(), e.to_string())),
             Ok(b) => checked.map(|vars| (vars, b)),
         };
-        let (verdict, vars, mut bounds) = match checked {
+        let (verdict, vars, bounds) = match checked {
             Err((code, reason)) => (
                 AdmissionVerdict::Deny {
                     code: code.to_owned(),
@@ -321,12 +298,12 @@ impl Engine {
             }
         };
         // Bounds exist exactly when our own checks admitted the run.
-        let (AdmissionVerdict::Admit { .. }, Some(bounds)) = (&verdict, bounds.as_mut()) else {
+        let (AdmissionVerdict::Admit { .. }, Some(bounds)) = (&verdict, bounds) else {
             let failure = Failure::new(FailureCode::LaunchFailed, reason.clone());
             return self.finish(ctx, &record, Some(failure), started).await;
         };
         if cancel.is_cancelled() {
-            let failure = stopped(bounds, watchdog, events);
+            let failure = stopped(&bounds, watchdog, events);
             return self.finish(ctx, &record, Some(failure), started).await;
         }
 
@@ -363,7 +340,7 @@ impl Engine {
                 };
                 let failure = match e.failure_code(setup) {
                     // A boot stopped by the run's deadline failed on it.
-                    FailureCode::Cancelled => stopped(bounds, watchdog, events),
+                    FailureCode::Cancelled => stopped(&bounds, watchdog, events),
                     code => Failure::new(code, e.to_string()),
                 };
                 return self.finish(ctx, &record, Some(failure), started).await;
@@ -376,24 +353,25 @@ impl Engine {
             events.system_log(None, format!("running on the host, unsandboxed: {reason}"));
         }
 
-        // ---- nodes
-        let mut state = RunState {
-            run_id: options.run_id.clone(),
+        // ---- nodes (parallel branches share the bounds)
+        let bounds = std::sync::Mutex::new(bounds);
+        let cx = RunCx::new(
+            &self.settings,
+            &options.workflow,
+            &booted,
+            events,
+            &options.run_id,
             vars,
-            outputs: BTreeMap::new(),
-            shell: None,
-            scripts: 0,
-        };
-        let stop = self
-            .execute(
-                &options.workflow,
-                &booted,
-                &mut state,
-                events,
-                bounds,
-                watchdog,
-            )
-            .await;
+            self.agents.as_deref(),
+            &bounds,
+            watchdog,
+        );
+        let stop = cx.run_graph(cancel).await;
+        drop(cx);
+        let bounds = bounds
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let bounds = &bounds;
 
         // ---- teardown: always after a boot; never changes the status.
         if let Err(e) = self.booter.teardown(booted, ctx).await {
@@ -473,480 +451,6 @@ impl Engine {
             }),
         }
     }
-
-    async fn execute(
-        &self,
-        workflow: &ir::Workflow,
-        booted: &Booted,
-        state: &mut RunState,
-        events: &Emitter,
-        bounds: &mut RunBounds,
-        run: &Watchdog,
-    ) -> Result<(), Stop> {
-        let cancel = run.token();
-        let mut router = Router::new();
-        let mut current = workflow.entry.clone();
-        let mut input = Map::new();
-        loop {
-            if cancel.is_cancelled() {
-                return Err(Stop::Cancelled);
-            }
-            let Some(node) = workflow.nodes.get(&current) else {
-                return Err(Stop::Failed(Failure::new(
-                    FailureCode::NodeFailed,
-                    format!("unknown node {current}"),
-                )));
-            };
-            // `max_iterations` counts executions: the one past it never starts.
-            if node.kind != ir::NodeKind::Fail
-                && let Err(bound) = bounds.admit_node()
-            {
-                return Err(Stop::Failed(bound_failure(&bound, bounds, events)));
-            }
-            events.emit_node(
-                &node.id,
-                EventKind::NodeStarted {
-                    kind: node.kind.as_str().into(),
-                },
-            );
-            if node.kind == ir::NodeKind::Fail {
-                let message = node
-                    .properties
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(String::new, |m| format!(": {m}"));
-                return Err(Stop::Failed(Failure::new(
-                    FailureCode::WorkflowFailed,
-                    format!("reached fail node {}{message}", node.id),
-                )));
-            }
-            let node_started = Instant::now();
-            let node_watch = bounds.arm_node(&node.id, run);
-            let output = match self
-                .run_tool(
-                    workflow,
-                    node,
-                    &input,
-                    booted,
-                    state,
-                    events,
-                    node_watch.token(),
-                )
-                .await
-            {
-                Ok((exit_code, output)) => {
-                    events.emit_node(
-                        &node.id,
-                        EventKind::NodeFinished {
-                            exit_code: Some(exit_code),
-                            duration_ms: millis(node_started),
-                            output: output.clone(),
-                        },
-                    );
-                    output
-                }
-                Err(NodeError::Cancelled) => {
-                    // The node's own `timeout:` fails the run with TIMEOUT;
-                    // anything else (the run's deadline, a signal) is the
-                    // run's stop, classified once in `drive`.
-                    let timed_out = node_watch.fired();
-                    events.emit_node(
-                        &node.id,
-                        EventKind::NodeFailed {
-                            exit_code: None,
-                            error: match timed_out.as_ref().or(run.fired().as_ref()) {
-                                Some(b) => b.failure().message,
-                                None => "cancelled".into(),
-                            },
-                            stderr_tail: String::new(),
-                        },
-                    );
-                    return Err(match timed_out {
-                        Some(b) => Stop::Failed(bound_failure(&b, bounds, events)),
-                        None => Stop::Cancelled,
-                    });
-                }
-                Err(NodeError::Failed {
-                    code,
-                    exit_code,
-                    error,
-                    stderr_tail,
-                }) => {
-                    events.emit_node(
-                        &node.id,
-                        EventKind::NodeFailed {
-                            exit_code,
-                            error: error.clone(),
-                            stderr_tail,
-                        },
-                    );
-                    return Err(Stop::Failed(Failure::new(
-                        code,
-                        format!("node {}: {error}", node.id),
-                    )));
-                }
-            };
-            state.outputs.insert(node.id.clone(), output.clone());
-            let scope = Scope {
-                vars: &state.vars,
-                input: &input,
-                outputs: &state.outputs,
-                output: None,
-            };
-            let taken = match router.route(workflow, &node.id, &scope, &output) {
-                Ok(t) => t,
-                Err(e) => {
-                    let code = match &e {
-                        RouteError::NoOutgoingEdge { .. } => FailureCode::NoOutgoingEdge,
-                        RouteError::LoopLimitExceeded { .. } => FailureCode::LoopLimitExceeded,
-                        RouteError::With { .. } => FailureCode::NodeFailed,
-                    };
-                    return Err(Stop::Failed(Failure::new(code, e.to_string())));
-                }
-            };
-            events.emit_node(
-                &node.id,
-                EventKind::EdgeTaken {
-                    from: node.id.to_string(),
-                    to: routing::target_name(&taken.edge.to).into(),
-                    condition: taken.edge.condition.as_ref().map(routing::condition_text),
-                    loop_name: taken.edge.loop_bound.as_ref().map(|l| l.name.clone()),
-                    iteration: taken.iteration,
-                },
-            );
-            match &taken.edge.to {
-                Target::Done => return Ok(()),
-                Target::Fail => {
-                    return Err(Stop::Failed(Failure::new(
-                        FailureCode::WorkflowFailed,
-                        format!("node {} routed to fail", node.id),
-                    )));
-                }
-                Target::Node(next) => {
-                    current = next.clone();
-                    input = taken.input;
-                }
-            }
-        }
-    }
-
-    /// `bash` when the sandbox has it, else `sh` (probed once per run).
-    async fn shell(
-        &self,
-        booted: &Booted,
-        state: &mut RunState,
-        cancel: &CancellationToken,
-    ) -> Result<&'static str, NodeError> {
-        if let Some(shell) = state.shell {
-            return Ok(shell);
-        }
-        let mut session = booted
-            .run()
-            .exec(ExecRequest::new(["sh", "-c", "command -v bash"]))
-            .await
-            .map_err(NodeError::driver)?;
-        let limits = OutputLimits {
-            stdout: 4096,
-            stderr_tail: 4096,
-        };
-        let mut ignore = |_: &iterion_core::OutputChunk| {};
-        let probed = tokio::select! {
-            r = collect_output(session.as_mut(), limits, &mut ignore) => Some(r),
-            () = cancel.cancelled() => None,
-        };
-        let Some(probed) = probed else {
-            let _ = session.kill().await;
-            return Err(NodeError::Cancelled);
-        };
-        let shell = if probed.map_err(NodeError::driver)?.exit_code == 0 {
-            "bash"
-        } else {
-            "sh"
-        };
-        state.shell = Some(shell);
-        Ok(shell)
-    }
-
-    /// `mkdir -p` a directory in the sandbox (an archive import needs its
-    /// target to exist).
-    async fn ensure_dir(
-        &self,
-        booted: &Booted,
-        dir: &str,
-        cancel: &CancellationToken,
-    ) -> Result<(), NodeError> {
-        let mut session = booted
-            .run()
-            .exec(ExecRequest::new(["mkdir", "-p", "--", dir]))
-            .await
-            .map_err(NodeError::driver)?;
-        let limits = OutputLimits {
-            stdout: 4096,
-            stderr_tail: 4096,
-        };
-        let mut ignore = |_: &iterion_core::OutputChunk| {};
-        let made = tokio::select! {
-            r = collect_output(session.as_mut(), limits, &mut ignore) => Some(r),
-            () = cancel.cancelled() => None,
-        };
-        let Some(made) = made else {
-            let _ = session.kill().await;
-            return Err(NodeError::Cancelled);
-        };
-        let out = made.map_err(NodeError::driver)?;
-        if out.exit_code != 0 {
-            return Err(NodeError::Failed {
-                code: FailureCode::NodeFailed,
-                exit_code: Some(out.exit_code),
-                error: format!("cannot create the script directory {dir}"),
-                stderr_tail: String::from_utf8_lossy(&out.stderr_tail).into_owned(),
-            });
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn run_tool(
-        &self,
-        workflow: &ir::Workflow,
-        node: &ir::Node,
-        input: &Map<String, Value>,
-        booted: &Booted,
-        state: &mut RunState,
-        events: &Emitter,
-        cancel: &CancellationToken,
-    ) -> Result<(i64, Value), NodeError> {
-        let Some(tool) = &node.tool else {
-            return Err(NodeError::failed(
-                FailureCode::NodeFailed,
-                "node has no command",
-            ));
-        };
-        let scope = Scope {
-            vars: &state.vars,
-            input,
-            outputs: &state.outputs,
-            output: None,
-        };
-        let argv = match tool {
-            ToolSpec::Command(command) => {
-                let rendered = template::render_command(command, &scope)
-                    .map_err(|e| NodeError::failed(FailureCode::NodeFailed, e.to_string()))?;
-                let shell = self.shell(booted, state, cancel).await?;
-                vec![shell.to_owned(), "-c".to_owned(), rendered]
-            }
-            ToolSpec::Script { script, language } => {
-                let rendered = template::render_command(script, &scope)
-                    .map_err(|e| NodeError::failed(FailureCode::NodeFailed, e.to_string()))?;
-                if language.is_empty()
-                    || !language
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
-                {
-                    return Err(NodeError::failed(
-                        FailureCode::NodeFailed,
-                        format!("script language {language:?} is not an interpreter name"),
-                    ));
-                }
-                if state.scripts == 0 {
-                    self.ensure_dir(booted, booted.scratch_dir(), cancel)
-                        .await?;
-                }
-                state.scripts += 1;
-                let name = format!("{}-{}.script", node.id, state.scripts);
-                let archive = one_file_tar(&name, rendered.as_bytes())
-                    .map_err(|e| NodeError::failed(FailureCode::NodeFailed, e.to_string()))?;
-                let stream: ByteStream =
-                    Box::pin(futures_util::stream::iter([Ok::<_, std::io::Error>(
-                        Bytes::from(archive),
-                    )]));
-                booted
-                    .run()
-                    .import(booted.scratch_dir(), stream)
-                    .await
-                    .map_err(NodeError::driver)?;
-                let path = format!("{}/{name}", booted.scratch_dir().trim_end_matches('/'));
-                vec![language.clone(), path]
-            }
-        };
-        let mut request = ExecRequest::new(argv);
-        request
-            .env
-            .insert("ITERION_NODE_ID".into(), node.id.to_string());
-        request
-            .env
-            .insert("ITERION_RUN_ID".into(), state.run_id.to_string());
-        // Settle (seed step 19): `${PROJECT_DIR}` names the workspace as the
-        // exec sees it — the container workspace in a sandbox, the host
-        // workspace otherwise.
-        request
-            .env
-            .insert("PROJECT_DIR".into(), booted.run().workdir().to_owned());
-        // `as: env` secrets ride on the exec, not the container's
-        // create-time env (visible in `docker inspect` for its lifetime).
-        for (k, v) in &booted.secrets().env {
-            request.env.insert(k.clone(), v.clone());
-        }
-        let mut session = booted
-            .run()
-            .exec(request)
-            .await
-            .map_err(NodeError::driver)?;
-        let _running = self.current.enter(&node.id);
-        let mut log = NodeLog::new(
-            &node.id,
-            events.clone(),
-            self.settings.node_log_cap,
-            self.settings.max_log_line,
-        )
-        .with_redactor(booted.secrets().redactor.clone());
-        let limits = OutputLimits {
-            stdout: self.settings.stdout_keep,
-            stderr_tail: self.settings.stderr_tail,
-        };
-        // With secrets, the stderr tail is cut from the masked stream, never
-        // from raw bytes (a raw tail starting inside a secret would show
-        // the rest of it).
-        let redactor = &booted.secrets().redactor;
-        let mut masked_tail = (!redactor.is_empty()).then(|| {
-            TailRedactor::new(
-                redactor,
-                self.settings.stderr_tail,
-                self.settings.max_log_line,
-            )
-        });
-        let collected = {
-            let mut on_chunk = |c: &iterion_core::OutputChunk| {
-                if let (Some(t), iterion_core::OutputStream::Stderr) = (&mut masked_tail, c.stream)
-                {
-                    t.push(&c.data);
-                }
-                log.push(c);
-            };
-            tokio::select! {
-                r = collect_output(session.as_mut(), limits, &mut on_chunk) => Some(r),
-                () = cancel.cancelled() => None,
-            }
-        };
-        let Some(collected) = collected else {
-            if let Err(e) = session.kill().await {
-                tracing::warn!(node = %node.id, error = %e, "kill of a cancelled exec failed");
-            }
-            log.finish();
-            return Err(NodeError::Cancelled);
-        };
-        log.finish();
-        let out = collected.map_err(NodeError::driver)?;
-        let stderr_tail = match masked_tail {
-            Some(t) => t.finish(),
-            None => String::from_utf8_lossy(&out.stderr_tail).into_owned(),
-        };
-        if out.exit_code != 0 {
-            // A container killed under a running command ends the exec with
-            // the kill's status (137), which reads like the command's own
-            // failure. The sandbox is gone, not the node wrong: SANDBOX_LOST
-            // (infrastructure, resumable), never NODE_FAILED.
-            if sandbox_stopped(booted.run().as_ref(), out.exit_code).await {
-                return Err(NodeError::Failed {
-                    code: FailureCode::SandboxLost,
-                    exit_code: Some(out.exit_code),
-                    error: format!(
-                        "the sandbox {} stopped under the command (exit {})",
-                        booted.run().container(),
-                        out.exit_code
-                    ),
-                    stderr_tail,
-                });
-            }
-            let mut error = format!("command exited with {}", out.exit_code);
-            if out.exit_code == bounds::KILLED
-                && let Some(event) = bounds::memory_limit_hit(booted.run().as_ref()).await
-            {
-                events.emit_node(&node.id, event);
-                error.push_str(": killed at the sandbox's memory limit (ITERION_SANDBOX_MEMORY)");
-            }
-            return Err(NodeError::Failed {
-                code: FailureCode::NodeFailed,
-                exit_code: Some(out.exit_code),
-                error,
-                stderr_tail,
-            });
-        }
-        let schema = node.output.as_ref().and_then(|n| workflow.schemas.get(n));
-        // Node output becomes event data (`node_finished.output`): a secret
-        // value the command printed is masked before it is parsed.
-        let stdout: std::borrow::Cow<'_, [u8]> = match redactor.is_empty() {
-            true => std::borrow::Cow::Borrowed(&out.stdout),
-            false => std::borrow::Cow::Owned(
-                redactor
-                    .redact(&String::from_utf8_lossy(&out.stdout))
-                    .into_bytes(),
-            ),
-        };
-        let output =
-            routing::parse_output(&stdout, out.stdout_truncated(), schema).map_err(|e| {
-                NodeError::Failed {
-                    code: FailureCode::NodeFailed,
-                    exit_code: Some(out.exit_code),
-                    error: format!(
-                        "output does not match schema {}: {e}",
-                        node.output.as_deref().unwrap_or("-")
-                    ),
-                    stderr_tail,
-                }
-            })?;
-        Ok((out.exit_code, output))
-    }
-}
-
-#[derive(Debug)]
-enum NodeError {
-    Cancelled,
-    Failed {
-        code: FailureCode,
-        exit_code: Option<i64>,
-        error: String,
-        stderr_tail: String,
-    },
-}
-
-impl NodeError {
-    fn failed(code: FailureCode, error: impl Into<String>) -> Self {
-        Self::Failed {
-            code,
-            exit_code: None,
-            error: error.into(),
-            stderr_tail: String::new(),
-        }
-    }
-
-    fn driver(e: DriverError) -> Self {
-        let code = match e {
-            DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
-            DriverError::Cancelled => return Self::Cancelled,
-            _ => FailureCode::NodeFailed,
-        };
-        Self::failed(code, format!("{} ({})", e, e.code()))
-    }
-}
-
-/// Whether the sandbox stopped under a command that exited `exit_code`.
-/// A signal death (> 128) may be seen before the engine has recorded the
-/// container's exit (the exec's stream closes first; Podman answers errors
-/// while it removes one), so it is re-checked a few times, bounded; any other
-/// status is checked once. Still alive or still unknown at the end: the
-/// node's own failure (no guess).
-async fn sandbox_stopped(run: &dyn iterion_core::SandboxRun, exit_code: i64) -> bool {
-    let checks = if exit_code > 128 { 10 } else { 1 };
-    for i in 0..checks {
-        if matches!(run.is_alive().await, Ok(false)) {
-            return true;
-        }
-        if i + 1 < checks {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    }
-    false
 }
 
 /// The failure of a run stopped on its token: the bound that fired (with
@@ -959,28 +463,6 @@ fn stopped(bounds: &RunBounds, watchdog: &Watchdog, events: &Emitter) -> Failure
     failure
 }
 
-/// The failure of a bound that was hit, with its event.
-fn bound_failure(bound: &Bound, bounds: &RunBounds, events: &Emitter) -> Failure {
-    if let Some(e) = bound.event(bounds.elapsed()) {
-        events.emit(e);
-    }
-    bound.failure()
-}
-
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-fn one_file_tar(name: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    {
-        let mut builder = tar::Builder::new(&mut out);
-        let mut header = tar::Header::new_gnu();
-        header.set_size(content.len() as u64);
-        header.set_mode(0o700);
-        header.set_cksum();
-        builder.append_data(&mut header, name, content)?;
-        builder.finish()?;
-    }
-    Ok(out)
 }

@@ -380,37 +380,3 @@ mod tests {
         );
     }
 }
-
-/// Which node's exec is running, shared with whoever must attribute an
-/// observation to it (the egress proxy's `network_blocked`).
-#[derive(Debug, Clone, Default)]
-pub struct CurrentNode(Arc<std::sync::Mutex<Option<NodeId>>>);
-
-impl CurrentNode {
-    /// Mark `node` as running until the guard drops.
-    pub fn enter(&self, node: &NodeId) -> CurrentNodeGuard {
-        self.set(Some(node.clone()));
-        CurrentNodeGuard(self.clone())
-    }
-
-    /// The running node, if any.
-    pub fn get(&self) -> Option<NodeId> {
-        self.0.lock().ok().and_then(|g| g.clone())
-    }
-
-    fn set(&self, node: Option<NodeId>) {
-        if let Ok(mut guard) = self.0.lock() {
-            *guard = node;
-        }
-    }
-}
-
-/// Clears the running node when dropped.
-#[derive(Debug)]
-pub struct CurrentNodeGuard(CurrentNode);
-
-impl Drop for CurrentNodeGuard {
-    fn drop(&mut self) {
-        self.0.set(None);
-    }
-}

@@ -3,9 +3,11 @@
 //! Owns one run's life: admission (what this engine can execute, then the
 //! sandbox policy's verdict), the `queued → running → terminal` state
 //! machine under compare-and-set, boot and teardown through a
-//! [`SandboxBooter`], tool-node execution with bounded output, edge
-//! evaluation and loop bounds, run and node bounds (timeouts, budgets:
-//! [`bounds`]), the single event writer of a run, and the reaper's
+//! [`SandboxBooter`], the graph walk (routers, parallel branches and their
+//! joins, loops, foreach: `walk`, `branches`, `graph`) with its resumable
+//! [`progress`], tool-node execution with bounded output, run and node
+//! bounds (timeouts, budgets: [`bounds`]), the engine's side of the agent
+//! seam (`agents`), the single event writer of a run, and the reaper's
 //! orchestration (lease + store + the one predicate).
 //!
 //! It does not decide which sandbox a run gets (the booter does, with the
@@ -23,11 +25,17 @@
 //! [`BootFlags`]. The engine does everything else.
 
 pub mod admission;
+pub mod agents;
 pub mod boot;
 pub mod bounds;
+mod branches;
+pub mod compute;
 pub mod engine;
 pub mod events;
+mod exec;
+pub mod graph;
 pub mod owner;
+pub mod progress;
 pub mod reap;
 pub mod redact;
 pub mod routing;
@@ -35,10 +43,13 @@ pub mod runfiles;
 pub mod sandbox_boot;
 pub mod secrets;
 pub mod template;
+mod tool;
+mod walk;
 
 pub use boot::{
-    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, HostBooter, SandboxBooter,
+    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, ExecEgress, ExecSecrets,
+    HostBooter, SandboxBooter,
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
-pub use events::{CurrentNode, Emitter, EventTap, RunObserver};
+pub use events::{Emitter, EventTap, RunObserver};
 pub use sandbox_boot::{DriverCatalog, PolicyBooter, SandboxFlags};

@@ -222,8 +222,8 @@ impl Redactor {
         s
     }
 
-    /// Mask every string in `value` (event payloads); each string is its
-    /// own text.
+    /// Mask every string in `value` (event payloads), keys included; each
+    /// string is its own text.
     pub fn redact_json(&self, value: &mut serde_json::Value) {
         if self.is_empty() {
             return;
@@ -238,7 +238,17 @@ impl Redactor {
                     }
                 }
                 serde_json::Value::Array(a) => stack.extend(a.iter_mut()),
-                serde_json::Value::Object(o) => stack.extend(o.values_mut()),
+                serde_json::Value::Object(o) => {
+                    // Keys too: an agent's structured output may name a
+                    // secret in one.
+                    if o.keys().any(|k| self.redact(k) != *k) {
+                        let taken = std::mem::take(o);
+                        for (k, v) in taken {
+                            o.insert(self.redact(&k), v);
+                        }
+                    }
+                    stack.extend(o.values_mut());
+                }
                 _ => {}
             }
         }

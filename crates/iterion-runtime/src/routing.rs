@@ -13,26 +13,31 @@ use serde_json::{Map, Value};
 
 use crate::template::{self, Scope, TemplateError};
 
-/// What a `when "…"` expression reads: the source node's output as `input`
-/// (and bare names), the run's `vars` and every finished node's
-/// `outputs`; `loop`, `run` and `artifacts` read as null until the engine
-/// tracks them.
-struct EdgeScope<'a> {
-    output: &'a Value,
-    scope: &'a Scope<'a>,
+/// What an expression reads (`when "…"` and `compute`): `input` (and bare
+/// names) is the source node's output for an edge, the node's input for a
+/// compute node; `vars`, every finished node's `outputs`, the published
+/// `artifacts` and the `loop` state as the templates read them; `run`
+/// reads as null.
+pub(crate) struct ExprScope<'a> {
+    /// What `input` names.
+    pub input: &'a Value,
+    /// Vars and outputs (with the artifacts and loop entries).
+    pub scope: &'a Scope<'a>,
 }
 
-impl Resolve for EdgeScope<'_> {
+impl Resolve for ExprScope<'_> {
     fn resolve(&self, namespace: &str, path: &[String]) -> Option<Value> {
         let (first, rest) = match namespace {
-            "input" => return expr::drill(self.output, path).cloned(),
-            "vars" | "outputs" => path.split_first()?,
+            "input" => return expr::drill(self.input, path).cloned(),
+            "vars" | "outputs" | "artifacts" | "loop" => path.split_first()?,
             _ => return None,
         };
-        let root = if namespace == "vars" {
-            self.scope.vars.get(first)?
-        } else {
-            self.scope.outputs.get(&NodeId::new(first.clone()))?
+        let key = |k: &str| self.scope.outputs.get(&NodeId::new(k));
+        let root = match namespace {
+            "vars" => self.scope.vars.get(first)?,
+            "outputs" => key(first)?,
+            "artifacts" => key(template::ARTIFACTS_KEY)?.get(first)?,
+            _ => key(template::LOOPS_KEY)?.get(first)?,
         };
         expr::drill(root, rest).cloned()
     }
@@ -50,7 +55,12 @@ pub fn condition_holds(condition: &Condition, output: &Value, scope: &Scope<'_>)
             output.get(field).and_then(Value::as_bool).unwrap_or(false) != *negated
         }
         Condition::Expr(text) => Expr::parse(text)
-            .and_then(|e| e.eval_bool(&EdgeScope { output, scope }))
+            .and_then(|e| {
+                e.eval_bool(&ExprScope {
+                    input: output,
+                    scope,
+                })
+            })
             .unwrap_or(false),
     }
 }
@@ -98,7 +108,7 @@ pub struct Taken<'w> {
     pub input: Map<String, Value>,
 }
 
-/// Loop counters of one run.
+/// Loop counters of one frame (the main path, or one branch).
 #[derive(Debug, Default, Clone)]
 pub struct Router {
     loops: BTreeMap<String, u32>,
@@ -110,8 +120,52 @@ impl Router {
         Self::default()
     }
 
-    /// Pick the first matching outgoing edge of `node` in source order,
-    /// count its loop, and build the next input.
+    /// A router continuing from `counters`.
+    pub fn with_counters(counters: BTreeMap<String, u32>) -> Self {
+        Self { loops: counters }
+    }
+
+    /// The loop counters now.
+    pub fn counters(&self) -> &BTreeMap<String, u32> {
+        &self.loops
+    }
+
+    /// Restart a loop's count (a fresh entry into it).
+    pub fn reset(&mut self, name: &str) {
+        self.loops.remove(name);
+    }
+
+    /// Count an edge a router picked by itself (round robin, llm): its
+    /// loop's iteration, or the loop's bound as the error once exhausted.
+    pub fn count(&mut self, edge: &Edge) -> Result<Option<u32>, RouteError> {
+        if self.exhausted(edge)
+            && let Some(bound) = &edge.loop_bound
+        {
+            return Err(RouteError::LoopLimitExceeded {
+                name: bound.name.clone(),
+                max: bound.max,
+            });
+        }
+        Ok(edge.loop_bound.as_ref().map(|bound| {
+            let count = self.loops.entry(bound.name.clone()).or_insert(0);
+            *count += 1;
+            *count
+        }))
+    }
+
+    fn exhausted(&self, edge: &Edge) -> bool {
+        edge.loop_bound
+            .as_ref()
+            .is_some_and(|b| self.loops.get(&b.name).copied().unwrap_or(0) >= b.max)
+    }
+
+    /// Pick the outgoing edge of `node` for `output` (upstream
+    /// `evaluateEdgesWithLoopsRS`): the first conditional edge, in source
+    /// order, whose condition holds; else the `else` edge; else the first
+    /// unconditional edge. A loop edge whose loop is exhausted is skipped,
+    /// so an exit edge can take over; when nothing is left and a skipped
+    /// loop edge would have matched, the loop's bound is the error. Then
+    /// count its loop and build the next input.
     pub fn route<'w>(
         &mut self,
         workflow: &'w Workflow,
@@ -119,55 +173,159 @@ impl Router {
         scope: &Scope<'_>,
         output: &Value,
     ) -> Result<Taken<'w>, RouteError> {
-        // Source order among the non-`else` edges; an `else` edge is taken
-        // only when none of its siblings matched.
-        let edge = workflow
-            .edges_from(node)
-            .filter(|e| !e.is_else)
-            .find(|e| {
-                e.condition
-                    .as_ref()
-                    .is_none_or(|c| condition_holds(c, output, scope))
-            })
-            .or_else(|| workflow.edges_from(node).find(|e| e.is_else))
-            .ok_or_else(|| RouteError::NoOutgoingEdge {
-                node: node.to_string(),
-            })?;
-        let iteration = match &edge.loop_bound {
-            Some(bound) => {
-                let count = self.loops.entry(bound.name.clone()).or_insert(0);
-                *count += 1;
-                if *count > bound.max {
-                    return Err(RouteError::LoopLimitExceeded {
-                        name: bound.name.clone(),
-                        max: bound.max,
-                    });
-                }
-                Some(*count)
+        let mut matched = None;
+        let mut otherwise = None;
+        let mut fallback = None;
+        let mut blocked: Option<&Edge> = None;
+        for e in workflow.edges_from(node) {
+            let holds = match (&e.condition, e.is_else) {
+                (Some(c), _) => condition_holds(c, output, scope),
+                (None, _) => true,
+            };
+            if !holds {
+                continue;
             }
-            None => None,
-        };
-        let with_scope = Scope {
-            output: Some(output),
-            ..*scope
-        };
-        let mut input = Map::new();
-        for (field, expr) in &edge.with {
-            let value =
-                template::render_value(expr, &with_scope).map_err(|source| RouteError::With {
-                    from: edge.from.to_string(),
-                    to: target_name(&edge.to).to_owned(),
-                    field: field.clone(),
-                    source,
-                })?;
-            input.insert(field.clone(), value);
+            if self.exhausted(e) {
+                blocked.get_or_insert(e);
+                continue;
+            }
+            match (&e.condition, e.is_else) {
+                (Some(_), _) => {
+                    matched = Some(e);
+                    break;
+                }
+                (None, true) => {
+                    otherwise.get_or_insert(e);
+                }
+                (None, false) => {
+                    fallback.get_or_insert(e);
+                }
+            }
         }
+        let Some(edge) = matched.or(otherwise).or(fallback) else {
+            return Err(match blocked.and_then(|e| e.loop_bound.as_ref()) {
+                Some(bound) => RouteError::LoopLimitExceeded {
+                    name: bound.name.clone(),
+                    max: bound.max,
+                },
+                None => RouteError::NoOutgoingEdge {
+                    node: node.to_string(),
+                },
+            });
+        };
+        let iteration = self.count(edge)?;
+        let input = edge_input(workflow, edge, scope, output)?;
         Ok(Taken {
             edge,
             iteration,
             input,
         })
     }
+}
+
+/// The edges a `fan_out_all` router forks along: every plain edge, each
+/// `when` edge whose condition holds on the router's output, and an
+/// `else` edge when none of those conditions held. (Upstream forked along
+/// every edge, conditions ignored, so `-> x when has_npm` ran `x` even
+/// without npm.)
+pub fn fan_out_edges<'w>(
+    workflow: &'w Workflow,
+    router: &'w iterion_core::NodeId,
+    scope: &Scope<'_>,
+    output: &Value,
+) -> Vec<&'w Edge> {
+    let mut picked = Vec::new();
+    let mut any_condition = false;
+    for e in workflow.edges_from(router) {
+        match &e.condition {
+            Some(c) if condition_holds(c, output, scope) => {
+                any_condition = true;
+                picked.push(e);
+            }
+            Some(_) => {}
+            None if e.is_else => {}
+            None => picked.push(e),
+        }
+    }
+    if !any_condition {
+        picked.extend(workflow.edges_from(router).filter(|e| e.is_else));
+    }
+    picked
+}
+
+/// The `round_robin` pick of a router (upstream `execRoundRobin`): its
+/// unconditional edges in source order, the `position`-th modulo their
+/// count. `None` when it has none.
+pub fn round_robin<'w>(
+    workflow: &'w Workflow,
+    router: &'w iterion_core::NodeId,
+    position: u32,
+) -> Option<(&'w Edge, u32)> {
+    let edges: Vec<&Edge> = workflow
+        .edges_from(router)
+        .filter(|e| e.condition.is_none() && !e.is_else)
+        .collect();
+    let n = u32::try_from(edges.len()).ok().filter(|n| *n > 0)?;
+    let index = position % n;
+    edges.get(index as usize).map(|e| (*e, index))
+}
+
+/// What `{{input.x}}` reads in a `with` mapping or a foreach collection
+/// (upstream `buildNodeInputRS`): the source's output over the run's
+/// variables — the mapping feeds the next node from what this one made.
+pub fn edge_scope_input(scope: &Scope<'_>, output: &Value) -> Map<String, Value> {
+    let mut input: Map<String, Value> = scope
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Value::Object(fields) = output {
+        input.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    input
+}
+
+/// The next node's input: the edge's `with` mappings rendered against
+/// the source's output (`{{input.x}}`, [`edge_scope_input`]; `{{output.x}}`
+/// too, for IR built by hand) and everything else `scope` holds. A router
+/// reached by an edge without `with` gets the source's output: routers
+/// pass their input through, and their edges' conditions then read the
+/// node that routed to them (upstream's documented reading: "boolean
+/// fields in the upstream node's output"; its code passed an empty input).
+pub fn edge_input(
+    workflow: &Workflow,
+    edge: &Edge,
+    scope: &Scope<'_>,
+    output: &Value,
+) -> Result<Map<String, Value>, RouteError> {
+    if edge.with.is_empty()
+        && let Target::Node(to) = &edge.to
+        && workflow
+            .nodes
+            .get(to)
+            .is_some_and(|n| n.kind == iterion_dsl::ir::NodeKind::Router)
+        && let Value::Object(fields) = output
+    {
+        return Ok(fields.clone());
+    }
+    let input = edge_scope_input(scope, output);
+    let with_scope = Scope {
+        input: &input,
+        output: Some(output),
+        ..*scope
+    };
+    let mut input = Map::new();
+    for (field, expr) in &edge.with {
+        let value =
+            template::render_value(expr, &with_scope).map_err(|source| RouteError::With {
+                from: edge.from.to_string(),
+                to: target_name(&edge.to).to_owned(),
+                field: field.clone(),
+                source,
+            })?;
+        input.insert(field.clone(), value);
+    }
+    Ok(input)
 }
 
 /// Display name of a target.
@@ -269,6 +427,15 @@ pub fn parse_output(
         m.insert("result".into(), Value::String(trimmed.to_owned()));
         m
     });
+    check_output(object, schema)
+}
+
+/// Check a node's output object against its declared schema (every
+/// field present, of its type, within its enum); extra fields are kept.
+pub fn check_output(
+    object: Map<String, Value>,
+    schema: Option<&Schema>,
+) -> Result<Value, OutputError> {
     if let Some(schema) = schema {
         for field in &schema.fields {
             let value = object
@@ -283,13 +450,20 @@ pub fn parse_output(
                 });
             }
             if !field.enum_values.is_empty() {
-                let text = template::value_text(value);
-                if !field.enum_values.contains(&text) {
-                    return Err(OutputError::NotInEnum {
-                        field: field.name.clone(),
-                        value: text,
-                        allowed: field.enum_values.clone(),
-                    });
+                // A `string[]` enum constrains each item.
+                let items: Vec<&Value> = match (field.ty, value) {
+                    (FieldType::StringArray, Value::Array(items)) => items.iter().collect(),
+                    _ => vec![value],
+                };
+                for item in items {
+                    let text = template::value_text(item);
+                    if !field.enum_values.contains(&text) {
+                        return Err(OutputError::NotInEnum {
+                            field: field.name.clone(),
+                            value: text,
+                            allowed: field.enum_values.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -353,6 +527,8 @@ mod tests {
             worktree: None,
             budget: BTreeMap::new(),
             secrets: Vec::new(),
+            prompts: BTreeMap::new(),
+            properties: BTreeMap::new(),
             pos: Pos::default(),
         }
     }
@@ -462,6 +638,89 @@ mod tests {
                 max: 3
             })
         );
+    }
+
+    #[test]
+    fn a_conditional_edge_beats_an_earlier_unconditional_one() {
+        // upstream: conditional edges first, the first unconditional edge
+        // is only the fallback.
+        let wf = workflow(vec![
+            edge("a", Target::Fail, None),
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "ok".into(),
+                    negated: false,
+                }),
+            ),
+        ]);
+        let mut r = Router::new();
+        assert_eq!(route(&wf, &mut r, &json!({"ok": true})).expect("r"), "done");
+        assert_eq!(
+            route(&wf, &mut r, &json!({"ok": false})).expect("r"),
+            "fail"
+        );
+    }
+
+    #[test]
+    fn an_exhausted_loop_edge_yields_to_the_exit() {
+        // verify -> fix when not pass as retry(2); verify -> done (exit)
+        let mut back = edge(
+            "a",
+            Target::Node(NodeId::new("a")),
+            Some(Condition::Field {
+                field: "pass".into(),
+                negated: true,
+            }),
+        );
+        back.loop_bound = Some(LoopBound {
+            name: "retry".into(),
+            max: 2,
+            unbounded: false,
+        });
+        let wf = workflow(vec![back, edge("a", Target::Done, None)]);
+        let mut r = Router::new();
+        let fail = json!({"pass": false});
+        assert_eq!(route(&wf, &mut r, &fail).expect("1"), "a");
+        assert_eq!(route(&wf, &mut r, &fail).expect("2"), "a");
+        assert_eq!(route(&wf, &mut r, &fail).expect("exit"), "done");
+        assert_eq!(r.counters().get("retry"), Some(&2));
+        r.reset("retry");
+        assert_eq!(route(&wf, &mut r, &fail).expect("fresh"), "a");
+    }
+
+    #[test]
+    fn round_robin_cycles_over_unconditional_edges() {
+        let wf = workflow(vec![
+            edge("a", Target::Node(NodeId::new("x")), None),
+            edge(
+                "a",
+                Target::Done,
+                Some(Condition::Field {
+                    field: "f".into(),
+                    negated: false,
+                }),
+            ),
+            edge("a", Target::Node(NodeId::new("y")), None),
+        ]);
+        let a = NodeId::new("a");
+        let picks: Vec<(String, u32)> = (0..4)
+            .map(|p| {
+                let (e, i) = round_robin(&wf, &a, p).expect("edge");
+                (target_name(&e.to).to_owned(), i)
+            })
+            .collect();
+        assert_eq!(
+            picks,
+            [
+                ("x".to_owned(), 0),
+                ("y".to_owned(), 1),
+                ("x".to_owned(), 0),
+                ("y".to_owned(), 1)
+            ]
+        );
+        assert!(round_robin(&wf, &NodeId::new("none"), 0).is_none());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use iterion_core::driver::{ManagedResource, ResourceKind};
 use iterion_core::plan::EgressAttachment;
 use iterion_core::{
     Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode,
-    MountOrigin, RunInfo, RunStore,
+    MountOrigin, NodeId, RunInfo, RunStore,
 };
 use iterion_netproxy::{
     BlockedRequest, EgressProxy, LimitNotice, Policy, ProxyHandle, ProxyOptions, ProxyToken,
@@ -41,8 +41,10 @@ use iterion_sandbox::verdict::{
     setup_failure_status,
 };
 
-use crate::boot::{AdmissionVerdict, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
-use crate::events::{CurrentNode, Emitter, RunObserver};
+use crate::boot::{
+    AdmissionVerdict, BootContext, BootError, Booted, ExecEgress, ExecSecrets, SandboxBooter,
+};
+use crate::events::{Emitter, RunObserver};
 use crate::secrets::{
     SecretFiles, resolve as resolve_secrets, secrets_root, write_files as write_secret_files,
 };
@@ -128,8 +130,8 @@ pub struct PolicyBooter {
     catalog: DriverCatalog,
     store: Arc<dyn RunStore>,
     state_dir: PathBuf,
-    current: CurrentNode,
     drain: DrainOptions,
+    extra_mounts: Vec<iterion_core::plan::Mount>,
 }
 
 impl PolicyBooter {
@@ -141,7 +143,6 @@ impl PolicyBooter {
         catalog: DriverCatalog,
         store: Arc<dyn RunStore>,
         state_dir: PathBuf,
-        current: CurrentNode,
     ) -> Self {
         Self {
             env,
@@ -149,9 +150,18 @@ impl PolicyBooter {
             catalog,
             store,
             state_dir,
-            current,
             drain: DrainOptions::default(),
+            extra_mounts: Vec::new(),
         }
+    }
+
+    /// Host binds every sandbox of this booter gets where the driver keeps
+    /// host binds (the claw runner binary, read-only); on a driver without
+    /// them they are left out, not dropped with a notice, since their user
+    /// copies them in itself (`SandboxRun::import`).
+    pub fn with_mounts(mut self, mounts: Vec<iterion_core::plan::Mount>) -> Self {
+        self.extra_mounts = mounts;
+        self
     }
 
     fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
@@ -292,9 +302,10 @@ impl SandboxBooter for PolicyBooter {
         // starts; a missing one names the secret, never a value.
         let secrets = resolve_secrets(&ctx.workflow.secrets, &self.local_env)
             .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
-        let exec = ExecSecrets {
+        let mut exec = ExecSecrets {
             env: secrets.env.clone(),
             redactor: secrets.redactor(),
+            egress: None,
         };
         // Masked from the first event that could carry one (a driver line,
         // a blocked host during post_create).
@@ -439,6 +450,11 @@ impl SandboxBooter for PolicyBooter {
         planned_plan
             .mounts
             .extend(secret_files.mounts.iter().cloned());
+        if caps.host_bind_mounts {
+            planned_plan
+                .mounts
+                .extend(self.extra_mounts.iter().cloned());
+        }
         // Paths only (facts §6.9: exported before start); values never
         // touch the create-time env.
         for (k, v) in &secret_files.path_env {
@@ -484,6 +500,7 @@ impl SandboxBooter for PolicyBooter {
             max_duration: None,
         };
         let mut proxy = None;
+        let mut credentials = None;
         let mut egress_network = None;
         if policy.needs_proxy() {
             match egress_verdict(resolved.mode, true, driver_name, caps.egress_enforcement) {
@@ -507,8 +524,9 @@ impl SandboxBooter for PolicyBooter {
                 token.clone(),
             );
             opts.freebind = binding.not_yet_configured;
-            opts.on_blocked = Arc::new(network_blocked(events.clone(), self.current.clone()));
+            opts.on_blocked = Arc::new(network_blocked(events.clone()));
             opts.on_limit = Arc::new(proxy_limit(events.clone()));
+            credentials = Some(opts.credentials.clone());
             let handle = match EgressProxy::start(opts).await {
                 Ok(h) => h,
                 Err(e) => {
@@ -539,6 +557,15 @@ impl SandboxBooter for PolicyBooter {
                             e.code()
                         ),
                     );
+                }
+                if let (Some(credentials), Some(handle), Some(host)) =
+                    (credentials, proxy.as_ref(), run.egress_host())
+                {
+                    exec.egress = Some(ExecEgress {
+                        credentials,
+                        host: host.to_owned(),
+                        port: handle.local_addr().port(),
+                    });
                 }
                 Ok(Booted::Sandbox {
                     run,
@@ -797,9 +824,12 @@ fn proxy_limit(events: Emitter) -> impl Fn(LimitNotice) + Send + Sync {
     }
 }
 
-fn network_blocked(events: Emitter, current: CurrentNode) -> impl Fn(BlockedRequest) + Send + Sync {
+/// A denial becomes `network_blocked`, naming the node whose exec's own
+/// credential asked; a request under the run token (a process no exec of
+/// the engine started with a credential) names none — never a guess.
+fn network_blocked(events: Emitter) -> impl Fn(BlockedRequest) + Send + Sync {
     move |req: BlockedRequest| {
-        let node = current.get();
+        let node = req.exec.as_deref().map(NodeId::new);
         let kind = EventKind::NetworkBlocked {
             host: req.host.clone(),
             port: req.port,

@@ -566,5 +566,11 @@ mod tests {
             r.redactor().redact("a t0ken b ghp_x"),
             "a [REDACTED] b [REDACTED]"
         );
+        let mut v = serde_json::json!({"out": ["x t0ken", 3], "t0ken": {"k": "ghp_x"}});
+        r.redactor().redact_json(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"out": ["x [REDACTED]", 3], "[REDACTED]": {"k": "[REDACTED]"}})
+        );
     }
 }

@@ -7,6 +7,12 @@
 //! node's output, and an expression that is exactly one reference keeps the
 //! value's JSON type. A reference that does not resolve is an error, never
 //! an empty string.
+//!
+//! `{{artifacts.NAME}}` reads the latest output a node published as
+//! `NAME` (`publish:`), `{{loop.NAME.iteration|max|previous_output}}` the
+//! state of a loop as upstream. Both ride in [`Scope::outputs`] under keys
+//! no node id can take ([`ARTIFACTS_KEY`], [`LOOPS_KEY`]), so every caller
+//! that already hands over the outputs it sees hands these over too.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +32,7 @@ pub enum TemplateError {
     },
     /// A namespace other than vars/input/outputs/output.
     #[error(
-        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD or output.FIELD"
+        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD, output.FIELD, artifacts.NAME or loop.NAME.FIELD"
     )]
     UnknownNamespace {
         /// The reference.
@@ -49,6 +55,14 @@ impl TemplateError {
     }
 }
 
+/// The `outputs` entry holding published artifacts (name → output). A
+/// NUL byte: never part of a node id, which is an identifier.
+pub const ARTIFACTS_KEY: &str = "\u{0}artifacts";
+
+/// The `outputs` entry holding loop state (name → `{iteration, max,
+/// previous_output}`).
+pub const LOOPS_KEY: &str = "\u{0}loop";
+
 /// What references resolve against.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {
@@ -56,7 +70,8 @@ pub struct Scope<'a> {
     pub vars: &'a BTreeMap<String, Value>,
     /// The node's input (built by the incoming edge's `with`).
     pub input: &'a Map<String, Value>,
-    /// Outputs of every node that ran so far (last execution wins).
+    /// Outputs of every node that ran so far (last execution wins), plus
+    /// the artifacts and loop entries ([`ARTIFACTS_KEY`], [`LOOPS_KEY`]).
     pub outputs: &'a BTreeMap<NodeId, Value>,
     /// The source node's output (only inside `with`).
     pub output: Option<&'a Value>,
@@ -158,6 +173,26 @@ fn lookup<'s>(reference: &str, scope: &Scope<'s>) -> Result<&'s Value, TemplateE
             ),
             tail,
         ),
+        ("artifacts", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(ARTIFACTS_KEY))
+                    .and_then(|a| a.get(*name))
+                    .ok_or_else(|| unresolved("no node has published that artifact yet"))?,
+            ),
+            tail,
+        ),
+        ("loop", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(LOOPS_KEY))
+                    .and_then(|l| l.get(*name))
+                    .ok_or_else(|| unresolved("no such loop"))?,
+            ),
+            tail,
+        ),
         ("output", tail) => (
             Some(
                 scope
@@ -215,6 +250,19 @@ pub fn render_value(template: &str, scope: &Scope<'_>) -> Result<Value, Template
     Ok(Value::String(out))
 }
 
+/// Render a prompt body: every reference interpolated as its text form
+/// (no quoting: a prompt is not a shell; `{{!…}}` means the same).
+pub fn render_text(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
+    let mut out = String::with_capacity(template.len());
+    for piece in split(template)? {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Ref { reference, .. } => out.push_str(&value_text(lookup(reference, scope)?)),
+        }
+    }
+    Ok(out)
+}
+
 /// Check a template's syntax and namespaces without resolving values
 /// (admission runs this on every command and `with`).
 pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
@@ -223,7 +271,8 @@ pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
             let ns = reference.split('.').next().unwrap_or_default();
             let parts = reference.split('.').count();
             let ok = match ns {
-                "vars" | "input" | "outputs" => parts >= 2,
+                "vars" | "input" | "outputs" | "artifacts" => parts >= 2,
+                "loop" => parts >= 3,
                 "output" => true,
                 _ => false,
             };
@@ -298,6 +347,20 @@ mod tests {
         });
         assert!(check_syntax("{{vars}}").is_err());
         assert!(check_syntax("a {{ outputs.n.f }} {{!vars.x}}").is_ok());
+    }
+
+    #[test]
+    fn prompts_interpolate_without_quoting() {
+        with_scope(|s| {
+            assert_eq!(
+                render_text("Hi {{vars.name}}, n={{ vars.n }} {{!input.msg}}", s).expect("text"),
+                "Hi it's $(rm -rf /), n=3 a b"
+            );
+            assert!(matches!(
+                render_text("{{input.nope}}", s),
+                Err(TemplateError::Unresolved { .. })
+            ));
+        });
     }
 
     #[test]

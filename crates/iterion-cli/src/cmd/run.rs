@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use iterion_core::{HostState, Mode, RunId, RunStatus, Trust};
-use iterion_runtime::{
-    BootFlags, CurrentNode, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags,
-};
+use iterion_runtime::{BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags};
 use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
 use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
 use tokio_util::sync::CancellationToken;
@@ -52,6 +50,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // a TERMed run left its container, network, rules and secret files).
     let cancel = CancellationToken::new();
     cancel_on_signals(cancel.clone())?;
+
+    // Agent nodes: credentials and backend defaults come from this
+    // process's environment; a static `iterion` (this one, or ITERION_BIN)
+    // is bound read-only into the sandbox for claw's in-box runner. What
+    // can be checked without a container is checked now, so a missing key
+    // refuses the run before anything is created.
+    let agent_env = iterion_agent::EnvSnapshot::from_process();
+    let runner_binary = iterion_agent::runner::locate_runner_binary(
+        &agent_env,
+        std::env::current_exe().ok().as_deref(),
+    );
+    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone());
+    admit_agents(&agents, &workflow)?;
 
     let store = stores::open_from_env().await?;
     let run_id = match args.run_id.clone() {
@@ -97,7 +108,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     });
 
     let workspace = std::env::current_dir()?.canonicalize()?;
-    let current = CurrentNode::default();
     let booter = PolicyBooter::new(
         env,
         local_env,
@@ -107,12 +117,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         },
         store.clone(),
         state_dir,
-        current.clone(),
     );
+    let booter = match &runner_binary {
+        Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
+            booter.with_mounts(vec![iterion_agent::runner::runner_mount(bin)])
+        }
+        _ => booter,
+    };
     let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
     let engine = Engine::new(store, Arc::new(booter))
-        .with_event_tap(tap)
-        .with_current_node(current);
+        .with_agents(Arc::new(agents))
+        .with_event_tap(tap);
     let renderer = tokio::spawn(render::render_events(rx));
 
     let options = RunOptions {
@@ -192,6 +207,31 @@ fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
             }
         }
     });
+    Ok(())
+}
+
+/// Every agent, judge and `mode: llm` router node passes the agent
+/// crate's admission (backend, provider, credentials, tools); a refusal is
+/// bad input naming the node and what is missing.
+fn admit_agents(
+    agents: &iterion_agent::AgentBackends,
+    workflow: &iterion_dsl::ir::Workflow,
+) -> anyhow::Result<()> {
+    let default_backend = workflow
+        .properties
+        .get("default_backend")
+        .and_then(serde_json::Value::as_str);
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_agent_node(n))
+    {
+        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
     Ok(())
 }
 

@@ -563,7 +563,7 @@ fn numeric_and_host_header(engine: Engine) {
     let script = format!(
         r#"{PRELUDE}
 GW="${{HP%%:*}}"; PP="${{HP##*:}}"
-AUTH=$(printf 't:%s' "$TOK" | base64 -w0)
+AUTH=$(printf '%s' "$CRED" | base64 -w0)
 connect_get() {{
   exec 3<>"/dev/tcp/$GW/$PP"
   printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n' "$1" "$1" "$AUTH" >&3

@@ -220,11 +220,13 @@ PROXY="${HTTPS_PROXY:-}"
 if [ -n "$PROXY" ]; then rec proxy_env set; else rec proxy_env unset; fi
 if [ "${HTTP_PROXY:-}" = "$PROXY" ] && [ "${https_proxy:-}" = "$PROXY" ] && [ "${http_proxy:-}" = "$PROXY" ]; then rec proxy_vars_agree yes; else rec proxy_vars_agree no; fi
 rec no_proxy "${NO_PROXY:-}|${no_proxy:-}"
-# The proxy's host:port, token left out (results land in events and logs);
-# the token itself travels reversed so the test can look for leaks of it.
+# The proxy's host:port, credential left out (results land in events and
+# logs); the secret itself (this exec's own, `http://<id>:<secret>@…`)
+# travels reversed so the test can look for leaks of it. CRED (`<id>:<secret>`)
+# is what a hand-written Proxy-Authorization sends.
 HP="${PROXY##*@}"
 rec proxy_hostport "$HP"
-TOK="${PROXY#*//t:}"; TOK="${TOK%%@*}"
+CRED="${PROXY#*//}"; CRED="${CRED%%@*}"; TOK="${CRED#*:}"
 if [ -n "$PROXY" ]; then rec token_rev "$(printf '%s' "$TOK" | rev)"; fi
 "#;
 

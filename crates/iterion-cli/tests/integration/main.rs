@@ -4,9 +4,12 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
+mod agents_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
 mod egress_e2e;
+mod graph_e2e;
+mod manifests_e2e;
 mod output_e2e;
 mod readback_e2e;
 mod run_e2e;

@@ -573,7 +573,7 @@ async fn orphans_listed_and_removed(engine: Engine) {
     ordered.sort_by_key(|r| match r.kind {
         K::Container => 0,
         K::Network => 1,
-        K::Volume | K::HostDir => 2,
+        K::Volume | K::HostDir | K::Secret => 2,
     });
     for r in &ordered {
         d.remove_managed(r).await.expect("remove");

@@ -400,7 +400,13 @@ pub(crate) fn compile(
                 attachments: &attachments,
             };
             refs::check(&w, &inputs, ctx);
-            out.push(w);
+            out.push(Workflow {
+                prompts: prompt_bodies
+                    .iter()
+                    .map(|(k, (body, _))| (k.clone(), body.clone()))
+                    .collect(),
+                ..w
+            });
         }
     }
     out
@@ -443,5 +449,34 @@ workflow w:
         assert_eq!(s[1].mount_path.as_deref(), Some("/etc/db/pass"));
         assert!(s[1].optional);
         assert_eq!(s[1].value, None);
+    }
+}
+
+#[cfg(test)]
+mod prompt_tests {
+    use std::path::Path;
+
+    #[test]
+    fn prompt_bodies_reach_the_ir() {
+        let src = "prompt sys:\n  You review {{vars.repo}}.\n    Keep indentation.\n\nprompt empty:\n\ntool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  t -> done\n";
+        let c = crate::compile_source(src, Path::new("p.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let p = &c.workflows[0].prompts;
+        assert_eq!(
+            p.get("sys").map(String::as_str),
+            Some("You review {{vars.repo}}.\n  Keep indentation.")
+        );
+        assert_eq!(p.get("empty").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn workflow_properties_reach_the_ir() {
+        let src = "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  default_backend: \"claw\"\n  interaction: none\n  t -> done\n";
+        let c = crate::compile_source(src, Path::new("p.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let p = &c.workflows[0].properties;
+        assert_eq!(p.get("default_backend"), Some(&serde_json::json!("claw")));
+        assert_eq!(p.get("interaction"), Some(&serde_json::json!("none")));
+        assert!(!p.contains_key("entry"));
     }
 }

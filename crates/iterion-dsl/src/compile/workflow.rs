@@ -67,6 +67,7 @@ pub(crate) fn compile_workflow(
     let mut sandbox_decl = None;
     let mut edge_lines: Vec<EdgeLine> = Vec::new();
     let mut budget_iterations: Option<i64> = None;
+    let mut properties: BTreeMap<String, Value> = BTreeMap::new();
     let mut seen: HashMap<String, Pos> = HashMap::new();
 
     for l in &wline.children {
@@ -130,7 +131,11 @@ pub(crate) fn compile_workflow(
             "attachments" | "resources" | "compaction" => {
                 let _ = ctx.props(&l.children, None, &p.key);
             }
-            _ => {}
+            _ => {
+                if let Some(v) = &p.value {
+                    properties.insert(p.key.clone(), v.to_json());
+                }
+            }
         }
     }
     for (prefix, l) in extra_edges {
@@ -467,6 +472,8 @@ pub(crate) fn compile_workflow(
         worktree,
         budget,
         secrets,
+        prompts: BTreeMap::new(),
+        properties,
         pos: wpos,
     })
 }

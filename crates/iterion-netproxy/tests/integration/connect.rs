@@ -102,6 +102,7 @@ async fn denied_connect_is_403_once_with_the_rule() {
             port: 443,
             reason: BlockReason::Allowlist,
             rule: Some("!evil.example.test".into()),
+            exec: None,
         }]
     );
 }

@@ -65,7 +65,8 @@ async fn denied_host_gets_403_with_reason_header_and_one_callback() {
             host: "denied.test".into(),
             port: 8080,
             reason: BlockReason::Allowlist,
-            rule: None
+            rule: None,
+            exec: None,
         }]
     );
 }

@@ -7,22 +7,7 @@ use iterion_core::{FailureCode, NodeId, RunStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::Harness;
-
-fn compile(source: &str) -> iterion_dsl::ir::Workflow {
-    let compiled = iterion_dsl::compile_source(source, Path::new("test.iter"));
-    assert!(
-        !compiled.has_errors(),
-        "{}",
-        compiled
-            .diagnostics
-            .iter()
-            .map(|d| format!("{d:?}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    compiled.workflows.into_iter().next().expect("a workflow")
-}
+use crate::support::{Harness, compile};
 
 #[tokio::test]
 async fn the_failing_node_example_routes_to_fail() {
@@ -42,7 +27,7 @@ async fn the_failing_node_example_routes_to_fail() {
             "run_started",
             "node_started",
             "node_finished",
-            "edge_taken",
+            "edge_selected",
             "run_failed"
         ]
     );
@@ -104,4 +89,33 @@ async fn a_loop_bound_written_in_the_language_is_enforced() {
     let out = h.run(compile(&source)).await;
     assert_eq!(out.status, RunStatus::Failed);
     assert_eq!(out.failure.unwrap().code, FailureCode::LoopLimitExceeded);
+}
+
+#[tokio::test]
+async fn the_parallel_example_runs_its_branches_join_and_loops() {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/parallel.iter"),
+    )
+    .unwrap();
+    let h = Harness::new();
+    let out = h.run(compile(&source)).await;
+    assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
+    let kinds = h.kinds(&out.run_id).await;
+    let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    // Three reviewers, then three foreach items; two joins.
+    assert_eq!(count("branch_started"), 6);
+    assert_eq!(count("join_ready"), 2);
+    let fixes = std::fs::read_to_string(h.workspace.path().join("fixes.log")).unwrap();
+    assert_eq!(fixes, "a\nb\n");
+    let events = h.events(&out.run_id).await;
+    let published = events
+        .iter()
+        .find(|e| e.kind == "node_finished" && e.node_id == Some(NodeId::new("published")))
+        .unwrap();
+    let notes: serde_json::Value =
+        serde_json::from_str(published.data["output"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        notes,
+        json!([{"file": "lint.note"}, {"file": "test.note"}, {"file": "docs.note"}])
+    );
 }

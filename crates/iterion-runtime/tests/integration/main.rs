@@ -2,10 +2,12 @@
 //! the noop driver, against a run store.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod agents;
 mod booting;
 mod bounds;
 mod docker;
 mod dsl;
+mod graph;
 mod memstore;
 mod reaper;
 mod runs;

@@ -29,13 +29,14 @@ async fn hello_run_finishes_with_its_event_stream() {
             "run_started",
             "node_started",
             "node_finished",
-            "edge_taken",
+            "edge_selected",
             "run_finished"
         ]
     );
-    let events = h.events(&out.run_id).await;
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+    let all = h.events(&out.run_id).await;
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=all.len() as u64).collect::<Vec<_>>());
+    let events: Vec<_> = all.iter().filter(|e| e.kind != "run_checkpoint").collect();
     assert_eq!(events[0].data["decision"], "admitted");
     let finished = &events[3];
     assert_eq!(finished.node_id, Some(NodeId::new("hello")));
@@ -157,7 +158,7 @@ async fn a_node_routed_to_fail_fails_the_workflow() {
     assert_eq!(out.status, RunStatus::Failed);
     assert_eq!(out.failure.unwrap().code, FailureCode::WorkflowFailed);
     let events = h.events(&out.run_id).await;
-    let taken = events.iter().find(|e| e.kind == "edge_taken").unwrap();
+    let taken = events.iter().find(|e| e.kind == "edge_selected").unwrap();
     assert_eq!(taken.data["to"], "fail");
     assert_eq!(taken.data["condition"], "not ok");
     let rec = h.store.load_run(&out.run_id).await.unwrap().unwrap();
@@ -184,7 +185,7 @@ async fn a_loop_stops_at_its_bound() {
     let events = h.events(&out.run_id).await;
     let iterations: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "edge_taken")
+        .filter(|e| e.kind == "edge_selected")
         .map(|e| e.data["iteration"].clone())
         .collect();
     assert_eq!(iterations, [json!(1), json!(2)]);

@@ -15,6 +15,37 @@ use iterion_runtime::{
 };
 use tokio_util::sync::CancellationToken;
 
+/// Compile `.iter` source; any error diagnostic fails the test.
+pub fn compile(source: &str) -> Workflow {
+    let compiled = iterion_dsl::compile_source(source, std::path::Path::new("test.iter"));
+    assert!(
+        !compiled.has_errors(),
+        "{}",
+        compiled
+            .diagnostics
+            .iter()
+            .map(|d| format!("{d:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    compiled.workflows.into_iter().next().expect("a workflow")
+}
+
+/// Wait (bounded, far below any test sleep) until `pid` is gone or a
+/// zombie awaiting its reaper — SIGKILL lands asynchronously — and fail if
+/// it is still running.
+pub async fn assert_process_gone(pid: u32) {
+    let mut stat = String::new();
+    for _ in 0..500 {
+        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("process {pid} survived: {stat}");
+}
+
 /// The embedded SQLite store in a fresh directory (kept alive by the
 /// returned guard).
 pub fn store() -> (Arc<dyn RunStore>, tempfile::TempDir) {
@@ -87,6 +118,8 @@ pub fn workflow(entry: &str, nodes: Vec<Node>, edges: Vec<Edge>) -> Workflow {
         worktree: None,
         budget: BTreeMap::new(),
         secrets: Vec::new(),
+        prompts: BTreeMap::new(),
+        properties: BTreeMap::new(),
         pos: Pos::default(),
     }
 }
@@ -133,6 +166,12 @@ impl Harness {
         }
     }
 
+    /// The same harness whose engine runs agent nodes through `runner`.
+    pub fn with_agents(mut self, runner: Arc<dyn iterion_core::agent::AgentRunner>) -> Self {
+        self.engine = Engine::new(Arc::clone(&self.store), self.booter.clone()).with_agents(runner);
+        self
+    }
+
     pub fn options(&self, wf: Workflow) -> RunOptions {
         RunOptions {
             file: "test.iter".into(),
@@ -159,27 +198,41 @@ impl Harness {
         self.store.events_after(run, 0, 0).await.unwrap()
     }
 
+    /// Event kinds in order, without the progress checkpoints.
     pub async fn kinds(&self, run: &RunId) -> Vec<String> {
-        self.events(run).await.into_iter().map(|e| e.kind).collect()
+        self.events(run)
+            .await
+            .into_iter()
+            .map(|e| e.kind)
+            .filter(|k| k != "run_checkpoint")
+            .collect()
+    }
+
+    /// The persisted progress steps, in order.
+    pub async fn checkpoints(&self, run: &RunId) -> Vec<iterion_runtime::progress::ProgressStep> {
+        self.events(run)
+            .await
+            .into_iter()
+            .filter(|e| e.kind == "run_checkpoint")
+            .map(|e| {
+                assert_eq!(e.data["version"], 1);
+                serde_json::from_value(e.data["step"].clone()).unwrap()
+            })
+            .collect()
+    }
+
+    /// Events of one kind, in order.
+    pub async fn of_kind(&self, run: &RunId, kind: &str) -> Vec<EventRecord> {
+        self.events(run)
+            .await
+            .into_iter()
+            .filter(|e| e.kind == kind)
+            .collect()
     }
 
     pub async fn logs(&self, run: &RunId) -> Vec<LogLine> {
         self.store.logs_after(run, 0, 0).await.unwrap()
     }
-}
-
-/// Fail unless `pid` is gone or a zombie awaiting its reaper. SIGKILL lands
-/// asynchronously: waits (bounded, ~5 s) before judging.
-pub async fn assert_process_gone(pid: u32) {
-    let mut stat = String::new();
-    for _ in 0..500 {
-        stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("process {pid} survived: {stat}");
 }
 
 /// Spawn a watcher that reads the pid a node writes to `file` (once it

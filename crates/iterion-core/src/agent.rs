@@ -1,0 +1,268 @@
+//! The agent seam: how the engine hands an agent, judge or `mode: llm`
+//! router node to whatever runs agents, and what it gets back.
+//!
+//! The engine renders the node's prompts, derives its output schema and
+//! resolves its input; an [`AgentRunner`] (the `iterion-agent` crate: claw
+//! loop, `claude_code` adapter, in-box runner) resolves the backend, runs
+//! the conversation — its shell tools exec'd into the run's sandbox
+//! through [`SandboxRun`] — and answers with a structured output, its token
+//! usage, and the events it streamed on the way ([`AgentEvents`], persisted
+//! by the engine as run events, upstream's names). It does not choose the next
+//! node (the engine routes on the output) nor decide where the run's
+//! sandbox is (the booter did).
+//!
+//! Cancellation drops the future: an implementation releases what it holds
+//! in `Drop` (host processes killed on drop; an exec in the sandbox dies
+//! with the container at teardown at the latest).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::driver::{DriverError, SandboxRun};
+use crate::event::EventDraft;
+use crate::id::{NodeId, RunId};
+
+/// What kind of node asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum AgentRole {
+    /// An `agent` node.
+    Agent,
+    /// A `judge` node: its structured verdict routes its edges.
+    Judge,
+    /// A `mode: llm` router choosing among `candidates` (its edges'
+    /// targets, in source order); `multi` lets it choose several, which
+    /// then run as parallel branches. Its output schema (set by the
+    /// engine) is `{selected_route, reasoning}` or
+    /// `{selected_routes, reasoning}`.
+    Router {
+        /// Whether several routes may be chosen.
+        multi: bool,
+        /// The routes to choose from.
+        candidates: Vec<String>,
+    },
+}
+
+/// `session:` of a node (upstream `SessionMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// A new conversation (the default).
+    #[default]
+    Fresh,
+    /// Continue the session named by the input's `_session_id`.
+    Inherit,
+    /// Like `inherit`, but fresh when no session id arrived.
+    InheritIfAvailable,
+    /// Branch off the session named by `_session_id`.
+    Fork,
+    /// Fresh, seeing only published artifacts.
+    ArtifactsOnly,
+}
+
+impl SessionMode {
+    /// The DSL word, `None` when unknown.
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "fresh" => Self::Fresh,
+            "inherit" => Self::Inherit,
+            "inherit_if_available" => Self::InheritIfAvailable,
+            "fork" => Self::Fork,
+            "artifacts_only" => Self::ArtifactsOnly,
+            _ => return None,
+        })
+    }
+}
+
+/// One agent call: everything the node declares, resolved and rendered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRequest {
+    /// The run.
+    pub run_id: RunId,
+    /// The node.
+    pub node: NodeId,
+    /// Agent, judge or llm router.
+    pub role: AgentRole,
+    /// The rendered system prompt (`system:`), when declared.
+    pub system_prompt: Option<String>,
+    /// The rendered user prompt (`user:`); without one, the node's input
+    /// as JSON (upstream), or empty when it has none.
+    pub user_prompt: String,
+    /// `model:` as written (`${VAR:-default}` not expanded: the runner's
+    /// backend resolution owns that).
+    pub model: Option<String>,
+    /// `backend:` as written.
+    pub backend: Option<String>,
+    /// The workflow's `default_backend:` as written.
+    pub default_backend: Option<String>,
+    /// `provider:` as written.
+    pub provider: Option<String>,
+    /// `tools:` (capability names, MCP globs as written).
+    pub tools: Vec<String>,
+    /// The output schema as JSON Schema (object, every field required, no
+    /// other property), derived from the node's `output:` schema.
+    pub output_schema: Option<Value>,
+    /// `session:`.
+    pub session: SessionMode,
+    /// The session to continue (`_session_id` of the input), for
+    /// `inherit`, `inherit_if_available` and `fork`.
+    pub session_id: Option<String>,
+    /// `tool_max_steps:`.
+    pub tool_max_steps: Option<u32>,
+    /// `max_tokens:`.
+    pub max_tokens: Option<u32>,
+    /// `reasoning_effort:`.
+    pub reasoning_effort: Option<String>,
+    /// The node's input (its incoming edge's `with`).
+    pub input: Map<String, Value>,
+    /// Every property of the node as written (for what this struct does
+    /// not name yet: `interaction`, `mcp`, `compaction`, `permission`…).
+    pub properties: BTreeMap<String, Value>,
+}
+
+/// Token usage and cost of one agent call, as far as the provider says.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Cost in USD, when known.
+    pub cost_usd: Option<f64>,
+}
+
+/// What an agent call produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentOutcome {
+    /// The structured output (an object matching the output schema).
+    pub output: Map<String, Value>,
+    /// Usage.
+    pub usage: AgentUsage,
+    /// The backend that actually ran (after resolution).
+    pub backend: String,
+    /// The session to hand on (`_session_id` of the output), when any.
+    pub session_id: Option<String>,
+}
+
+/// Why an agent call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No backend could run the node (unknown backend or provider,
+    /// missing credentials, CLI missing from the image…): refused before
+    /// anything was asked of a model.
+    #[error("backend {backend}: {reason}")]
+    Backend {
+        /// The backend (as resolved, or as written).
+        backend: String,
+        /// Why, naming what is missing (never a secret's value).
+        reason: String,
+    },
+    /// The provider failed (after the runner's retries).
+    #[error("provider {provider}: {message}")]
+    Provider {
+        /// The provider.
+        provider: String,
+        /// What it said (redacted).
+        message: String,
+        /// HTTP status, when there was one.
+        status: Option<u16>,
+    },
+    /// The answer does not match the output schema (after the repair turn).
+    #[error("output does not match the schema: {message}")]
+    Output {
+        /// Which field, how.
+        message: String,
+    },
+    /// The conversation went past `tool_max_steps` or the node's budget.
+    #[error("{what} exceeded ({limit})")]
+    LimitExceeded {
+        /// `tool_max_steps`, `max_tokens`…
+        what: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// The sandbox failed under the agent's execs.
+    #[error("sandbox: {source}")]
+    Sandbox {
+        /// Cause.
+        #[source]
+        source: DriverError,
+    },
+}
+
+impl AgentError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Backend { .. } => "AGENT_BACKEND",
+            Self::Provider { .. } => "AGENT_PROVIDER",
+            Self::Output { .. } => "AGENT_OUTPUT",
+            Self::LimitExceeded { .. } => "AGENT_LIMIT_EXCEEDED",
+            Self::Sandbox { source } => source.code(),
+        }
+    }
+}
+
+/// Where an agent's events go: the engine tags each with the node and its
+/// branch, masks the run's secret values in it, and persists them in
+/// order. Events carry upstream's names (`llm_request`,
+/// `llm_step_finished`, `llm_retry`, `tool_started`, `tool_called`,
+/// `tool_error`, `delegate_started`/`_finished`/`_error`, …); a typed
+/// [`EventKind`](crate::EventKind) converts with `.into()`.
+pub trait AgentEvents: Send + Sync {
+    /// Record one event.
+    fn emit(&self, event: EventDraft);
+}
+
+/// Where and how the call runs.
+pub struct AgentContext<'a> {
+    /// The run's sandbox (or the host passthrough on an unsandboxed run):
+    /// every shell tool of the agent is exec'd here.
+    pub sandbox: &'a dyn SandboxRun,
+    /// Whether a real container is the boundary (`IS_SANDBOX=1` and the
+    /// in-box runner only then).
+    pub sandboxed: bool,
+    /// The env every exec of this node carries: its identity, the
+    /// workspace, the run's `as: env` secrets and its own egress proxy
+    /// credential. Secret: never argv, logs or events.
+    pub exec_env: BTreeMap<String, String>,
+    /// The event sink.
+    pub events: &'a dyn AgentEvents,
+}
+
+impl fmt::Debug for AgentContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentContext")
+            .field("container", &self.sandbox.container())
+            .field("sandboxed", &self.sandboxed)
+            .field("exec_env", &self.exec_env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs agent, judge and llm-router nodes.
+#[async_trait]
+pub trait AgentRunner: Send + Sync {
+    /// Run one node's agent call.
+    async fn run(
+        &self,
+        request: AgentRequest,
+        cx: AgentContext<'_>,
+    ) -> Result<AgentOutcome, AgentError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_words() {
+        assert_eq!(SessionMode::parse("inherit"), Some(SessionMode::Inherit));
+        assert_eq!(SessionMode::parse("fresh"), Some(SessionMode::Fresh));
+        assert_eq!(SessionMode::parse("Inherit"), None);
+    }
+}
