@@ -6,6 +6,7 @@ mod cmd;
 mod drivers;
 mod exit;
 mod fdlimit;
+mod logging;
 mod render;
 mod stores;
 mod workflow;
@@ -15,6 +16,14 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     fdlimit::raise_nofile();
+    let flag = match &cli.command {
+        cli::Command::Run(args) => args.log_level,
+        _ => None,
+    };
+    match logging::level(flag) {
+        Ok(level) => logging::install(level),
+        Err(e) => return exit::report(Err(e.into())).into(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,13 +1,17 @@
 //! Human rendering of a run's events: a live view on a terminal (a
 //! spinner with the current step and elapsed time, a bar while an image is
 //! pulled) and plain lines otherwise. Rendering reads events; it never
-//! drives the run (shared/ARCHITECTURE.md, data flow).
+//! drives the run (shared/ARCHITECTURE.md, data flow). Every line it prints
+//! passes through `iterion_core::display::printable`: event data is
+//! run-supplied (node ids, host names, errors) and must not drive the
+//! terminal.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use iterion_core::EventRecord;
+use iterion_core::display::printable;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -30,16 +34,17 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         if let Some(bar) = &spinner {
             if event.kind == "sandbox_image_pull" {
                 let d = &event.data;
-                bar.set_message(format!(
+                let msg = format!(
                     "pulling {} {} {}",
                     s(d, "image"),
                     s(d, "status"),
                     progress(d)
-                ));
+                );
+                bar.set_message(printable(&msg).into_owned());
                 continue;
             }
             if let Some(step) = step_of(&event) {
-                bar.set_message(step);
+                bar.set_message(printable(&step).into_owned());
             }
         }
         let Some(line) = describe(&event) else {
@@ -47,7 +52,11 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         };
         match &spinner {
             Some(bar) => bar.println(format!("[{elapsed:7.2}s] {line}")),
-            None => eprintln!("[{elapsed:7.2}s] {line}"),
+            // A failed write (a hung-up terminal after SIGHUP) never stops
+            // the run or its teardown.
+            None => {
+                let _ = writeln!(std::io::stderr(), "[{elapsed:7.2}s] {line}");
+            }
         }
     }
     if let Some(bar) = spinner {
@@ -86,8 +95,13 @@ fn step_of(event: &EventRecord) -> Option<String> {
     }
 }
 
-/// One line for an event, or `None` for events only the spinner shows.
+/// One line for an event, or `None` for events only the spinner shows;
+/// control and bidi characters of run-supplied text come out escaped.
 pub fn describe(event: &EventRecord) -> Option<String> {
+    describe_raw(event).map(|line| printable(&line).into_owned())
+}
+
+fn describe_raw(event: &EventRecord) -> Option<String> {
     let d = &event.data;
     let node = event
         .node_id
@@ -233,6 +247,13 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             s(d, "code"),
             s(d, "error")
         ),
+        // The run's own bounds (max_duration, max_iterations) name no node.
+        "budget_exceeded" if node.is_empty() => format!(
+            "budget exceeded: {} {} of {}",
+            s(d, "dimension"),
+            d.get("used").and_then(Value::as_f64).unwrap_or(0.0),
+            d.get("limit").and_then(Value::as_f64).unwrap_or(0.0)
+        ),
         "budget_warning" | "budget_exceeded" => format!(
             "  {node}: {} {}: {} of {}",
             event.kind.replace('_', " "),
@@ -266,6 +287,14 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             d["declined"]
         ),
         "sandbox_cleanup" => format!("sandbox: {} removed", s(d, "container")),
+        "sandbox_limit_reached" => format!(
+            "sandbox: {} limit reached{} — {}",
+            s(d, "limit"),
+            d.get("bound")
+                .and_then(Value::as_u64)
+                .map_or_else(String::new, |b| format!(" ({})", iterion_core::ByteSize(b))),
+            s(d, "detail")
+        ),
         "run_finished" => "run finished".into(),
         "run_failed" => format!(
             "run {} ({}): {}",
@@ -297,5 +326,34 @@ fn compact(v: &Value) -> String {
         format!("{}…", text.chars().take(200).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use iterion_core::{NodeId, RunId};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_live_view_escapes_run_supplied_text() {
+        let event = EventRecord {
+            seq: 3,
+            timestamp: time::OffsetDateTime::UNIX_EPOCH,
+            kind: "network_blocked".into(),
+            run_id: RunId::parse("r1").unwrap(),
+            node_id: Some(NodeId::new("n\u{1b}[2K")),
+            data: json!({"host": "a\r\n[   1.00s] run finished\u{1b}[8m", "port": 443, "reason": "blocked"}),
+        };
+        let line = describe(&event).unwrap();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(
+            line.contains("a\\r\\n[   1.00s] run finished\\x1b[8m"),
+            "{line}"
+        );
+        assert!(line.ends_with("by n\\x1b[2K"), "{line}");
     }
 }

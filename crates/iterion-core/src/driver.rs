@@ -320,6 +320,21 @@ pub trait SandboxRun: Send + Sync {
     /// Stop and remove everything this run created. Idempotent; "already
     /// gone" is success.
     async fn cleanup(&self) -> Result<(), DriverError>;
+    /// The limits of the plan this sandbox runs without, and why (an
+    /// engine whose storage cannot bound the writable layer): the runtime
+    /// reports each, never silently.
+    fn unenforced_limits(&self) -> Vec<UnenforcedLimit> {
+        Vec::new()
+    }
+}
+
+/// A limit of the plan a sandbox runs without.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnenforcedLimit {
+    /// Which limit (`writable_layer`, `run_files`).
+    pub limit: String,
+    /// Why the engine or host could not enforce it.
+    pub reason: String,
 }
 
 /// Splits exec output into lines per stream for the run log, masking the
@@ -461,6 +476,9 @@ pub enum ResourceKind {
     Network,
     /// A per-run volume.
     Volume,
+    /// A per-run directory on the host (state dir, file-secret dir): not a
+    /// driver's, but judged by the same reaper predicate.
+    HostDir,
     /// A per-run Kubernetes Secret (file secrets, the proxy endpoint).
     Secret,
 }

@@ -559,6 +559,13 @@ impl Driver for KubeDriver {
                     feature: "engine volumes",
                 });
             }
+            // Never listed by a driver: the runtime's reaper owns them.
+            ResourceKind::HostDir => {
+                return Err(DriverError::Unsupported {
+                    driver: DRIVER,
+                    feature: "removing host directories",
+                });
+            }
         }
         Ok(())
     }

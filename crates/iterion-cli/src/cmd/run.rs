@@ -3,6 +3,7 @@
 //! render its events live and exit by its terminal status.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,11 @@ use crate::{drivers, render, stores, workflow};
 
 /// Entry point of the verb.
 pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    // Before anything reads the store's location (the store, the scope the
+    // sandbox is labelled with, the reaper).
+    if let Some(dir) = &args.store_dir {
+        stores::select_dir(dir.clone());
+    }
     let (_, workflow) = workflow::load_workflow(&args.file)?;
     let vars = parse_vars(&args.vars)?;
     let env = EnvSnapshot::from_process();
@@ -39,6 +45,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         preflight(&args, &env).await?;
     }
 
+    // Installed before anything is created: from here on a SIGINT, SIGTERM
+    // or SIGHUP cancels the run and the teardown still runs (issue 19 #7:
+    // a TERMed run left its container, network, rules and secret files).
+    let cancel = CancellationToken::new();
+    cancel_on_signals(cancel.clone())?;
+
     // Agent nodes: credentials and backend defaults come from this
     // process's environment; a static `iterion` (this one, or ITERION_BIN)
     // is bound read-only into the sandbox for claw's in-box runner. What
@@ -54,18 +66,49 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     admit_agents(&agents, &workflow)?;
 
     let store = stores::open_from_env().await?;
+    let run_id = match args.run_id.clone() {
+        Some(id) => {
+            // A taken id would make this run write over another's record,
+            // sandbox name and files: refused before anything is created.
+            if store
+                .load_run(&id)
+                .await
+                .map_err(stores::store_error)?
+                .is_some()
+            {
+                return Err(UserInputError::new(format!(
+                    "--run-id {id}: the store already holds a run with this id"
+                ))
+                .into());
+            }
+            id
+        }
+        None => RunId::generate(),
+    };
+    tracing::info!(run = %run_id, file = %args.file.display(), "run starting");
     let discovered = drivers::discover(&env).await;
     // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
     // start of every run: bounded, in the background, never blocking it.
+    let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
     let reap_store = store.clone();
     let reap_drivers = discovered.drivers.clone();
+    let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+    // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
+    // itself the boundary and judges no one's sandboxes.
+    let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
     let reaper = tokio::spawn(async move {
-        let pass = iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false);
+        if !reaping {
+            return;
+        }
+        let pass = async {
+            iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
+            iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false).await;
+        };
         let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
     });
 
     let workspace = std::env::current_dir()?.canonicalize()?;
-    let local_env: BTreeMap<String, String> = std::env::vars().collect();
     let booter = PolicyBooter::new(
         env,
         local_env,
@@ -74,7 +117,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             failure: discovered.failure,
         },
         store.clone(),
-        std::env::temp_dir().join("iterion"),
+        state_dir,
     );
     let booter = match &runner_binary {
         Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
@@ -88,14 +131,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .with_event_tap(tap);
     let renderer = tokio::spawn(render::render_events(rx));
 
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupt: cancelling the run (the sandbox is still cleaned up)");
-            on_signal.cancel();
-        }
-    });
     let options = RunOptions {
         file: args.file.display().to_string(),
         workflow,
@@ -104,9 +139,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             TrustFlag::Trusted => Trust::Trusted,
             TrustFlag::Untrusted => Trust::Untrusted,
         },
-        run_id: RunId::generate(),
+        run_id,
         workspace,
         flags: BootFlags::new(flags),
+        timeout: args.timeout,
     };
     let outcome = engine.run(options, cancel).await;
     drop(engine);
@@ -120,20 +156,59 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             "status": outcome.status,
             "failure_code": code,
         });
-        println!("{doc}");
+        let _ = writeln!(std::io::stdout(), "{doc}");
     }
-    match &outcome.failure {
-        None => eprintln!("run {} {}", outcome.run_id, outcome.status),
-        Some(f) => eprintln!(
+    // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a failed
+    // write must not turn a cleaned-up run into a panic (exit 101).
+    let summary = match &outcome.failure {
+        None => format!("run {} {}", outcome.run_id, outcome.status),
+        Some(f) => format!(
             "run {} {} ({}): {}",
             outcome.run_id, outcome.status, f.code, f.message
         ),
-    }
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        iterion_core::display::printable(&summary)
+    );
     Ok(if outcome.status == RunStatus::Finished {
         Exit::Success
     } else {
         Exit::Failure
     })
+}
+
+/// Cancel `cancel` on the first SIGINT, SIGTERM or SIGHUP: the engine then
+/// stops the running exec, tears the sandbox down and records `cancelled`.
+/// Later signals are absorbed, so a second TERM cannot cut the teardown
+/// short (only SIGKILL can, and the reaper collects what that leaves).
+fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+        };
+        // Cancel first: the message is best effort (a hung-up terminal).
+        cancel.cancel();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{name}: cancelling the run (the sandbox is still cleaned up)"
+        );
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Every agent, judge and `mode: llm` router node passes the agent
@@ -187,6 +262,11 @@ fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
     };
     resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
     resolve_host_state(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+    // A limit the driver cannot read would make discovery find no engine,
+    // and `auto` would then run on the host: bad input, never a degrade.
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    iterion_driver_docker::DockerSettings::from_env(&process_env)
+        .map_err(|e| UserInputError::new(e.to_string()))?;
     if let Some(raw) = env.readback_cap.as_deref().filter(|s| !s.trim().is_empty()) {
         iterion_core::parse_size(raw)
             .map_err(|e| UserInputError::new(format!("ITERION_SANDBOX_READBACK_CAP: {e}")))?;

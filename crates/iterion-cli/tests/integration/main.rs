@@ -6,13 +6,17 @@
 
 mod agents_e2e;
 mod attacks_e2e;
+mod bounds_e2e;
 mod cloud_e2e;
 mod egress_e2e;
 mod graph_e2e;
 mod manifests_e2e;
+mod output_e2e;
 mod readback_e2e;
 mod run_e2e;
+mod run_flags_e2e;
 mod secrets_e2e;
+mod signals_e2e;
 mod store_schema_e2e;
 mod support;
 mod validate_bounds;

@@ -181,6 +181,7 @@ impl Harness {
             run_id: RunId::generate(),
             workspace: PathBuf::from(self.workspace.path()),
             flags: BootFlags::default(),
+            timeout: None,
         }
     }
 
@@ -232,4 +233,25 @@ impl Harness {
     pub async fn logs(&self, run: &RunId) -> Vec<LogLine> {
         self.store.logs_after(run, 0, 0).await.unwrap()
     }
+}
+
+/// Spawn a watcher that reads the pid a node writes to `file` (once it
+/// exists) and, when `trigger` is given, cancels it then.
+pub fn pid_watcher(
+    file: PathBuf,
+    trigger: Option<CancellationToken>,
+) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&file)
+                && let Ok(pid) = s.trim().parse::<u32>()
+            {
+                if let Some(t) = &trigger {
+                    t.cancel();
+                }
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
 }
