@@ -16,13 +16,11 @@ use bollard::query_parameters::{
 };
 use bollard::{ClientVersion, Docker};
 use futures_util::StreamExt;
-use iterion_core::driver::{
-    EngineInfo, ManagedResource, NullObserver, OutputLimits, Progress, ResourceKind,
-};
+use iterion_core::driver::{EngineInfo, ManagedResource, NullObserver, Progress, ResourceKind};
 use iterion_core::plan::{EgressAttachment, MountKind};
 use iterion_core::{
-    Capabilities, Driver, DriverError, DriverName, DriverObserver, EgressBinding, ExecRequest,
-    LaunchPlan, OutputStream, Prepared, RunInfo, SandboxRun,
+    Capabilities, Driver, DriverError, DriverName, DriverObserver, EgressBinding, LaunchPlan,
+    OutputStream, Prepared, RunInfo, SandboxRun,
 };
 
 use crate::build::{ChannelWriter, build_tag, check_context, write_context};
@@ -1124,7 +1122,7 @@ impl Driver for DockerDriver {
             return Err(e);
         }
         if let Some(snippet) = plan.post_create.as_deref()
-            && let Err(e) = post_create(
+            && let Err(e) = iterion_core::driver::post_create(
                 &run,
                 snippet,
                 observer,
@@ -1307,45 +1305,6 @@ fn push_tail(tail: &mut String, line: &str) {
         }
         tail.drain(..cut);
     }
-}
-
-/// Run post_create once through `sh -c`, streaming its output line by line.
-async fn post_create(
-    run: &DockerRun,
-    snippet: &str,
-    observer: &dyn DriverObserver,
-    secrets: Vec<String>,
-) -> Result<(), DriverError> {
-    let mut session = run.exec(ExecRequest::new(["sh", "-c", snippet])).await?;
-    let mut lines = crate::exec::LineSplitter::redacting(secrets);
-    let mut on_chunk = |chunk: &iterion_core::OutputChunk| {
-        lines.push(chunk.stream, &chunk.data, &mut |stream, line| {
-            observer.log(stream, line)
-        });
-    };
-    let out = iterion_core::driver::collect_output(
-        session.as_mut(),
-        OutputLimits {
-            stdout: 4096,
-            stderr_tail: 4096,
-        },
-        &mut on_chunk,
-    )
-    .await?;
-    lines.flush(&mut |stream, line| observer.log(stream, line));
-    if out.exit_code != 0 {
-        let mut tail = String::from_utf8_lossy(&out.stdout).into_owned();
-        tail.push_str(&String::from_utf8_lossy(&out.stderr_tail));
-        let mut cut = tail.len().saturating_sub(4096);
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        return Err(DriverError::PostCreateFailed {
-            exit_code: out.exit_code,
-            output_tail: tail[cut..].to_owned(),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
