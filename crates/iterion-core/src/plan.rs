@@ -157,6 +157,9 @@ pub enum MountOrigin {
     WorktreeGit,
     /// A per-run secret file.
     SecretFile,
+    /// An empty read-only directory laid over an iterion area (the run
+    /// store) that another bind would expose to the sandbox.
+    Mask,
     /// The `iterion` binary the claw runner execs, read-only at
     /// `/usr/local/bin/iterion` (facts §6.5).
     RunnerBinary,

@@ -35,7 +35,18 @@ pub const SANDBOX_CAPABILITIES: [&str; 8] = [
 ];
 
 /// The `CapAdd` list of a container create (after `CapDrop: ["ALL"]`).
-pub(crate) fn capabilities() -> Vec<String> {
+///
+/// A sandbox the driver runs as a pinned non-root identity (issue 19 item
+/// 4: a writable host bind on an engine where container root is host root)
+/// gets none: Podman puts added capabilities in a non-root user's
+/// *effective* set, and `CHOWN` + `FOWNER` there let it chown a copy to
+/// root and set its setuid bit on the bind — the very artefact the
+/// identity exists to prevent. dockerd only bounds a non-root user by them;
+/// both engines agree once nothing is added.
+pub(crate) fn capabilities(pinned_non_root: bool) -> Vec<String> {
+    if pinned_non_root {
+        return Vec::new();
+    }
     SANDBOX_CAPABILITIES
         .iter()
         .map(|c| format!("CAP_{c}"))
@@ -54,4 +65,21 @@ pub(crate) fn ipv6_off_sysctls() -> HashMap<String, String> {
     .into_iter()
     .map(|k| (k.to_owned(), "1".to_owned()))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_non_root_sandbox_is_given_no_capability() {
+        assert!(capabilities(true).is_empty());
+        assert_eq!(
+            capabilities(false),
+            SANDBOX_CAPABILITIES
+                .iter()
+                .map(|c| format!("CAP_{c}"))
+                .collect::<Vec<_>>()
+        );
+    }
 }

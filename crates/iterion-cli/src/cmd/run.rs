@@ -118,7 +118,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         },
         store.clone(),
         state_dir,
-    );
+    )
+    .with_store_dir(stores::store_dir());
     let booter = match &runner_binary {
         Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
             booter.with_mounts(vec![iterion_agent::runner::runner_mount(bin)])
@@ -283,6 +284,7 @@ async fn preflight(args: &RunArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
         sandbox: args.sandbox,
         default_image: args.sandbox_default_image.clone(),
         host_state: args.sandbox_host_state,
+        untrusted: args.trust == TrustFlag::Untrusted,
     };
     let report = super::sandbox::strict_report(&opts, env).await?;
     if report.failed() {
