@@ -660,6 +660,13 @@ pub enum DriverError {
         /// Which guard and which value.
         reason: String,
     },
+    /// The host-root guard the plan asks for (issue 19 item 4) could not
+    /// be applied or was not in effect: refused, never run unguarded.
+    #[error("sandbox host-root guard unavailable: {reason}")]
+    GuardUnavailable {
+        /// What the engine refused or the sandbox showed.
+        reason: String,
+    },
     /// A prepared spec from another driver.
     #[error("prepared spec belongs to the {actual} driver, not {expected}")]
     ForeignPrepared {
@@ -742,6 +749,7 @@ impl DriverError {
             Self::Unavailable { .. } => "SANDBOX_DRIVER_UNAVAILABLE",
             Self::Unsupported { .. } => "SANDBOX_UNSUPPORTED",
             Self::SpecRefused { .. } => "SANDBOX_SPEC_REFUSED",
+            Self::GuardUnavailable { .. } => "SANDBOX_GUARD_UNAVAILABLE",
             Self::ForeignPrepared { .. } => "SANDBOX_FOREIGN_PREPARED",
             Self::ImageUnavailable { .. } => "SANDBOX_IMAGE_UNAVAILABLE",
             Self::PhaseTimeout { .. } => "SANDBOX_SETUP_TIMEOUT",

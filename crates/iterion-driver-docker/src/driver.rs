@@ -492,11 +492,18 @@ impl DockerDriver {
             reason: "the plan names no image".to_owned(),
         })?;
         let labels = self.run_labels(info);
-        // Never host root on a writable host bind (issue 19 item 4).
-        let identity = crate::identity::resolve(self, &image, plan, &labels).await?;
-        if let Some(id) = identity {
+        // The host-root guard the policy decided (issue 19 item 4): a
+        // pinned non-root identity, or root under the seccomp profile.
+        let resolved = crate::identity::resolve(self, &image, plan, &labels).await?;
+        if let Some(id) = resolved.runs_as {
             crate::identity::hand_over_host(plan, id)?;
         }
+        let identity = resolved.pinned;
+        let non_root_user = resolved.runs_as.is_some();
+        let guard = plan.limits.host_root_guard;
+        let seccomp = crate::security::seccomp_option(guard, self.name)?;
+        let mut security_opt = vec!["no-new-privileges".to_owned()];
+        security_opt.extend(seccomp.as_ref().map(|s| s.value.clone()));
         let run = info.run_id.as_str();
 
         let mut env = plan.env.clone();
@@ -622,7 +629,7 @@ impl DockerDriver {
         let host_config = |init: bool, disk: Option<iterion_core::ByteSize>| HostConfig {
             mounts: Some(mounts.clone()),
             init: Some(init),
-            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            security_opt: Some(security_opt.clone()),
             // -1: unlimited, only when the operator asked for it.
             pids_limit: Some(plan.limits.pids.unwrap_or(-1)),
             storage_opt: disk.map(|d| HashMap::from([("size".to_owned(), d.0.to_string())])),
@@ -631,7 +638,7 @@ impl DockerDriver {
             nano_cpus: plan.limits.nano_cpus,
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".to_owned()]),
-            cap_add: Some(crate::security::capabilities(identity.is_some())),
+            cap_add: Some(crate::security::capabilities(guard, non_root_user)),
             sysctls: sysctls.clone(),
             extra_hosts: (!extra_hosts.is_empty()).then(|| extra_hosts.clone()),
             network_mode: network_mode.clone(),
@@ -682,6 +689,16 @@ impl DockerDriver {
             first = self
                 .create_container(&name, body(use_init, disk), observer)
                 .await;
+        }
+        // An engine that refuses the guard's profile refuses the run: it
+        // never runs without it.
+        if seccomp.is_some()
+            && let Err(e) = &first
+            && e.to_string().contains("seccomp")
+        {
+            return Err(DriverError::GuardUnavailable {
+                reason: format!("the engine refused the seccomp profile: {e}"),
+            });
         }
         let first = match first {
             Ok(()) => self
@@ -941,8 +958,13 @@ impl Driver for DockerDriver {
         // The prepared plan carries the effective limits (the product
         // defaults after the operator's variables), so `sandbox_started`
         // shows what the container really gets.
+        // The host-root guard is the policy's decision, not a limit the
+        // operator sets: it rides through.
         let mut effective = plan.clone();
-        effective.limits = self.settings.limits.clone();
+        effective.limits = iterion_core::plan::Limits {
+            host_root_guard: plan.limits.host_root_guard,
+            ..self.settings.limits.clone()
+        };
         let plan = &effective;
         if plan.build.is_some() {
             if !self.build_supported {

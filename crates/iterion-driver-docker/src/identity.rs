@@ -1,7 +1,13 @@
-//! The driver's half of "never host root" (issue 19 item 4). When a plan
-//! keeps a writable host bind on an engine where container root is host
-//! root, the policy (`iterion_sandbox::identity`) has named an unprivileged
-//! user; here that user is
+//! The driver's half of the host-root guard (issue 19 item 4). When a
+//! plan keeps a writable host bind on an engine where container root is
+//! host root, the policy (`iterion_sandbox::identity`) has decided its
+//! guard. Under the seccomp guard (root in a root-owned workspace) the
+//! create carries the profile and the cut capability set (`security.rs`)
+//! and the sandbox is verified before the first exec: a seccomp filter,
+//! none of `FSETID`, `MKNOD`, `SETFCAP`, and a setuid chmod on a file of its
+//! own refused — else the run is refused (`SANDBOX_GUARD_UNAVAILABLE`).
+//! Under the non-root guard the policy has named an unprivileged user;
+//! here that user is
 //!
 //! 1. resolved to a numeric `uid:gid` before create (a name through the
 //!    image's own `/etc/passwd` and `/etc/group`, read from a container
@@ -34,7 +40,8 @@ use futures_util::StreamExt;
 use iterion_core::driver::{OutputLimits, collect_output};
 use iterion_core::{DriverError, ExecRequest, LaunchPlan, MountKind, MountOrigin, SandboxRun};
 use iterion_sandbox::identity::{
-    Credentials, check_credentials, has_writable_host_bind, names_root, parse_status, resolve_user,
+    Credentials, HostRootGuard, check_credentials, check_root_guard, has_writable_host_bind,
+    names_root, parse_guard_status, parse_status, resolve_user,
 };
 
 use crate::driver::{DockerDriver, engine_err};
@@ -57,6 +64,11 @@ impl Identity {
 /// Bound of what is read of an image's `/etc/passwd` or `/etc/group`.
 const ACCOUNT_FILE_CAP: usize = 1 << 20;
 
+/// Reads the confinement of the exec and tries a setuid chmod on a file
+/// of its own in the container's `/tmp` (never on a bind): the seccomp
+/// guard must refuse it. `[ -u ]` is a builtin; `chmod` is the image's.
+const GUARD_SCRIPT: &str = "while IFS= read -r l; do case \"$l\" in Seccomp:*|CapEff:*|CapPrm:*|CapBnd:*) echo \"$l\";; esac; done < /proc/self/status; p=/tmp/.iterion-guard-probe-$$; if : > \"$p\"; then chmod 4700 \"$p\" 2>/dev/null; r=$?; if [ -u \"$p\" ]; then b=set; else b=clear; fi; rm -f \"$p\" 2>/dev/null; echo \"Probe: $r $b\"; fi";
+
 /// Reads the credentials of the exec with shell builtins only (any image
 /// that runs tool nodes has a POSIX `sh`).
 const STATUS_SCRIPT: &str = "while IFS= read -r l; do case \"$l\" in Uid:*|Gid:*|Groups:*) echo \"$l\";; esac; done < /proc/self/status";
@@ -67,53 +79,71 @@ fn refused(reason: impl Into<String>) -> DriverError {
     }
 }
 
-/// Step 1: the identity `plan` must run as, or `None` when it needs none
-/// (no writable host bind, or an engine that maps container users away
-/// from host root).
+/// Step 1's answer: the identity to pin the container to (the non-root
+/// guard), and the non-root identity the sandbox will run as, which gets
+/// the run's host dirs (under either guard).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Resolved {
+    pub(crate) pinned: Option<Identity>,
+    pub(crate) runs_as: Option<Identity>,
+}
+
+/// Step 1: who `plan` runs as under its host-root guard (a plan needing a
+/// guard and naming none is refused).
 pub(crate) async fn resolve(
     driver: &DockerDriver,
     image: &str,
     plan: &LaunchPlan,
     labels: &std::collections::HashMap<String, String>,
-) -> Result<Option<Identity>, DriverError> {
+) -> Result<Resolved, DriverError> {
     use iterion_core::Driver;
-    let mapping = driver.host_footprint().await.uid_mapping;
-    if !mapping.root_is_host_root() || !has_writable_host_bind(plan) {
-        return Ok(None);
-    }
-    let user = plan
+    let spec_user = plan
         .user
         .as_deref()
         .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| {
-            refused(
-                "the plan keeps a writable host bind but names no user: the image's default may be root, which is host root on this engine",
-            )
-        })?;
+        .filter(|u| !u.is_empty());
+    match plan.limits.host_root_guard {
+        HostRootGuard::NonRootUser => {}
+        HostRootGuard::RootSeccomp => {
+            // Root needs nothing handed over; the spec's or the image's
+            // non-root user gets the run's host dirs, as it would pinned.
+            let user = match spec_user {
+                Some(u) => u.to_owned(),
+                None => image_user(driver, image).await?,
+            };
+            if user.is_empty() || names_root(&user) {
+                return Ok(Resolved::default());
+            }
+            let (uid, gid) = numeric_user(driver, image, &user, labels).await?;
+            let id = Identity { uid, gid };
+            return Ok(Resolved {
+                pinned: None,
+                runs_as: (uid != 0 && gid != 0).then_some(id),
+            });
+        }
+        HostRootGuard::Unneeded => {
+            // The policy decides the guard; a plan that reaches the driver
+            // without one where it is needed was never judged.
+            let mapping = driver.host_footprint().await.uid_mapping;
+            if mapping.root_is_host_root() && has_writable_host_bind(plan) {
+                return Err(DriverError::GuardUnavailable {
+                    reason: "the plan keeps a writable host bind on an engine where container root is host root, and names no host-root guard".to_owned(),
+                });
+            }
+            return Ok(Resolved::default());
+        }
+    }
+    let user = spec_user.ok_or_else(|| {
+        refused(
+            "the plan keeps a writable host bind but names no user: the image's default may be root, which is host root on this engine",
+        )
+    })?;
     if names_root(user) {
         return Err(refused(format!(
             "user {user:?} is root, which is host root on this engine, and the plan keeps a writable host bind"
         )));
     }
-    let numeric = user
-        .split_once(':')
-        .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)));
-    let (uid, gid) = match numeric {
-        Some(pair) => pair,
-        None => {
-            // The group file only matters for a group given by name.
-            let group_named = user
-                .split_once(':')
-                .is_some_and(|(_, g)| g.trim().parse::<u32>().is_err());
-            let (passwd, group) = image_accounts(driver, image, labels, group_named).await?;
-            resolve_user(user, &passwd, &group).ok_or_else(|| {
-                refused(format!(
-                    "user {user:?} is not defined in image {image} (its /etc/passwd and /etc/group)"
-                ))
-            })?
-        }
-    };
+    let (uid, gid) = numeric_user(driver, image, user, labels).await?;
     if check_credentials(&Credentials {
         uids: vec![uid],
         gids: vec![gid],
@@ -125,7 +155,51 @@ pub(crate) async fn resolve(
             "user {user:?} is {uid}:{gid} in image {image}: root, which is host root on this engine, and the plan keeps a writable host bind"
         )));
     }
-    Ok(Some(Identity { uid, gid }))
+    let id = Identity { uid, gid };
+    Ok(Resolved {
+        pinned: Some(id),
+        runs_as: Some(id),
+    })
+}
+
+/// `user` as a numeric `uid:gid`: a name through the image's own accounts.
+async fn numeric_user(
+    driver: &DockerDriver,
+    image: &str,
+    user: &str,
+    labels: &std::collections::HashMap<String, String>,
+) -> Result<(u32, u32), DriverError> {
+    let numeric = user
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)));
+    if let Some(pair) = numeric {
+        return Ok(pair);
+    }
+    // The group file only matters for a group given by name.
+    let group_named = user
+        .split_once(':')
+        .is_some_and(|(_, g)| g.trim().parse::<u32>().is_err());
+    let (passwd, group) = image_accounts(driver, image, labels, group_named).await?;
+    resolve_user(user, &passwd, &group).ok_or_else(|| {
+        refused(format!(
+            "user {user:?} is not defined in image {image} (its /etc/passwd and /etc/group)"
+        ))
+    })
+}
+
+/// The image's own default user (`USER`), empty for root.
+async fn image_user(driver: &DockerDriver, image: &str) -> Result<String, DriverError> {
+    let inspected = driver
+        .client()
+        .inspect_image(image)
+        .await
+        .map_err(engine_err("inspect image"))?;
+    Ok(inspected
+        .config
+        .and_then(|c| c.user)
+        .unwrap_or_default()
+        .trim()
+        .to_owned())
 }
 
 /// The image's `/etc/passwd` (and `/etc/group` when asked), read from one
@@ -275,6 +349,9 @@ pub(crate) async fn settle(
         .map(|m| m.target.trim_start_matches('/'))
         .filter(|t| !t.is_empty())
         .collect();
+    if plan.limits.host_root_guard == HostRootGuard::RootSeccomp {
+        verify_root_guard(run).await?;
+    }
     let Some(id) = pinned else {
         if volumes.is_empty() {
             return Ok(());
@@ -307,6 +384,22 @@ pub(crate) async fn settle(
     Ok(())
 }
 
+/// The seccomp guard is in effect in the sandbox (issue 19 item 4): a
+/// filter, none of the dropped capabilities, a setuid chmod refused.
+async fn verify_root_guard(run: &dyn SandboxRun) -> Result<(), DriverError> {
+    let out = run_script(run, GUARD_SCRIPT).await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let unavailable = |reason: String| DriverError::GuardUnavailable { reason };
+    let status = parse_guard_status(&text).ok_or_else(|| {
+        unavailable(format!(
+            "could not read the sandbox's confinement (exit {}): {}",
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr_tail)
+        ))
+    })?;
+    check_root_guard(&status).map_err(|v| unavailable(v.to_string()))
+}
+
 /// The driver-created volume roots become `id`'s (a tar of directory
 /// entries uploaded through the archive API, which keeps their owners).
 async fn hand_over_volumes(
@@ -333,18 +426,7 @@ async fn hand_over_volumes(
 /// The credentials an exec of the sandbox runs with, as its
 /// `/proc/self/status` shows them.
 async fn sandbox_credentials(run: &dyn SandboxRun) -> Result<Credentials, DriverError> {
-    let mut session = run
-        .exec(ExecRequest::new(["sh", "-c", STATUS_SCRIPT]))
-        .await?;
-    let out = collect_output(
-        session.as_mut(),
-        OutputLimits {
-            stdout: 4096,
-            stderr_tail: 1024,
-        },
-        &mut |_| {},
-    )
-    .await?;
+    let out = run_script(run, STATUS_SCRIPT).await?;
     let text = String::from_utf8_lossy(&out.stdout);
     parse_status(&text).ok_or_else(|| {
         refused(format!(
@@ -353,6 +435,23 @@ async fn sandbox_credentials(run: &dyn SandboxRun) -> Result<Credentials, Driver
             String::from_utf8_lossy(&out.stderr_tail)
         ))
     })
+}
+
+/// One `sh -c` exec of the sandbox, its output bounded.
+async fn run_script(
+    run: &dyn SandboxRun,
+    script: &str,
+) -> Result<iterion_core::driver::ExecOutput, DriverError> {
+    let mut session = run.exec(ExecRequest::new(["sh", "-c", script])).await?;
+    collect_output(
+        session.as_mut(),
+        OutputLimits {
+            stdout: 4096,
+            stderr_tail: 1024,
+        },
+        &mut |_| {},
+    )
+    .await
 }
 
 /// Directory entries owned by `id`, one per driver-created volume root.

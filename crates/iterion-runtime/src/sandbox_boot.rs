@@ -176,7 +176,7 @@ impl PolicyBooter {
             |k| self.local_env.get(k).cloned(),
             footprint.paths.iter().cloned(),
             self.store_dir.as_deref(),
-            &self.state_dir,
+            &private_state_dirs(&self.state_dir, &self.local_env),
         )
     }
 
@@ -242,6 +242,19 @@ impl PolicyBooter {
 /// the temp dir, so a reboot clears what the reaper has not.
 pub fn default_state_dir() -> PathBuf {
     std::env::temp_dir().join("iterion")
+}
+
+/// iterion's private per-run areas: the state dir and this user's
+/// file-secret dir (when a memory filesystem for it exists). Bind sources
+/// of iterion's own (run files, secret files) must lie under one; no other
+/// bind may expose one.
+pub fn private_state_dirs(
+    state_dir: &std::path::Path,
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut dirs = vec![state_dir.to_path_buf()];
+    dirs.extend(crate::secrets::secrets_root(env).ok());
+    dirs
 }
 
 /// Every directory whose children are per-run host directories the reaper
@@ -589,9 +602,9 @@ impl SandboxBooter for PolicyBooter {
             Some(&mask),
         )
         .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
-        // Who the sandbox runs as, now that its binds are known: never host
-        // root on a writable host bind (issue 19 item 4); the driver
-        // resolves and verifies it before the first exec.
+        // Who the sandbox runs as and what keeps host-root artefacts off
+        // its writable host binds, now that they are known (issue 19 item
+        // 4); the driver applies it and verifies it before the first exec.
         let identity = decide_identity(&IdentityInputs {
             spec_user: plan.user.as_deref(),
             invoker: (snapshot.uid, snapshot.gid),
@@ -604,6 +617,7 @@ impl SandboxBooter for PolicyBooter {
         })
         .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
         plan.user = identity.user;
+        plan.limits.host_root_guard = identity.guard;
         for event in identity.events {
             events.emit(event);
         }

@@ -224,22 +224,26 @@ impl HostBindSettings {
 /// that run, so both read the same verdicts: the captured host facts, the
 /// paths every reachable engine owns, iterion's private areas (the
 /// directory store, the state dir holding every run's files and secrets)
-/// and the state dir as the one managed root.
+/// and the state dirs (per-run host dirs, file secrets on their memory
+/// filesystem) as the managed roots.
 pub fn run_settings(
     lookup: impl Fn(&str) -> Option<String>,
     engine_paths: impl IntoIterator<Item = String>,
     store_dir: Option<&Path>,
-    state_dir: &Path,
+    state_dirs: &[std::path::PathBuf],
 ) -> HostBindSettings {
-    let state = state_dir.to_string_lossy().into_owned();
+    let state: Vec<String> = state_dirs
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
     let private = store_dir
         .map(|d| d.to_string_lossy().into_owned())
         .into_iter()
-        .chain(std::iter::once(state.clone()));
+        .chain(state.iter().cloned());
     HostBindSettings::capture(lookup)
         .with_engine_paths(engine_paths)
         .with_private(private)
-        .with_managed_roots([state])
+        .with_managed_roots(state)
 }
 
 /// The home column of `/etc/passwd` (absolute paths only).

@@ -1,16 +1,24 @@
-//! Who a sandbox runs as (issue 19 item 4). On an engine where container
+//! Who a sandbox runs as, and what keeps it from leaving host-root
+//! artefacts on the host (issue 19 item 4). On an engine where container
 //! uid 0 is host uid 0 (rootful Docker or Podman without user namespaces),
 //! whatever the sandbox writes on a writable host bind is owned by the uid
 //! it runs as: container root left setuid-root binaries and device nodes in
-//! the user's checkout. So a sandbox with a writable host bind never runs
-//! as uid 0 or gid 0 there: it runs as the invoking user when that is not
-//! root (what it writes stays the user's), else as the workspace's owner
-//! (`sudo iterion run` in a user's checkout), else as the dedicated
-//! unprivileged [`SANDBOX_UID`] (a root-owned checkout is then read-only to
-//! the sandbox). A non-root process without capabilities (no
-//! `no-new-privileges` escape) cannot chown to root, cannot mknod a device
-//! and can only set the setuid bit on files it owns: the class is
-//! impossible, not the one example. A spec naming root is refused there.
+//! the user's checkout. The guard is one of ([`HostRootGuard`]):
+//!
+//! - the invoking user when that is not root (what the sandbox writes stays
+//!   the user's), or the workspace's owner when iterion runs as root in
+//!   someone's checkout (`sudo iterion run`): a pinned non-root `uid:gid`
+//!   holding no capability. A non-root process without capabilities (and
+//!   `no-new-privileges`) cannot chown to root, cannot mknod a device and
+//!   can only set the setuid bit on files it owns. A spec naming root is
+//!   refused there (it would be host root in someone else's checkout);
+//! - root, when iterion runs as root in a root-owned workspace (the quick
+//!   start, CI): a checkout read-only to its own agent is no default, so
+//!   the files are host root's, and what makes them harmless is that none
+//!   can be setuid/setgid (the seccomp profile of `crate::seccomp`), a
+//!   device (`MKNOD` dropped) or carry file capabilities (`SETFCAP`
+//!   dropped), and that writing an existing setuid file clears its bit
+//!   (`FSETID` dropped).
 //!
 //! On an engine that maps container users into a user namespace (rootless,
 //! dockerd `userns-remap`) container root is an unprivileged host uid
@@ -18,20 +26,17 @@
 //! sandbox writes lands on the host, and nothing is changed either.
 //!
 //! This module decides ([`decide_identity`]) and judges what the engine
-//! really gave ([`check_credentials`] over [`parse_status`]); the driver
-//! resolves user names in the image, hands its storage to the identity and
-//! verifies it before the first exec. It does not decide binds (`binds`).
+//! really gave ([`check_credentials`] over [`parse_status`],
+//! [`check_root_guard`] over [`parse_guard_status`]); the driver resolves
+//! user names in the image, hands its storage to the identity, applies the
+//! guard and verifies it before the first exec. It does not decide binds
+//! (`binds`).
 
 use iterion_core::driver::UidMapping;
+pub use iterion_core::plan::HostRootGuard;
 use iterion_core::{EventKind, LaunchPlan, MountKind};
 
 use crate::guards::GuardViolation;
-
-/// The unprivileged uid (and gid) a sandbox runs as when iterion runs as
-/// root in a root-owned workspace: in the range Debian reserves and never
-/// allocates (65000–65533), so no host account owns what it writes; the
-/// "nonroot" user of distroless images.
-pub const SANDBOX_UID: u32 = 65532;
 
 /// What the decision needs to know about the host and the plan.
 #[derive(Debug, Clone, Copy)]
@@ -59,9 +64,26 @@ pub struct IdentityDecision {
     pub user: Option<String>,
     /// `sandbox_user_remap`, `sandbox_uid_mismatch_warning`.
     pub events: Vec<EventKind>,
-    /// Whether the sandbox must run as a non-root identity the driver
-    /// verifies before the first exec.
-    pub must_not_be_root: bool,
+    /// What keeps host-root artefacts off the host binds; the driver
+    /// applies it and verifies it before the first exec.
+    pub guard: HostRootGuard,
+    /// Why this user and this guard (doctor).
+    pub reason: &'static str,
+}
+
+/// What a guard does, in the words `doctor` and the README use (`binds`:
+/// whether the engine binds host paths at all).
+pub fn protection(guard: HostRootGuard, binds: bool) -> &'static str {
+    match (guard, binds) {
+        (HostRootGuard::Unneeded, false) => "no host binds (bindless)",
+        (HostRootGuard::Unneeded, true) => "user namespace of the engine",
+        (HostRootGuard::NonRootUser, _) => {
+            "unprivileged sandbox user, no capabilities, no-new-privileges; verified before the first exec"
+        }
+        (HostRootGuard::RootSeccomp, _) => {
+            "root, setuid/setgid and device creation blocked by seccomp (MKNOD, SETFCAP, FSETID dropped), no-new-privileges; verified before the first exec"
+        }
+    }
 }
 
 /// Whether a plan keeps a bind of the host filesystem it can write.
@@ -90,27 +112,49 @@ fn refuse(user: &str, reason: impl Into<String>) -> GuardViolation {
     }
 }
 
-/// Who the sandbox runs as (see the module doc for the rule).
+/// Who the sandbox runs as and under which guard (see the module doc).
 pub fn decide_identity(inputs: &IdentityInputs<'_>) -> Result<IdentityDecision, GuardViolation> {
-    let keep = |must: bool| IdentityDecision {
+    let keep = |guard: HostRootGuard, reason: &'static str| IdentityDecision {
         user: inputs.spec_user.map(str::to_owned),
         events: Vec::new(),
-        must_not_be_root: must,
+        guard,
+        reason,
     };
-    if !inputs.mapping.root_is_host_root() || !inputs.writable_host_binds {
-        return Ok(keep(false));
+    if !inputs.writable_host_binds {
+        return Ok(keep(
+            HostRootGuard::Unneeded,
+            "no writable host bind: nothing the sandbox writes lands on the host",
+        ));
+    }
+    if !inputs.mapping.root_is_host_root() {
+        return Ok(keep(
+            HostRootGuard::Unneeded,
+            "the engine maps container users into a user namespace",
+        ));
     }
     let (uid, gid) = inputs.invoker;
+    let owner = inputs.workspace_owner.filter(|(u, g)| *u != 0 && *g != 0);
+    if uid == 0 && owner.is_none() {
+        // Root's own checkout: root may write it, and the seccomp guard
+        // makes what it writes harmless, whoever the spec names.
+        return Ok(keep(
+            HostRootGuard::RootSeccomp,
+            "iterion runs as root in a root-owned workspace: the sandbox may write it as root",
+        ));
+    }
     if let Some(user) = inputs.spec_user.map(str::trim).filter(|u| !u.is_empty()) {
         if names_root(user) {
             return Err(refuse(
                 user,
-                "a sandbox with a writable host bind may not run as root on this engine \
-                 (container root is host root: what it writes there would be host root's, \
-                 setuid bits and device nodes included); name an unprivileged user or drop the binds",
+                "a sandbox with a writable host bind may not run as root in a workspace that is not root's \
+                 (container root is host root on this engine: what it writes there would be host root's); \
+                 name an unprivileged user or drop the binds",
             ));
         }
-        let mut decision = keep(true);
+        let mut decision = keep(
+            HostRootGuard::NonRootUser,
+            "the spec's own user, verified unprivileged before the first exec",
+        );
         let spec_uid = user.split(':').next().and_then(|s| s.parse::<u32>().ok());
         if inputs.host_state_auto && uid != 0 && spec_uid.is_some_and(|s| s != uid) {
             decision.events.push(EventKind::SandboxUidMismatchWarning {
@@ -120,21 +164,15 @@ pub fn decide_identity(inputs: &IdentityInputs<'_>) -> Result<IdentityDecision, 
         }
         return Ok(decision);
     }
-    let (chosen, reason) = if uid != 0 {
-        (
-            (uid, gid),
-            "spec names no user: run as the invoking user, so what the sandbox writes on host binds stays the user's",
-        )
-    } else if let Some(owner) = inputs.workspace_owner.filter(|(u, g)| *u != 0 && *g != 0) {
-        (
+    let (chosen, reason) = match owner {
+        Some(owner) if uid == 0 => (
             owner,
             "iterion runs as root: run as the workspace's owner, never as host root",
-        )
-    } else {
-        (
-            (SANDBOX_UID, SANDBOX_UID),
-            "iterion runs as root in a root-owned workspace: run as the unprivileged sandbox uid (the workspace is read-only to it)",
-        )
+        ),
+        _ => (
+            (uid, gid),
+            "spec names no user: run as the invoking user, so what the sandbox writes on host binds stays the user's",
+        ),
     };
     Ok(IdentityDecision {
         user: Some(format!("{}:{}", chosen.0, chosen.1)),
@@ -143,7 +181,8 @@ pub fn decide_identity(inputs: &IdentityInputs<'_>) -> Result<IdentityDecision, 
             gid: chosen.1,
             reason: reason.to_owned(),
         }],
-        must_not_be_root: true,
+        guard: HostRootGuard::NonRootUser,
+        reason,
     })
 }
 
@@ -197,6 +236,96 @@ pub fn check_credentials(creds: &Credentials) -> Result<(), GuardViolation> {
         ));
     }
     Ok(())
+}
+
+/// The capabilities the host-root guard drops beyond the usual cut set,
+/// by bit number: `FSETID` (writing a setuid file keeps its bit), `MKNOD`
+/// (device nodes) and `SETFCAP` (file capabilities).
+pub const ROOT_GUARD_DROPPED: [(&str, u32); 3] = [("FSETID", 4), ("MKNOD", 27), ("SETFCAP", 31)];
+
+/// What a sandbox process shows of its confinement: the `Seccomp:` mode
+/// and capability sets of `/proc/self/status`, and the outcome of the
+/// setuid probe (the exit status of `chmod 4700` on a file of its own and
+/// whether the bit was set anyway).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardStatus {
+    /// `Seccomp:` (2: a filter is applied).
+    pub seccomp: Option<u32>,
+    /// `CapEff:`.
+    pub cap_eff: u64,
+    /// `CapPrm:`.
+    pub cap_prm: u64,
+    /// `CapBnd:`.
+    pub cap_bnd: u64,
+    /// `Probe: <exit> <set|clear>`.
+    pub probe: Option<(i64, bool)>,
+}
+
+/// Parse the `Seccomp:`, `CapEff:`, `CapPrm:`, `CapBnd:` and `Probe:`
+/// lines; `None` when a capability line is missing or unreadable.
+pub fn parse_guard_status(text: &str) -> Option<GuardStatus> {
+    let mut status = GuardStatus::default();
+    let mut seen = 0;
+    let hex = |rest: &str| u64::from_str_radix(rest.trim(), 16).ok();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Seccomp:") {
+            status.seccomp = rest.trim().parse().ok();
+        } else if let Some(rest) = line.strip_prefix("CapEff:") {
+            status.cap_eff = hex(rest)?;
+            seen += 1;
+        } else if let Some(rest) = line.strip_prefix("CapPrm:") {
+            status.cap_prm = hex(rest)?;
+            seen += 1;
+        } else if let Some(rest) = line.strip_prefix("CapBnd:") {
+            status.cap_bnd = hex(rest)?;
+            seen += 1;
+        } else if let Some(rest) = line.strip_prefix("Probe:") {
+            let mut words = rest.split_whitespace();
+            let exit = words.next().and_then(|w| w.parse().ok());
+            let set = match words.next() {
+                Some("set") => Some(true),
+                Some("clear") => Some(false),
+                _ => None,
+            };
+            status.probe = exit.zip(set);
+        }
+    }
+    (seen == 3).then_some(status)
+}
+
+/// Refuse a sandbox the host-root guard is not in effect on: no seccomp
+/// filter, a dropped capability still held (effective, permitted or
+/// bounding), or a setuid chmod that was not refused by the filter (it
+/// succeeded, set the bit, or could not be tried: no `chmod` to try with
+/// is no proof).
+pub fn check_root_guard(status: &GuardStatus) -> Result<(), GuardViolation> {
+    let shown = format!("{status:?}");
+    if status.seccomp != Some(2) {
+        return Err(refuse(
+            &shown,
+            "no seccomp filter is in effect in the sandbox (Seccomp: 2 expected)",
+        ));
+    }
+    for (name, bit) in ROOT_GUARD_DROPPED {
+        let mask = 1u64 << bit;
+        if (status.cap_eff | status.cap_prm | status.cap_bnd) & mask != 0 {
+            return Err(refuse(
+                &shown,
+                format!("the sandbox still holds CAP_{name}"),
+            ));
+        }
+    }
+    match status.probe {
+        Some((exit, false)) if exit != 0 && exit != 126 && exit != 127 => Ok(()),
+        Some((_, true)) | Some((0, _)) => Err(refuse(
+            &shown,
+            "a setuid chmod succeeded in the sandbox: the seccomp guard is not in effect",
+        )),
+        _ => Err(refuse(
+            &shown,
+            "the setuid probe could not run in the sandbox (no chmod or no writable /tmp): the guard cannot be verified",
+        )),
+    }
 }
 
 /// A user resolved against an image's `/etc/passwd` and `/etc/group`:
@@ -261,21 +390,43 @@ mod tests {
     }
 
     #[test]
-    fn never_host_root_with_a_writable_bind() {
-        // Root in a root-owned checkout: the dedicated uid.
-        assert_eq!(user_of(&inputs()).as_deref(), Some("65532:65532"));
+    fn root_in_its_own_checkout_runs_as_root_under_the_seccomp_guard() {
+        for owner in [Some((0, 0)), Some((1000, 0)), Some((0, 1000)), None] {
+            let i = IdentityInputs {
+                workspace_owner: owner,
+                ..inputs()
+            };
+            let d = decide_identity(&i).expect("decided");
+            assert_eq!(d.user, None, "{owner:?}: the image's own user");
+            assert_eq!(d.guard, HostRootGuard::RootSeccomp);
+            assert!(d.events.is_empty());
+        }
+        // A spec naming root or another user keeps it, under the guard.
+        for user in ["root", "0:0", "1000"] {
+            let i = IdentityInputs {
+                spec_user: Some(user),
+                ..inputs()
+            };
+            let d = decide_identity(&i).expect("kept");
+            assert_eq!(d.user.as_deref(), Some(user));
+            assert_eq!(d.guard, HostRootGuard::RootSeccomp);
+        }
+        assert!(
+            protection(HostRootGuard::RootSeccomp, true)
+                .starts_with("root, setuid/setgid and device creation blocked by seccomp")
+        );
+    }
+
+    #[test]
+    fn never_host_root_in_someone_elses_checkout() {
         // Root in a user's checkout (sudo): the owner.
         let i = IdentityInputs {
             workspace_owner: Some((1000, 1000)),
             ..inputs()
         };
-        assert_eq!(user_of(&i).as_deref(), Some("1000:1000"));
-        // An owner whose group is root's is not taken.
-        let i = IdentityInputs {
-            workspace_owner: Some((1000, 0)),
-            ..inputs()
-        };
-        assert_eq!(user_of(&i).as_deref(), Some("65532:65532"));
+        let d = decide_identity(&i).expect("decided");
+        assert_eq!(d.user.as_deref(), Some("1000:1000"));
+        assert_eq!(d.guard, HostRootGuard::NonRootUser);
         // A user running iterion: that user, whoever owns the checkout.
         let i = IdentityInputs {
             invoker: (1001, 1001),
@@ -284,27 +435,42 @@ mod tests {
         };
         let d = decide_identity(&i).expect("decided");
         assert_eq!(d.user.as_deref(), Some("1001:1001"));
-        assert!(d.must_not_be_root);
+        assert_eq!(d.guard, HostRootGuard::NonRootUser);
         assert_eq!(d.events[0].name(), "sandbox_user_remap");
+        // Even in a root-owned checkout: a user cannot write it anyway.
+        let i = IdentityInputs {
+            invoker: (1001, 1001),
+            ..inputs()
+        };
+        assert_eq!(user_of(&i).as_deref(), Some("1001:1001"));
     }
 
     #[test]
     fn a_spec_naming_root_is_refused_and_others_are_kept() {
-        for root in ["0", "root", "0:0", "00", "1000:0", "root:staff", " 0 "] {
-            let i = IdentityInputs {
-                spec_user: Some(root),
-                ..inputs()
-            };
-            assert!(decide_identity(&i).is_err(), "{root}");
+        for invoker in [(0, 0), (1001, 1001)] {
+            for root in ["0", "root", "0:0", "00", "1000:0", "root:staff", " 0 "] {
+                let i = IdentityInputs {
+                    spec_user: Some(root),
+                    invoker,
+                    workspace_owner: Some((1000, 1000)),
+                    ..inputs()
+                };
+                assert!(decide_identity(&i).is_err(), "{root} {invoker:?}");
+            }
         }
         for ok in ["1000", "1000:1000", "vscode", "node:node", "10"] {
             let i = IdentityInputs {
                 spec_user: Some(ok),
+                invoker: (1001, 1001),
                 ..inputs()
             };
             let d = decide_identity(&i).expect("kept");
             assert_eq!(d.user.as_deref(), Some(ok));
-            assert!(d.must_not_be_root, "names are verified by the driver");
+            assert_eq!(
+                d.guard,
+                HostRootGuard::NonRootUser,
+                "names are verified by the driver"
+            );
         }
         let i = IdentityInputs {
             spec_user: Some("1000:1000"),
@@ -322,6 +488,7 @@ mod tests {
             IdentityInputs {
                 writable_host_binds: false,
                 spec_user: Some("root"),
+                invoker: (1001, 1001),
                 ..inputs()
             },
             IdentityInputs {
@@ -332,14 +499,45 @@ mod tests {
             IdentityInputs {
                 mapping: UidMapping::Remapped,
                 spec_user: Some("root"),
+                workspace_owner: Some((1000, 1000)),
                 ..inputs()
             },
         ] {
             let d = decide_identity(&i).expect("kept");
             assert_eq!(d.user.as_deref(), Some("root"));
-            assert!(!d.must_not_be_root);
+            assert_eq!(d.guard, HostRootGuard::Unneeded);
             assert!(d.events.is_empty());
         }
+    }
+
+    #[test]
+    fn the_root_guard_is_judged_from_status_and_probe() {
+        // dockerd's cut set minus FSETID: CHOWN DAC_OVERRIDE FOWNER KILL
+        // SETGID SETUID NET_BIND_SERVICE.
+        let good = "Seccomp:\t2\nCapEff:\t00000000000004eb\nCapPrm:\t00000000000004eb\nCapBnd:\t00000000000004eb\nProbe: 1 clear\n";
+        let status = parse_guard_status(good).expect("parsed");
+        assert_eq!(status.seccomp, Some(2));
+        assert!(check_root_guard(&status).is_ok(), "{status:?}");
+        for bad in [
+            // No filter.
+            "Seccomp:\t0\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\nProbe: 1 clear\n",
+            // FSETID (bit 4) held.
+            "Seccomp:\t2\nCapEff:\t00000000000004fb\nCapPrm:\t0\nCapBnd:\t0\nProbe: 1 clear\n",
+            // MKNOD (bit 27) in the bounding set.
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0000000008000000\nProbe: 1 clear\n",
+            // SETFCAP (bit 31) permitted.
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0000000080000000\nCapBnd:\t0\nProbe: 1 clear\n",
+            // The chmod went through, or set the bit, or never ran.
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\nProbe: 0 clear\n",
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\nProbe: 1 set\n",
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\nProbe: 127 clear\n",
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\n",
+        ] {
+            let status = parse_guard_status(bad).expect("parsed");
+            assert!(check_root_guard(&status).is_err(), "{bad}");
+        }
+        assert_eq!(parse_guard_status("Seccomp:\t2\nCapEff:\tzz\n"), None);
+        assert_eq!(parse_guard_status("Seccomp:\t2\n"), None);
     }
 
     #[test]

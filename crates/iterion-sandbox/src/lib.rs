@@ -29,11 +29,13 @@
 //!    [`mounts::finalize_mounts_for_driver`] with the selected driver's
 //!    capabilities, then [`binds::resolve_plan_binds`] (every bind judged by
 //!    its real path, the run store masked) and [`identity::decide_identity`]
-//!    (never host root on a writable host bind);
+//!    (who the sandbox runs as and its host-root guard, with
+//!    [`seccomp::guard_profile`] for root in its own checkout);
 //! 7. the driver calls [`guards::check_launch_plan`] and
 //!    [`binds::recheck_plan_binds`] in `prepare` (and the re-check again
 //!    immediately before create), and verifies the identity with
-//!    [`identity::check_credentials`] before the first exec;
+//!    [`identity::check_credentials`] (or the seccomp guard with
+//!    [`identity::check_root_guard`]) before the first exec;
 //! 8. on a setup error, [`verdict::setup_failure_status`].
 
 pub mod admission;
@@ -49,6 +51,7 @@ pub mod mounts;
 pub mod noop;
 pub mod precedence;
 pub mod reaper;
+pub mod seccomp;
 pub mod spec;
 pub mod verdict;
 

@@ -174,6 +174,9 @@ struct IdentityPosture {
     reason: String,
     /// What keeps host-root files off the binds.
     protection: &'static str,
+    /// The guard the run gets (`unneeded`, `non_root_user`,
+    /// `root_seccomp`), as `sandbox_started.limits.host_root_guard` says.
+    guard: &'static str,
     /// Whether that user can write this directory (the workspace).
     workspace_writable: bool,
 }
@@ -210,23 +213,8 @@ impl IdentityPosture {
                 iterion_core::EventKind::SandboxUserRemap { reason, .. } => Some(reason.clone()),
                 _ => None,
             })
-            .unwrap_or_else(|| match (binds, mapping.root_is_host_root()) {
-                (false, _) => {
-                    "no host bind on this engine: nothing the sandbox writes lands on the host"
-                        .to_owned()
-                }
-                (true, false) => "the engine maps container users into a user namespace".to_owned(),
-                (true, true) => {
-                    "the spec's own user, verified unprivileged before the first exec".to_owned()
-                }
-            });
-        let protection = match (binds, mapping.root_is_host_root()) {
-            (false, _) => "no host binds (bindless)",
-            (true, false) => "user namespace of the engine",
-            (true, true) => {
-                "unprivileged sandbox user, no capabilities, no-new-privileges; verified before the first exec"
-            }
-        };
+            .unwrap_or_else(|| decision.reason.to_owned());
+        let protection = iterion_sandbox::identity::protection(decision.guard, binds);
         let uid = decision
             .user
             .as_deref()
@@ -242,6 +230,7 @@ impl IdentityPosture {
             sandbox_user: decision.user,
             reason,
             protection,
+            guard: decision.guard.as_str(),
             workspace_writable,
         })
     }
@@ -821,7 +810,10 @@ async fn host_binds_check(
         |k| std::env::var(k).ok(),
         engine_paths,
         crate::stores::store_dir().as_deref(),
-        &iterion_runtime::sandbox_boot::default_state_dir(),
+        &iterion_runtime::sandbox_boot::private_state_dirs(
+            &iterion_runtime::sandbox_boot::default_state_dir(),
+            &std::env::vars().collect(),
+        ),
     );
     let mut plan = LaunchPlan::default();
     plan.mounts.push(Mount {

@@ -517,6 +517,52 @@ workflow artefacts:
   hold -> done
 "#;
 
+/// A sandbox whose iterion keeps its per-run host dirs under the test's
+/// own temp dir, where the test can look at them during the run.
+fn private_tmp_sandbox(engine: Engine) -> Sandbox {
+    let mut sb = Sandbox::new(engine);
+    let tmp = sb.dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    sb.env
+        .push(("TMPDIR".to_owned(), tmp.display().to_string()));
+    sb
+}
+
+/// Run `file` and, once a node marks the run-files dir `holding`, `look`
+/// at that dir on the host (during the run); the run's result and what
+/// `look` saw (a failing assertion when it never held).
+fn run_watching_run_files<T>(
+    sb: &Sandbox,
+    file: &Path,
+    look: impl Fn(&Path) -> T,
+) -> (RunResult, T) {
+    let child = sb
+        .command(&["run", &file.to_string_lossy(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn iterion");
+    let sandboxes = sb.dir.path().join("tmp/iterion/sandboxes");
+    let mut seen = None;
+    for _ in 0..600 {
+        let holding = std::fs::read_dir(&sandboxes)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("artifact-files"))
+            .find(|d| d.join("holding").exists());
+        if let Some(dir) = holding {
+            seen = Some(look(&dir));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("wait");
+    let r = crate::support::parse_run_output(&out);
+    let seen = seen.unwrap_or_else(|| panic!("the run-files dir never held: {}", r.stderr));
+    (r, seen)
+}
+
 /// What a host-side look at `dir` found wrong: a setuid/setgid file owned
 /// by root (user or group), or a device node.
 fn host_root_artefacts(dir: &Path) -> Vec<String> {
@@ -549,65 +595,38 @@ fn owner_of(p: &Path) -> Option<(u32, u32)> {
         .map(|m| (m.uid(), m.gid()))
 }
 
-/// Item 4 on both engines, iterion running as root: in a checkout owned by
-/// a user (uid 4242) the sandbox runs as that user — the attack leaves at
-/// most files owned by 4242 (setuid to the checkout's owner, never to root)
-/// and no device node, in the workspace or in the run-files dir *during*
-/// the run; the benign files are the user's and are drained. In a
-/// root-owned checkout the sandbox runs as the unprivileged 65532, which
-/// cannot write the checkout at all. `doctor` reports the posture.
+/// Item 4 on both engines, iterion running as root in a checkout owned by
+/// a user (uid 4242, `sudo iterion run`): the sandbox runs as that user —
+/// the attack leaves at most files owned by 4242 (setuid to the checkout's
+/// owner, never to root) and no device node, in the workspace or in the
+/// run-files dir *during* the run; the benign files are the user's and are
+/// drained. `doctor` reports the posture. (Root's own checkout:
+/// `root_in_its_own_checkout_leaves_no_setuid_or_device_file`.)
 #[test]
 fn no_host_root_setuid_or_device_files_on_host_binds() {
     for engine in Engine::ALL {
-        for owner in [Some((4242u32, 4242u32)), None] {
-            let mut sb = Sandbox::new(engine);
-            let tmp = sb.dir.path().join("tmp");
-            std::fs::create_dir_all(&tmp).expect("tmp");
-            sb.env
-                .push(("TMPDIR".to_owned(), tmp.display().to_string()));
+        {
+            let owner = (4242u32, 4242u32);
+            let sb = private_tmp_sandbox(engine);
             let ws = sb.workspace();
             let file = sb.write(
                 "artefacts.iter",
                 &ARTEFACT_WORKFLOW.replace("IMAGE", &busybox()),
             );
-            if let Some((uid, gid)) = owner {
-                std::os::unix::fs::chown(&ws, Some(uid), Some(gid)).expect("chown ws");
-            }
-            let expected = owner.unwrap_or((65532, 65532));
-            let child = sb
-                .command(&["run", &file.to_string_lossy(), "--json"])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn iterion");
-            // During the run: the run-files dir on the host, once the pause began.
-            let sandboxes = tmp.join("iterion/sandboxes");
-            let mut seen_during = None;
-            for _ in 0..600 {
-                let holding = std::fs::read_dir(&sandboxes)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|e| e.path().join("artifact-files"))
-                    .find(|d| d.join("holding").exists());
-                if let Some(dir) = holding {
-                    // The run's host dir is private to iterion's user while
-                    // the sandbox (another uid) still writes its run files.
-                    let run_dir_mode = dir.parent().map(mode_of);
-                    seen_during = Some((
-                        host_root_artefacts(&dir),
-                        owner_of(&dir.join("suid")),
-                        run_dir_mode,
-                    ));
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            let out = child.wait_with_output().expect("wait");
-            let r = crate::support::parse_run_output(&out);
+            std::os::unix::fs::chown(&ws, Some(owner.0), Some(owner.1)).expect("chown ws");
+            let expected = owner;
+            // During the run: the run-files dir on the host, once the pause
+            // began. The run's host dir is private to iterion's user while
+            // the sandbox (another uid) still writes its run files.
+            let (r, seen_during) = run_watching_run_files(&sb, &file, |dir| {
+                (
+                    host_root_artefacts(dir),
+                    owner_of(&dir.join("suid")),
+                    dir.parent().map(mode_of),
+                )
+            });
             assert_eq!(r.status(), "finished", "{engine:?} {owner:?}: {}", r.stderr);
-            let (bad, suid_owner, run_dir_mode) =
-                seen_during.expect("the run-files dir was seen during the run");
+            let (bad, suid_owner, run_dir_mode) = seen_during;
             assert_eq!(run_dir_mode, Some(0o700), "{engine:?} {owner:?}");
             assert!(
                 bad.is_empty(),
@@ -630,20 +649,9 @@ fn no_host_root_setuid_or_device_files_on_host_binds() {
                     .is_some_and(|f| f.iter().any(|f| f["path"] == "report.txt")),
                 "{engine:?} {owner:?}: {files}"
             );
-            match owner {
-                Some(o) => {
-                    assert_eq!(owner_of(&ws.join("out.txt")), Some(o), "{engine:?}");
-                    assert_eq!(owner_of(&ws.join("suid")), Some(o), "{engine:?}");
-                    assert!(!ws.join("blk").exists() && !ws.join("chr").exists());
-                }
-                None => {
-                    assert!(
-                        !ws.join("out.txt").exists(),
-                        "{engine:?}: a root-owned checkout is read-only to the sandbox"
-                    );
-                    assert!(!ws.join("suid").exists());
-                }
-            }
+            assert_eq!(owner_of(&ws.join("out.txt")), Some(expected), "{engine:?}");
+            assert_eq!(owner_of(&ws.join("suid")), Some(expected), "{engine:?}");
+            assert!(!ws.join("blk").exists() && !ws.join("chr").exists());
             // Doctor reports the posture it would apply here.
             let doc = sb.iterion(&["sandbox", "doctor", "--json"]);
             let doc: Value = serde_json::from_slice(&doc.stdout).expect("doctor json");
@@ -654,18 +662,22 @@ fn no_host_root_setuid_or_device_files_on_host_binds() {
                 format!("{}:{}", expected.0, expected.1),
                 "{engine:?} {owner:?}: {doc:#}"
             );
-            assert_eq!(posture["workspace_writable"], owner.is_some(), "{doc:#}");
+            assert_eq!(posture["workspace_writable"], true, "{doc:#}");
+            assert_eq!(posture["guard"], "non_root_user", "{doc:#}");
         }
     }
 }
 
-/// Item 4: a workflow naming root — by number or by a name that is root in
-/// the image — is refused while it keeps a writable host bind; the same
-/// name with `ITERION_SANDBOX_DOCKER_BINDS=none` (no host bind) runs as root.
+/// Item 4: a workflow naming root is refused while it keeps a writable
+/// host bind into a checkout that is not root's (here a user's, iterion
+/// running as root); the same name with `ITERION_SANDBOX_DOCKER_BINDS=none`
+/// (no host bind) runs as root, and so does it in root's own checkout,
+/// under the seccomp guard.
 #[test]
 fn a_sandbox_naming_root_is_refused_with_a_writable_host_bind() {
     for engine in Engine::ALL {
         let sb = Sandbox::new(engine);
+        sb.own_workspace(4242, 4242);
         for user in ["0", "root", "0:0"] {
             let file = sb.write(
                 "root.iter",
@@ -691,7 +703,178 @@ fn a_sandbox_naming_root_is_refused_with_a_writable_host_bind() {
                 "{engine:?} {user} bindless: {}",
                 r.stderr
             );
+            let roots = Sandbox::new(engine);
+            let file = roots.write("root.iter", &std::fs::read_to_string(&file).expect("wf"));
+            let r = roots.run(&file, &[]);
+            assert_eq!(
+                r.status(),
+                "finished",
+                "{engine:?} {user} in root's checkout: {}",
+                r.stderr
+            );
+            let events = roots.events(&r.run_id());
+            let started = &of_type(&events, "sandbox_started")[0]["data"];
+            assert_eq!(
+                started["limits"]["host_root_guard"], "root_seccomp",
+                "{engine:?} {user}: {started}"
+            );
         }
+    }
+}
+
+/// Root's own checkout, attacked by root (the test process is root, its
+/// tempdir root-owned): every way to leave a setuid/setgid file or a
+/// device node — `chmod 4755`, `u+s`, `g+s`, `install -m 4755`, perl's
+/// `sysopen(O_CREAT, 04755)`, `mknod` of a regular file with the bit, `cp
+/// -p` and a `tar -p` extraction of the image's setuid `passwd`, `mknod b
+/// 8 0` — fails inside, in the workspace and in the run-files dir; a
+/// setuid file already in the checkout loses its bit when the sandbox
+/// writes it (`FSETID` dropped). The benign twin: the same node writes,
+/// chmods 0755, mkdirs and deletes; its run file is drained; the host
+/// edits and deletes what it wrote. `sandbox_started` and `doctor` name
+/// the guard.
+const ROOT_GUARD_WORKFLOW: &str = r#"schema tried:
+  results: string
+
+tool attack:
+  command: `res=""; try() { "$@" >/dev/null 2>&1; res="$res $?"; }; for d in "$PROJECT_DIR" "$ITERION_ARTIFACT_FILES_DIR"; do cp /bin/ls "$d/a"; try chmod 4755 "$d/a"; try chmod u+s "$d/a"; try chmod g+s "$d/a"; try install -m 4755 /bin/ls "$d/b"; try perl -MFcntl -e 'sysopen(my $f, $ARGV[0], O_CREAT|O_WRONLY, 04755) or exit 1' "$d/c"; try perl -e 'exit 0'; try mknod -m 4755 "$d/d" p; try cp -p /usr/bin/passwd "$d/e"; mkdir -p "$d/t"; try sh -c "tar -C / -cf - usr/bin/passwd | tar -C '$d/t' -xpf -"; try mknod "$d/blk" b 8 0; try mknod "$d/chr" c 1 3; done; printf '%s' "$res" > "$ITERION_ARTIFACT_FILES_DIR/results.txt"; printf '{"results":"%s"}' "$res"`
+  output: tried
+
+tool benign:
+  command: `set -e; printf 'edited by the tool' > "$PROJECT_DIR/out.txt"; chmod 0755 "$PROJECT_DIR/out.txt"; mkdir -p "$PROJECT_DIR/made/deeper"; printf x > "$PROJECT_DIR/gone.txt"; rm "$PROJECT_DIR/gone.txt"; printf more >> "$PROJECT_DIR/old-suid"; printf 'a report' > "$ITERION_ARTIFACT_FILES_DIR/report.txt"; echo '{}'`
+
+tool hold:
+  command: `touch "$ITERION_ARTIFACT_FILES_DIR/holding"; sleep 6; echo '{}'`
+
+workflow guard:
+  sandbox:
+    image: "IMAGE"
+    host_state: none
+  entry: attack
+  attack -> benign
+  benign -> hold
+  hold -> done
+"#;
+
+/// Every setuid/setgid file and device node under `dir`, at any depth.
+fn setid_or_device(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut bad = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return bad;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        let kind = meta.file_type();
+        let name = entry.path().display().to_string();
+        if kind.is_block_device() || kind.is_char_device() {
+            bad.push(format!("{name}: device node"));
+        }
+        if !kind.is_dir() && meta.mode() & 0o6000 != 0 {
+            bad.push(format!("{name}: mode {:o}", meta.mode()));
+        }
+        if kind.is_dir() {
+            bad.extend(setid_or_device(&entry.path()));
+        }
+    }
+    bad
+}
+
+#[test]
+fn root_in_its_own_checkout_leaves_no_setuid_or_device_file() {
+    use std::os::unix::fs::PermissionsExt;
+    for engine in Engine::ALL {
+        let sb = private_tmp_sandbox(engine);
+        let ws = sb.workspace();
+        assert_eq!(owner_of(&ws), Some((0, 0)), "the test runs as root");
+        // A setuid file the host already had in its checkout.
+        let old = ws.join("old-suid");
+        std::fs::write(&old, b"#!/bin/sh\n").expect("old");
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        let file = sb.write(
+            "guard.iter",
+            &ROOT_GUARD_WORKFLOW.replace("IMAGE", &crate::support::slim()),
+        );
+        let (r, seen_during) = run_watching_run_files(&sb, &file, |dir| {
+            (setid_or_device(dir), dir.join("a").exists())
+        });
+        assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+        let (bad, attacked) = seen_during;
+        assert!(
+            attacked,
+            "{engine:?}: the attack did not run in the run-files dir"
+        );
+        assert!(
+            bad.is_empty(),
+            "{engine:?}: run-files dir during the run: {bad:?}"
+        );
+        let events = sb.events(&r.run_id());
+        // Each attempt failed inside: 11 per directory, none exited 0.
+        let results = of_type(&events, "node_finished")[0]["data"]["output"]["results"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let codes: Vec<&str> = results.split_whitespace().collect();
+        assert_eq!(codes.len(), 22, "{engine:?}: {results:?}");
+        for (i, code) in codes.iter().enumerate() {
+            if i % 11 == 5 {
+                // The control: perl runs at all (its refusal is the filter's).
+                assert_eq!(*code, "0", "{engine:?}: {results:?}");
+                continue;
+            }
+            assert_ne!(*code, "0", "{engine:?}: attempt {i} succeeded: {results:?}");
+            assert_ne!(
+                *code, "127",
+                "{engine:?}: attempt {i} found no tool: {results:?}"
+            );
+        }
+        // On the host: nothing setuid/setgid or device in the checkout but
+        // what the host put there, and that lost its bit when written.
+        let bad = setid_or_device(&ws);
+        assert!(bad.is_empty(), "{engine:?}: workspace: {bad:?}");
+        assert_eq!(
+            std::fs::read_to_string(&old).expect("old"),
+            "#!/bin/sh\nmore",
+            "{engine:?}: the sandbox wrote the old setuid file"
+        );
+        // The benign twin, and the host's own edits afterwards.
+        assert_eq!(owner_of(&ws.join("out.txt")), Some((0, 0)), "{engine:?}");
+        assert_eq!(mode_of(&ws.join("out.txt")), 0o755, "{engine:?}");
+        assert!(ws.join("made/deeper").is_dir(), "{engine:?}");
+        assert!(!ws.join("gone.txt").exists(), "{engine:?}");
+        std::fs::write(ws.join("out.txt"), b"edited by the host").expect("host edits");
+        std::fs::remove_dir_all(ws.join("made")).expect("host deletes");
+        std::fs::remove_file(ws.join("out.txt")).expect("host deletes");
+        let files = sb.files(&r.run_id());
+        assert!(
+            files["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["path"] == "report.txt")),
+            "{engine:?}: {files}"
+        );
+        let started = &of_type(&events, "sandbox_started")[0]["data"];
+        assert_eq!(
+            started["limits"]["host_root_guard"], "root_seccomp",
+            "{engine:?}: {started}"
+        );
+        assert!(
+            of_type(&events, "sandbox_user_remap").is_empty(),
+            "{engine:?}"
+        );
+        // Doctor reports the guard a run here gets.
+        let doc = sb.iterion(&["sandbox", "doctor", "--json"]);
+        let doc: Value = serde_json::from_slice(&doc.stdout).expect("doctor json");
+        let posture = &doc["host_identity"];
+        assert_eq!(posture["guard"], "root_seccomp", "{engine:?}: {doc:#}");
+        assert!(
+            posture["protection"].as_str().is_some_and(
+                |p| p.starts_with("root, setuid/setgid and device creation blocked by seccomp")
+            ),
+            "{engine:?}: {doc:#}"
+        );
+        assert_eq!(posture["workspace_writable"], true, "{engine:?}: {doc:#}");
     }
 }
 
