@@ -6,6 +6,7 @@ mod cmd;
 mod drivers;
 mod exit;
 mod fdlimit;
+mod prompt;
 mod render;
 mod stores;
 mod workflow;

@@ -20,6 +20,7 @@ use crate::boot::Booted;
 use crate::engine::EngineSettings;
 use crate::events::Emitter;
 use crate::graph::GraphInfo;
+use crate::human::HumanPrompter;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
 use crate::template::LOOPS_KEY;
 
@@ -28,6 +29,10 @@ use crate::template::LOOPS_KEY;
 pub(crate) enum Stop {
     Cancelled,
     Failed(Failure),
+    /// A human node waits for answers (main path only).
+    Paused {
+        node: NodeId,
+    },
 }
 
 impl From<ProgressError> for Stop {
@@ -80,6 +85,8 @@ pub(crate) struct RunCx<'a> {
     pub run_id: &'a RunId,
     pub vars: BTreeMap<String, Value>,
     pub agents: Option<&'a dyn AgentRunner>,
+    /// Asks human nodes (a terminal); `None` pauses at them.
+    pub human: Option<&'a dyn HumanPrompter>,
     pub(crate) shell: tokio::sync::OnceCell<&'static str>,
     pub(crate) scratch: tokio::sync::OnceCell<()>,
     pub(crate) scripts: AtomicU64,
@@ -105,11 +112,17 @@ impl<'a> RunCx<'a> {
             run_id,
             vars,
             agents,
+            human: None,
             shell: tokio::sync::OnceCell::new(),
             scratch: tokio::sync::OnceCell::new(),
             scripts: AtomicU64::new(0),
             progress: std::sync::Mutex::new(RunProgress::new()),
         }
+    }
+
+    /// Continue from stored progress (resume).
+    pub(crate) fn restore(&mut self, progress: RunProgress) {
+        self.progress = std::sync::Mutex::new(progress);
     }
 
     /// Apply a step to the progress and persist it (`run_checkpoint`).
@@ -130,10 +143,13 @@ impl<'a> RunCx<'a> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let steps = make(&p);
+        let main = FrameId::main();
         for step in &steps {
             p.apply(step)?;
             let frame = match step {
-                ProgressStep::FrameStarted { frame, .. }
+                ProgressStep::Launched { .. } => &main,
+                ProgressStep::Reopened { frame, .. }
+                | ProgressStep::FrameStarted { frame, .. }
                 | ProgressStep::NodeFinished { frame, .. }
                 | ProgressStep::Advanced { frame, .. }
                 | ProgressStep::Forked { frame, .. }

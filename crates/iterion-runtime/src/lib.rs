@@ -5,7 +5,7 @@
 //! machine under compare-and-set, boot and teardown through a
 //! [`SandboxBooter`], the graph walk (routers, parallel branches and their
 //! joins, loops, foreach: `walk`, `branches`, `graph`) with its resumable
-//! [`progress`], tool-node execution with bounded output, the engine's
+//! [`progress`], human nodes and pause ([`human`]), [`resume`], tool-node execution with bounded output, the engine's
 //! side of the agent seam (`agents`), the single event writer of a run, and
 //! the reaper's orchestration (lease + store + the one predicate).
 //!
@@ -32,9 +32,11 @@ pub mod engine;
 pub mod events;
 mod exec;
 pub mod graph;
+pub mod human;
 pub mod owner;
 pub mod progress;
 pub mod reap;
+pub mod resume;
 pub mod routing;
 pub mod sandbox_boot;
 pub mod secrets;

@@ -2,6 +2,7 @@
 //! and renders the outcome.
 
 mod files;
+mod resume;
 mod run;
 mod sandbox;
 mod store_views;
@@ -15,6 +16,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate(args) => validate::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Resume(args) => resume::run(args).await,
         Command::Runs(args) => store_views::runs(args).await,
         Command::Events(args) => store_views::events(args).await,
         Command::Logs(args) => store_views::logs(args).await,

@@ -8,6 +8,7 @@ mod attacks_e2e;
 mod egress_e2e;
 mod graph_e2e;
 mod readback_e2e;
+mod resume_e2e;
 mod run_e2e;
 mod secrets_e2e;
 mod store_schema_e2e;
