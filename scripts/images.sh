@@ -2,8 +2,12 @@
 # Build the local images (no registry is reachable here) into both test
 # engines, reusing them when already present:
 #   iterion-test/busybox:local  - tiny, sub-second to build, for fast tests
-#   iterion-sandbox-slim:local  - Debian with bash, curl, git, CA certificates;
-#                                 the default image of `sandbox: auto`
+#   iterion-sandbox-slim:local  - Debian with bash, curl, git, ripgrep, CA
+#                                 certificates and the Claude Code CLI
+#                                 (/usr/local/bin/claude); the default image
+#                                 of `sandbox: auto`
+# An image is re-imported when its content key (label org.iterion.content)
+# differs from what this script would build, e.g. after a CLI upgrade.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -12,7 +16,14 @@ PODMAN=(podman --url "$ITERION_TEST_PODMAN_HOST")
 work=/var/cache/iterion-images
 mkdir -p "$work"
 
-has_image() { "$@" image inspect "$IMG" >/dev/null 2>&1; }
+SLIM_PACKAGES=bash,curl,ca-certificates,git,procps,jq,ripgrep
+# What the slim image holds: its packages and the CLI version it carries.
+SLIM_KEY="$SLIM_PACKAGES+claude-$ITERION_CLAUDE_CODE_VERSION"
+
+has_image() { # key, engine...
+  local key=$1; shift
+  [[ $("$@" image inspect --format '{{index .Config.Labels "org.iterion.content"}}' "$IMG" 2>/dev/null) == "$key" ]]
+}
 
 busybox_tar() {
   local tarball=$work/busybox.tar
@@ -31,15 +42,16 @@ busybox_tar() {
   echo "$tarball"
 }
 
-slim_tar() {
-  local tarball=$work/slim.tar
+# The Debian base, cached per package set (debootstrap takes a minute).
+slim_base_tar() {
+  local tarball=$work/slim-base-$(echo "$SLIM_PACKAGES" | sha256sum | cut -c1-12).tar
   if [[ ! -s $tarball ]]; then
     local root=$work/slim-rootfs mirror
     mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     mirror=${mirror:-http://deb.debian.org/debian}
     rm -rf "$root"
     log "debootstrap of the slim image (about a minute)"
-    debootstrap --variant=minbase --include=bash,curl,ca-certificates,git,procps,jq \
+    debootstrap --variant=minbase --include="$SLIM_PACKAGES" \
       bookworm "$root" "$mirror" >/tmp/iterion-debootstrap.log 2>&1 \
       || { tail -20 /tmp/iterion-debootstrap.log; die "debootstrap failed"; }
     chroot "$root" /bin/sh -c 'groupadd -g 1000 iterion && useradd -m -u 1000 -g 1000 -s /bin/bash iterion' || true
@@ -50,12 +62,29 @@ slim_tar() {
   echo "$tarball"
 }
 
-import_into() { # image, tarball-fn, engine...
-  IMG=$1; local fn=$2; shift 2
-  has_image "$@" && return 0
+# The base plus the Claude Code CLI (the native binary setup.sh installed
+# from npm), appended as usr/local/bin/claude.
+slim_tar() {
+  local tarball=$work/slim-$(echo "$SLIM_KEY" | sha256sum | cut -c1-12).tar
+  if [[ ! -s $tarball ]]; then
+    [[ -x $ITERION_CLAUDE_CLI ]] || die "the claude CLI is not at $ITERION_CLAUDE_CLI: run scripts/setup.sh"
+    local base stage; base=$(slim_base_tar); stage=$(mktemp -d)
+    mkdir -p "$stage/usr/local/bin" && cp "$ITERION_CLAUDE_CLI" "$stage/usr/local/bin/claude"
+    cp "$base" "$tarball.tmp"
+    tar -C "$stage" --owner=0 --group=0 -rf "$tarball.tmp" ./usr/local/bin/claude
+    mv "$tarball.tmp" "$tarball"
+    rm -rf "$stage"
+  fi
+  echo "$tarball"
+}
+
+import_into() { # image, tarball-fn, key, engine...
+  IMG=$1; local fn=$2 key=$3; shift 3
+  has_image "$key" "$@" && return 0
   local tarball; tarball=$($fn)
   log "importing $IMG into ${1}"
-  "$@" import --change 'CMD ["/bin/sh"]' "$tarball" "$IMG" >/dev/null
+  "$@" import --change 'CMD ["/bin/sh"]' --change "LABEL org.iterion.content=$key" \
+    "$tarball" "$IMG" >/dev/null
 }
 
 engines=("${@:-docker podman}")
@@ -65,6 +94,6 @@ for e in ${engines[*]}; do
     podman) eng=("${PODMAN[@]}") ;;
     *) die "unknown engine $e" ;;
   esac
-  import_into "$ITERION_TEST_BUSYBOX_IMAGE" busybox_tar "${eng[@]}"
-  import_into "$ITERION_TEST_SLIM_IMAGE" slim_tar "${eng[@]}"
+  import_into "$ITERION_TEST_BUSYBOX_IMAGE" busybox_tar busybox "${eng[@]}"
+  import_into "$ITERION_TEST_SLIM_IMAGE" slim_tar "$SLIM_KEY" "${eng[@]}"
 done

@@ -14,6 +14,11 @@ export ITERION_TEST_POSTGRES_URL="${ITERION_TEST_POSTGRES_URL:-postgres://iterio
 export ITERION_TEST_BUSYBOX_IMAGE="${ITERION_TEST_BUSYBOX_IMAGE:-iterion-test/busybox:local}"
 export ITERION_TEST_SLIM_IMAGE="${ITERION_TEST_SLIM_IMAGE:-iterion-sandbox-slim:local}"
 
+# The manifest validator of the Kubernetes driver's golden files (setup.sh
+# installs it; scripts/k8s-validate.sh runs it).
+export ITERION_K8S_VALIDATE="${ITERION_K8S_VALIDATE:-/var/cache/iterion-tools/k8s-validate/bin/kubernetes-validate}"
+export ITERION_K8S_VALIDATE_VERSION="${ITERION_K8S_VALIDATE_VERSION:-1.33.1}"
+
 # The Claude Code CLI, installed by setup.sh (pinned: the stream-json
 # protocol the claude_code backend parses is the CLI's).
 export ITERION_CLAUDE_CODE_VERSION="${ITERION_CLAUDE_CODE_VERSION:-2.1.332}"

@@ -7,7 +7,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 need=()
-for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates; do
+for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates python3 python3-venv; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -44,4 +44,15 @@ if [[ ! -x $ITERION_CLAUDE_CLI ]]; then
   npm install --no-audit --no-fund --ignore-scripts --loglevel=error \
     --prefix "$ITERION_CLAUDE_CODE_DIR" "@anthropic-ai/claude-code@$ITERION_CLAUDE_CODE_VERSION" >/dev/null
   [[ -x $ITERION_CLAUDE_CLI ]] || die "the claude CLI is not at $ITERION_CLAUDE_CLI after npm install"
+fi
+
+# kubernetes-validate (PyPI) checks the Kubernetes driver's golden manifests
+# against the official OpenAPI schemas it ships (offline once installed); in
+# its own venv, since Debian's Python is externally managed.
+if ! "$ITERION_K8S_VALIDATE" --version 2>/dev/null | grep -qx "$ITERION_K8S_VALIDATE_VERSION"; then
+  venv="${ITERION_K8S_VALIDATE%/bin/*}"
+  log "installing kubernetes-validate $ITERION_K8S_VALIDATE_VERSION into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --retries 5 "kubernetes-validate==$ITERION_K8S_VALIDATE_VERSION"
 fi

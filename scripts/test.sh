@@ -18,3 +18,7 @@ export INSTA_UPDATE=no
 # Benches are compiled by clippy --all-targets in .ci/run and run by hand
 # (scripts/bench.sh); `cargo test --all-targets` would run them in full.
 cargo test --workspace --lib --bins --tests --locked "$@"
+
+# The Kubernetes driver's golden manifests against the OpenAPI schemas
+# (layer (a); its other layers are cargo tests above).
+"$ITERION_ROOT/scripts/k8s-validate.sh"

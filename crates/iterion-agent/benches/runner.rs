@@ -152,6 +152,7 @@ async fn bench() {
                     run: &*s.run,
                     runner: RunnerBinary::InSandbox,
                     image: None,
+                    exec_env: Default::default(),
                 }
             } else {
                 AgentPlacement::Host {

@@ -12,6 +12,7 @@
 //! | `claude_code` | `claude` exec'd in the container, `IS_SANDBOX=1` | `claude` from the host `PATH` as a host process |
 //! | `codex` | refused: its own sandbox cannot nest in a container | refused: not built in this release |
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -50,6 +51,10 @@ pub enum AgentPlacement<'a> {
         runner: RunnerBinary,
         /// The image (named when a CLI is missing from it).
         image: Option<String>,
+        /// What every exec of this node carries besides the provider
+        /// credentials (the engine's node env: identity, workspace, the
+        /// exec's own egress proxy credential). Secret: exec env only.
+        exec_env: BTreeMap<String, String>,
     },
 }
 
@@ -96,9 +101,15 @@ pub async fn run_agent(
                 Err(e) => Err(e),
                 Ok(vars) => {
                     let place = match &placement {
-                        AgentPlacement::Sandbox { run, image, .. } => CliPlace::Sandbox {
+                        AgentPlacement::Sandbox {
+                            run,
+                            image,
+                            exec_env,
+                            ..
+                        } => CliPlace::Sandbox {
                             run: *run,
                             image: image.as_deref(),
+                            exec_env,
                         },
                         AgentPlacement::Host { workspace } => CliPlace::Host { workspace },
                     };
@@ -242,10 +253,16 @@ async fn run_claw(
             .run()
             .await
         }
-        AgentPlacement::Sandbox { run, runner, .. } => {
+        AgentPlacement::Sandbox {
+            run,
+            runner,
+            exec_env,
+            ..
+        } => {
             // Checked here, on the host, so nothing is exec'd without them.
             let model = ModelSpec::parse(task.model.as_deref().unwrap_or_default())?;
-            let mut env = creds.for_provider(model.provider)?;
+            let mut env = exec_env;
+            env.extend(creds.for_provider(model.provider)?);
             if let Some(t) = ctx.env.get("CLAW_BASH_TIMEOUT") {
                 env.insert("CLAW_BASH_TIMEOUT".to_owned(), t.to_owned());
             }

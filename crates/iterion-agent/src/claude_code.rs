@@ -57,6 +57,8 @@ pub(crate) enum CliPlace<'a> {
     Sandbox {
         run: &'a dyn SandboxRun,
         image: Option<&'a str>,
+        /// The engine's node env (the exec's egress proxy credential…).
+        exec_env: &'a BTreeMap<String, String>,
     },
     /// On the host, in `workspace`.
     Host { workspace: &'a Path },
@@ -193,10 +195,11 @@ pub(crate) async fn run(
     let sandboxed = matches!(place, CliPlace::Sandbox { .. });
     let args = cli_args(task, sandboxed);
     let mut session: Box<dyn ExecSession> = match &place {
-        CliPlace::Sandbox { run, .. } => {
+        CliPlace::Sandbox { run, exec_env, .. } => {
             let mut argv = vec![CLAUDE_CLI.to_owned()];
             argv.extend(args);
-            let env = cli_env(task, credentials, None, true);
+            let mut env = (*exec_env).clone();
+            env.extend(cli_env(task, credentials, None, true));
             crate::runner::launcher::exec_attached(*run, argv, env, "exec the claude CLI").await?
         }
         CliPlace::Host { workspace } => {
@@ -232,7 +235,7 @@ pub(crate) async fn run(
             Err(e)
         }
         Err(Failure::NoStream { exit_code, stderr }) => {
-            if let CliPlace::Sandbox { run, image } = place
+            if let CliPlace::Sandbox { run, image, .. } = place
                 && !cli_present(run).await
             {
                 return Err(AgentError::CliMissing {

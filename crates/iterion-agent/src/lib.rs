@@ -33,6 +33,7 @@ pub mod process;
 pub mod provider;
 pub mod runner;
 pub mod schema;
+pub mod seam;
 pub mod task;
 pub mod tools;
 
@@ -45,4 +46,5 @@ pub use dispatch::LauncherTools;
 pub use env::EnvSnapshot;
 pub use error::AgentError;
 pub use events::{AgentEventSink, NullSink};
+pub use seam::AgentBackends;
 pub use task::{AgentOutcome, AgentTask, BudgetSpec, RetrySettings, SessionSpec};

@@ -99,6 +99,21 @@ pub struct RunArgs {
     /// Print `{"run_id","status","failure_code"}` at the end.
     #[arg(long)]
     pub json: bool,
+    /// Bound of the whole run (`90s`, `10m`, `1h30m`); past it the running
+    /// command is killed and the run fails with TIMEOUT.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// Explicit run id (`[a-z0-9][a-z0-9_-]{0,62}`); an id the store already
+    /// holds is refused. Default: a fresh time-ordered id.
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
+    pub run_id: Option<iterion_core::RunId>,
+    /// Directory store for this run, over `ITERION_STORE`.
+    #[arg(long, value_name = "DIR")]
+    pub store_dir: Option<PathBuf>,
+    /// Diagnostic log on stderr (error, warn, info, debug, trace), over
+    /// `ITERION_LOG_LEVEL`.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    pub log_level: Option<LogLevel>,
     /// Never ask on the terminal: a human node pauses the run
     /// (`paused_waiting_human`) for `iterion resume`.
     #[arg(long)]
@@ -127,6 +142,55 @@ pub struct ResumeArgs {
     /// Never ask on the terminal: a human node pauses the run again.
     #[arg(long)]
     pub no_interactive: bool,
+    /// Directory store holding the run, over `ITERION_STORE`.
+    #[arg(long, value_name = "DIR")]
+    pub store_dir: Option<PathBuf>,
+    /// Diagnostic log on stderr (error, warn, info, debug, trace), over
+    /// `ITERION_LOG_LEVEL`.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    pub log_level: Option<LogLevel>,
+}
+
+/// `--run-id`: a valid run id, else bad input (exit 2).
+fn parse_run_id(raw: &str) -> Result<iterion_core::RunId, String> {
+    iterion_core::RunId::parse(raw).map_err(|e| e.to_string())
+}
+
+/// The levels of the diagnostic log (upstream's five words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Progress of the run's machinery.
+    Info,
+    /// Engine calls and decisions in detail.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+/// `--log-level` / `ITERION_LOG_LEVEL`: one of the five words, any case.
+pub fn parse_log_level(raw: &str) -> Result<LogLevel, String> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "error" => Ok(LogLevel::Error),
+        "warn" | "warning" => Ok(LogLevel::Warn),
+        "info" => Ok(LogLevel::Info),
+        "debug" => Ok(LogLevel::Debug),
+        "trace" => Ok(LogLevel::Trace),
+        _ => Err(format!(
+            "{raw:?} is not a log level (error, warn, info, debug, trace)"
+        )),
+    }
+}
+
+/// `--timeout`: a positive Go duration (the spelling of every iterion
+/// duration); anything else is bad input (exit 2).
+fn parse_timeout(raw: &str) -> Result<std::time::Duration, String> {
+    iterion_core::duration::parse_go_duration(raw)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{raw:?} is not a positive duration (90s, 10m, 1h30m)"))
 }
 
 /// `iterion runs`.
@@ -183,6 +247,27 @@ pub enum SandboxCommand {
     Doctor(DoctorArgs),
     /// One pass of the orphan reaper over every available driver.
     Reap(ReapArgs),
+    /// The Kubernetes objects a run of FILE would create (a `v1` List); nothing applied.
+    Manifests(ManifestsArgs),
+}
+
+/// `-o` of `iterion sandbox manifests`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ManifestFormat {
+    /// YAML, as `kubectl -o yaml`.
+    Yaml,
+    /// JSON, as `kubectl -o json`.
+    Json,
+}
+
+/// `iterion sandbox manifests`.
+#[derive(Debug, Args)]
+pub struct ManifestsArgs {
+    /// Workflow file.
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: ManifestFormat,
 }
 
 /// `--target` of the strict doctor.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use iterion_core::{Driver, DriverName};
 use iterion_driver_docker::DockerDriver;
 use iterion_sandbox::env::EnvSnapshot;
-use iterion_sandbox::host::{DriverProbe, HostKind, driver_order};
+use iterion_sandbox::host::{DriverProbe, HostKind, detect_host, driver_order};
 
 /// The drivers that constructed on this host and, when none did, why.
 pub struct Discovered {
@@ -18,16 +18,21 @@ pub struct Discovered {
     pub failure: Option<String>,
 }
 
-/// Discover every real driver: each distinct Docker or Podman engine that
-/// answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
+/// Discover every real driver: on a cloud host the Kubernetes cluster the
+/// environment points at; elsewhere each distinct Docker or Podman engine
+/// that answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
 /// The driver is wrapped with nothing here; the runtime tees its lines
 /// into the run log through the observer it passes to each call.
 pub async fn discover(env: &EnvSnapshot) -> Discovered {
-    let _ = env;
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     // Scoped to this store: a run never reaps what another store's runs
     // created on the same engine (see `DockerDriver::with_store_scope`).
     let scope = crate::stores::scope_from_env();
+    // Host kind cloud (facts §5.2): the Kubernetes driver or nothing,
+    // never a Docker engine that happens to answer.
+    if detect_host(env, None) == HostKind::Cloud {
+        return discover_cloud(&process_env, scope).await;
+    }
     match DockerDriver::discover_all(&process_env).await {
         Ok(found) if !found.is_empty() => Discovered {
             drivers: found
@@ -47,6 +52,35 @@ pub async fn discover(env: &EnvSnapshot) -> Discovered {
     }
 }
 
+/// The Kubernetes driver of a cloud host: the cluster the environment
+/// points at, probed (bounded by `ITERION_SANDBOX_DOCTOR_TIMEOUT`).
+#[cfg(feature = "driver-k8s")]
+async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    match iterion_driver_k8s::KubeDriver::discover(process_env).await {
+        Ok(d) => Discovered {
+            drivers: vec![Arc::new(d.with_store_scope(scope)) as Arc<dyn Driver>],
+            failure: None,
+        },
+        Err(e) => Discovered {
+            drivers: Vec::new(),
+            failure: Some(e.to_string()),
+        },
+    }
+}
+
+#[cfg(not(feature = "driver-k8s"))]
+async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    let _ = (process_env, scope);
+    Discovered {
+        drivers: Vec::new(),
+        failure: Some(NOT_BUILT.to_owned()),
+    }
+}
+
+/// Why a cloud host has no driver in a binary built without it.
+const NOT_BUILT: &str =
+    "the Kubernetes driver is not built into this binary (cargo feature driver-k8s)";
+
 /// Every real driver that constructs on this host.
 pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
     discover(env).await.drivers
@@ -63,7 +97,10 @@ pub async fn probe_drivers(host: HostKind, drivers: &[Arc<dyn Driver>]) -> Vec<D
     {
         let unavailable = match drivers.iter().find(|d| d.name() == name) {
             None => Some(match name {
-                DriverName::Kubernetes => "driver not built into this binary".to_owned(),
+                DriverName::Kubernetes if cfg!(feature = "driver-k8s") => {
+                    "no Kubernetes cluster answered (KUBECONFIG, the in-cluster service account, ~/.kube/config)".to_owned()
+                }
+                DriverName::Kubernetes => NOT_BUILT.to_owned(),
                 _ => "no such engine answered".to_owned(),
             }),
             Some(d) => d.ping().await.err().map(|e| e.to_string()),
@@ -88,27 +125,71 @@ pub fn runtimes_on_path() -> Vec<String> {
     found
 }
 
-/// The containment defaults every docker/podman sandbox gets (issue 5:
-/// visible in `doctor` and in `sandbox_started`): never privileged, never
-/// the engine socket, `no-new-privileges`, a pids limit, the operator's
-/// memory/CPU limits, and every capability dropped but a short list.
+/// The containment every docker/podman sandbox gets (issue 19 #5: visible
+/// in `doctor` and in `sandbox_started`): never privileged, never the
+/// engine socket, `no-new-privileges`, and the limits the driver applies —
+/// memory with no extra swap, processes, CPUs, the writable layer and
+/// the run-files dir — with where each came from, and every capability
+/// dropped but a short list.
 pub fn containment() -> serde_json::Value {
+    use iterion_driver_docker::settings::{CPUS_ENV, DISK_ENV, MEMORY_ENV, PIDS_ENV};
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
-    let limits = iterion_core::plan::Limits::default();
+    let source = |var: &str| match process_env.get(var).filter(|v| !v.trim().is_empty()) {
+        Some(_) => var.to_owned(),
+        None => "default".to_owned(),
+    };
     match iterion_driver_docker::DockerSettings::from_env(&process_env) {
         Ok(s) => serde_json::json!({
             "privileged": false,
             "engine_socket_mounted": false,
-            "no_new_privileges": limits.no_new_privileges,
-            "pids_limit": limits.pids,
-            "memory": s.memory.map(|m| m.to_string()),
-            "nano_cpus": s.nano_cpus,
+            "no_new_privileges": s.limits.no_new_privileges,
+            "pids_limit": s.limits.pids,
+            "pids_limit_source": source(PIDS_ENV),
+            "memory": s.limits.memory.map(|m| m.to_string()),
+            "memory_swap": s.limits.memory_swap.map(|m| m.to_string()),
+            "memory_source": source(MEMORY_ENV),
+            "nano_cpus": s.limits.nano_cpus,
+            "nano_cpus_source": source(CPUS_ENV),
+            "writable_layer": s.limits.writable_layer.map(|m| m.to_string()),
+            "writable_layer_source": source(DISK_ENV),
+            "run_files": run_files_bound(),
             "init_reaps_zombies": true,
             "capabilities": iterion_driver_docker::SANDBOX_CAPABILITIES,
             "capabilities_dropped": "every other one (NET_RAW, MKNOD, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE included)",
         }),
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
     }
+}
+
+/// How a run's run-files dir is bounded on this host: a tmpfs of the
+/// read-back cap when `iterion` may mount one (root), else unbounded (each
+/// run then records `sandbox_limit_unenforced`).
+fn run_files_bound() -> serde_json::Value {
+    match iterion_runtime::runfiles::host_can_bound() {
+        Ok(()) => serde_json::json!({
+            "bounded": true,
+            "detail": "a nosuid,nodev tmpfs per run of twice the read-back cap, at least 64MiB past it (ITERION_SANDBOX_READBACK_CAP, default 256MiB: 512MiB)",
+        }),
+        Err(reason) => serde_json::json!({"bounded": false, "detail": reason}),
+    }
+}
+
+/// Per engine: whether its storage driver can bound a sandbox's writable
+/// layer (`ITERION_SANDBOX_DISK`), from the engine's own report.
+pub async fn writable_layer_report() -> serde_json::Value {
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    let mut out = serde_json::Map::new();
+    if let Ok(found) = DockerDriver::discover_all(&process_env).await {
+        for d in found {
+            use iterion_core::Driver;
+            let verdict = match d.writable_layer_support().await {
+                Ok(detail) => serde_json::json!({"enforced": true, "detail": detail}),
+                Err(reason) => serde_json::json!({"enforced": false, "detail": reason}),
+            };
+            out.insert(d.name().as_str().to_owned(), verdict);
+        }
+    }
+    serde_json::Value::Object(out)
 }
 
 /// The egress protections a confined docker/podman sandbox gets on this

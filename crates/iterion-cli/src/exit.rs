@@ -51,9 +51,13 @@ pub fn report(outcome: anyhow::Result<Exit>) -> Exit {
     match outcome {
         Ok(exit) => exit,
         Err(err) => {
-            eprintln!("error: {err}");
+            // Errors quote input and store content: printed escaped.
+            let show = |e: &dyn std::fmt::Display| {
+                iterion_core::display::printable(&e.to_string()).into_owned()
+            };
+            eprintln!("error: {}", show(&err));
             for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                eprintln!("  caused by: {}", show(&cause));
             }
             if err.downcast_ref::<UserInputError>().is_some() {
                 Exit::BadInput

@@ -6,6 +6,7 @@ mod cmd;
 mod drivers;
 mod exit;
 mod fdlimit;
+mod logging;
 mod prompt;
 mod render;
 mod stores;
@@ -16,6 +17,15 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     fdlimit::raise_nofile();
+    let flag = match &cli.command {
+        cli::Command::Run(args) => args.log_level,
+        cli::Command::Resume(args) => args.log_level,
+        _ => None,
+    };
+    match logging::level(flag) {
+        Ok(level) => logging::install(level),
+        Err(e) => return exit::report(Err(e.into())).into(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

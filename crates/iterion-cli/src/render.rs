@@ -1,13 +1,17 @@
 //! Human rendering of a run's events: a live view on a terminal (a
 //! spinner with the current step and elapsed time, a bar while an image is
 //! pulled) and plain lines otherwise. Rendering reads events; it never
-//! drives the run (shared/ARCHITECTURE.md, data flow).
+//! drives the run (shared/ARCHITECTURE.md, data flow). Every line it prints
+//! passes through `iterion_core::display::printable`: event data is
+//! run-supplied (node ids, host names, errors) and must not drive the
+//! terminal.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use iterion_core::EventRecord;
+use iterion_core::display::printable;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -30,16 +34,17 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         if let Some(bar) = &spinner {
             if event.kind == "sandbox_image_pull" {
                 let d = &event.data;
-                bar.set_message(format!(
+                let msg = format!(
                     "pulling {} {} {}",
                     s(d, "image"),
                     s(d, "status"),
                     progress(d)
-                ));
+                );
+                bar.set_message(printable(&msg).into_owned());
                 continue;
             }
             if let Some(step) = step_of(&event) {
-                bar.set_message(step);
+                bar.set_message(printable(&step).into_owned());
             }
         }
         let Some(line) = describe(&event) else {
@@ -47,7 +52,11 @@ pub async fn render_events(mut rx: UnboundedReceiver<EventRecord>) {
         };
         match &spinner {
             Some(bar) => bar.println(format!("[{elapsed:7.2}s] {line}")),
-            None => eprintln!("[{elapsed:7.2}s] {line}"),
+            // A failed write (a hung-up terminal after SIGHUP) never stops
+            // the run or its teardown.
+            None => {
+                let _ = writeln!(std::io::stderr(), "[{elapsed:7.2}s] {line}");
+            }
         }
     }
     if let Some(bar) = spinner {
@@ -86,8 +95,13 @@ fn step_of(event: &EventRecord) -> Option<String> {
     }
 }
 
-/// One line for an event, or `None` for events only the spinner shows.
+/// One line for an event, or `None` for events only the spinner shows;
+/// control and bidi characters of run-supplied text come out escaped.
 pub fn describe(event: &EventRecord) -> Option<String> {
+    describe_raw(event).map(|line| printable(&line).into_owned())
+}
+
+fn describe_raw(event: &EventRecord) -> Option<String> {
     let d = &event.data;
     let node = event
         .node_id
@@ -189,6 +203,67 @@ pub fn describe(event: &EventRecord) -> Option<String> {
                 .map_or(0, Vec::len)
         ),
         "edge_selected" | "run_checkpoint" => return None,
+        // An agent's steps as they happen (issue 11 item 7): one line per
+        // model call, tool call and outcome, tagged with the node.
+        "delegate_started" => format!("  {node}: agent on {}{}", s(d, "backend"), in_branch(d)),
+        "llm_request" => format!(
+            "  {node}: → {} ({} messages, {} tools)",
+            s(d, "model"),
+            num(d, "message_count"),
+            num(d, "tool_count")
+        ),
+        "llm_step_finished" => format!(
+            "  {node}: ← step {}: {} ({} in / {} out tokens{})",
+            num(d, "step"),
+            s(d, "finish_reason"),
+            num(d, "input_tokens"),
+            num(d, "output_tokens"),
+            match d.get("tool_calls").and_then(Value::as_u64) {
+                Some(n) if n > 0 => format!(", {n} tool call(s)"),
+                _ => String::new(),
+            }
+        ),
+        "llm_retry" => format!(
+            "  {node}: retry {} in {} ms: {}",
+            num(d, "attempt"),
+            num(d, "delay_ms"),
+            s(d, "error")
+        ),
+        "tool_started" => format!("  {node}: ⚙ {} ({})", s(d, "tool"), s(d, "placement")),
+        "tool_called" => format!(
+            "  {node}: ✓ {} {} ms, {} bytes",
+            s(d, "tool"),
+            num(d, "duration_ms"),
+            num(d, "output_size")
+        ),
+        "tool_error" => format!("  {node}: ✗ {}: {}", s(d, "tool"), s(d, "error")),
+        "delegate_finished" => format!(
+            "  {node}: agent done in {} ms, {} tokens",
+            num(d, "duration_ms"),
+            num(d, "tokens")
+        ),
+        "delegate_error" => format!(
+            "  {node}: agent failed ({}): {}",
+            s(d, "code"),
+            s(d, "error")
+        ),
+        // The run's own bounds (max_duration, max_iterations) name no node.
+        "budget_exceeded" if node.is_empty() => format!(
+            "budget exceeded: {} {} of {}",
+            s(d, "dimension"),
+            d.get("used").and_then(Value::as_f64).unwrap_or(0.0),
+            d.get("limit").and_then(Value::as_f64).unwrap_or(0.0)
+        ),
+        "budget_warning" | "budget_exceeded" => format!(
+            "  {node}: {} {}: {} of {}",
+            event.kind.replace('_', " "),
+            s(d, "dimension"),
+            d["used"],
+            d["limit"]
+        ),
+        "sandbox_claw_routed_via_runner" => {
+            "sandbox: claw nodes run in the box (iterion __claw-runner)".into()
+        }
         "network_blocked" => format!(
             "egress: blocked {}:{} ({}, rule {}){}",
             s(d, "host"),
@@ -212,6 +287,14 @@ pub fn describe(event: &EventRecord) -> Option<String> {
             d["declined"]
         ),
         "sandbox_cleanup" => format!("sandbox: {} removed", s(d, "container")),
+        "sandbox_limit_reached" => format!(
+            "sandbox: {} limit reached{} — {}",
+            s(d, "limit"),
+            d.get("bound")
+                .and_then(Value::as_u64)
+                .map_or_else(String::new, |b| format!(" ({})", iterion_core::ByteSize(b))),
+            s(d, "detail")
+        ),
         "run_finished" => "run finished".into(),
         "run_failed" => format!(
             "run {} ({}): {}",
@@ -223,6 +306,11 @@ pub fn describe(event: &EventRecord) -> Option<String> {
         "sandbox_image_pull" => return None,
         other => format!("{other} {}", compact(d)),
     })
+}
+
+/// A number field, 0 when absent.
+fn num(d: &Value, key: &str) -> u64 {
+    d.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// ` [branch]` for an event inside a parallel branch.
@@ -238,5 +326,34 @@ fn compact(v: &Value) -> String {
         format!("{}…", text.chars().take(200).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use iterion_core::{NodeId, RunId};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_live_view_escapes_run_supplied_text() {
+        let event = EventRecord {
+            seq: 3,
+            timestamp: time::OffsetDateTime::UNIX_EPOCH,
+            kind: "network_blocked".into(),
+            run_id: RunId::parse("r1").unwrap(),
+            node_id: Some(NodeId::new("n\u{1b}[2K")),
+            data: json!({"host": "a\r\n[   1.00s] run finished\u{1b}[8m", "port": 443, "reason": "blocked"}),
+        };
+        let line = describe(&event).unwrap();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(
+            line.contains("a\\r\\n[   1.00s] run finished\\x1b[8m"),
+            "{line}"
+        );
+        assert!(line.ends_with("by n\\x1b[2K"), "{line}");
     }
 }

@@ -3,10 +3,14 @@
 //! directory → the embedded SQLite store (default `.iterion` under the
 //! current directory). A PostgreSQL URL may name its schema with
 //! `?schema=NAME` (`iterion_store_postgres::url`); a bad one is bad input
-//! (exit 2). Also turns store errors into messages that say what to do.
+//! (exit 2). `iterion run --store-dir DIR` names a directory store for
+//! that run instead ([`select_dir`]): every reader of the store's location
+//! goes through [`configured`], so the run, the scope its resources are
+//! labelled with and the reaper agree on one store. Also turns store errors
+//! into messages that say what to do.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context as _;
 use iterion_core::{RunStore, StoreError};
@@ -39,10 +43,28 @@ impl StoreLocation {
     }
 }
 
-/// Open the store `ITERION_STORE` names.
+/// The store a verb's flag selected, set once before anything opens or
+/// labels a store (a process serves one verb).
+static SELECTED: OnceLock<StoreLocation> = OnceLock::new();
+
+/// Make `dir` this process's store (`--store-dir`), over `ITERION_STORE`.
+pub fn select_dir(dir: PathBuf) {
+    // Set once by the verb's entry point; a second call cannot happen.
+    let _ = SELECTED.set(StoreLocation::Directory(dir));
+}
+
+/// Where this process's store lives: `--store-dir` when given, else
+/// `ITERION_STORE`.
+pub fn configured() -> StoreLocation {
+    match SELECTED.get() {
+        Some(location) => location.clone(),
+        None => StoreLocation::parse(std::env::var(STORE_ENV).ok().as_deref()),
+    }
+}
+
+/// Open this process's store ([`configured`]).
 pub async fn open_from_env() -> anyhow::Result<Arc<dyn RunStore>> {
-    let value = std::env::var(STORE_ENV).ok();
-    open(&StoreLocation::parse(value.as_deref())).await
+    open(&configured()).await
 }
 
 /// Open the store at `location`.
@@ -73,8 +95,7 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
 /// carry a password, so only its password-free identity (hosts, ports,
 /// database, schema) is hashed; two schemas are two stores.
 pub fn scope_from_env() -> String {
-    let value = std::env::var(STORE_ENV).ok();
-    scope_of(StoreLocation::parse(value.as_deref()))
+    scope_of(configured())
 }
 
 /// The scope digest of one store location (see [`scope_from_env`]).

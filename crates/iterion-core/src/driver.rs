@@ -177,6 +177,24 @@ impl ExecRequest {
     }
 }
 
+/// Variable marking every process of one exec (inherited by children), so
+/// a driver whose exec stream cannot kill what it started (the Engine API's
+/// attach, the Kubernetes exec WebSocket: closing either leaves the process
+/// running) can find the whole tree and signal it.
+pub const EXEC_MARKER_ENV: &str = "ITERION_EXEC_ID";
+
+/// Run as `sh -c EXEC_KILL_SCRIPT iterion-kill ITERION_EXEC_ID=<marker>` in
+/// the sandbox: finds the marked processes (same uid as the exec: reading
+/// another uid's environ would need CAP_SYS_PTRACE), TERMs them, waits up
+/// to ~1 s, then KILLs what is left. Zombies have an empty environ and are
+/// skipped. Needs only a POSIX shell, `tr` and `grep`.
+pub const EXEC_KILL_SCRIPT: &str = r#"m="$1"
+scan() { for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue; if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$m"; then echo "$p"; fi; done; }
+pids=$(scan); [ -z "$pids" ] && exit 0
+kill -TERM $pids 2>/dev/null
+i=0; while [ $i -lt 10 ]; do pids=$(scan); [ -z "$pids" ] && exit 0; sleep 0.1; i=$((i+1)); done
+kill -KILL $pids 2>/dev/null; exit 0"#;
+
 /// A running exec. Output is pulled chunk by chunk so nothing is buffered
 /// unboundedly; the exit code is data, not an error.
 #[async_trait]
@@ -302,6 +320,131 @@ pub trait SandboxRun: Send + Sync {
     /// Stop and remove everything this run created. Idempotent; "already
     /// gone" is success.
     async fn cleanup(&self) -> Result<(), DriverError>;
+    /// The limits of the plan this sandbox runs without, and why (an
+    /// engine whose storage cannot bound the writable layer): the runtime
+    /// reports each, never silently.
+    fn unenforced_limits(&self) -> Vec<UnenforcedLimit> {
+        Vec::new()
+    }
+}
+
+/// A limit of the plan a sandbox runs without.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnenforcedLimit {
+    /// Which limit (`writable_layer`, `run_files`).
+    pub limit: String,
+    /// Why the engine or host could not enforce it.
+    pub reason: String,
+}
+
+/// Splits exec output into lines per stream for the run log, masking the
+/// given secret values (a post_create that echoes `$HTTPS_PROXY` must not
+/// put the proxy token in the log).
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    out: Vec<u8>,
+    err: Vec<u8>,
+    redact: Vec<String>,
+}
+
+impl LineSplitter {
+    /// A splitter masking each of `secrets` (empty values ignored) as `***`.
+    pub fn redacting(secrets: Vec<String>) -> Self {
+        Self {
+            redact: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
+            ..Self::default()
+        }
+    }
+
+    fn emit(&self, stream: OutputStream, raw: &[u8], sink: &mut dyn FnMut(OutputStream, &str)) {
+        let mut line = String::from_utf8_lossy(raw).into_owned();
+        for secret in &self.redact {
+            line = line.replace(secret.as_str(), "***");
+        }
+        sink(stream, line.trim_end_matches('\r'));
+    }
+
+    /// Add a chunk of `stream`; every complete line goes to `sink`.
+    pub fn push(
+        &mut self,
+        stream: OutputStream,
+        data: &[u8],
+        sink: &mut dyn FnMut(OutputStream, &str),
+    ) {
+        let mut buf = std::mem::take(match stream {
+            OutputStream::Stdout => &mut self.out,
+            _ => &mut self.err,
+        });
+        buf.extend_from_slice(data);
+        let mut start = 0;
+        while let Some(pos) = buf[start..].iter().position(|b| *b == b'\n') {
+            self.emit(stream, &buf[start..start + pos], sink);
+            start += pos + 1;
+        }
+        buf.drain(..start);
+        // A line longer than 64 KiB is emitted in pieces rather than held.
+        if buf.len() > 64 * 1024 {
+            self.emit(stream, &buf, sink);
+            buf.clear();
+        }
+        *match stream {
+            OutputStream::Stdout => &mut self.out,
+            _ => &mut self.err,
+        } = buf;
+    }
+
+    /// Emit what is left of both streams (a last line without newline).
+    pub fn flush(&mut self, sink: &mut dyn FnMut(OutputStream, &str)) {
+        let out = std::mem::take(&mut self.out);
+        let err = std::mem::take(&mut self.err);
+        if !out.is_empty() {
+            self.emit(OutputStream::Stdout, &out, sink);
+        }
+        if !err.is_empty() {
+            self.emit(OutputStream::Stderr, &err, sink);
+        }
+    }
+}
+
+/// Run `post_create` once through `sh -c`, streaming its output line by
+/// line to `observer` with `secrets` masked; a non-zero exit is
+/// [`DriverError::PostCreateFailed`] with the last 4 KiB of output.
+pub async fn post_create(
+    run: &dyn SandboxRun,
+    snippet: &str,
+    observer: &dyn DriverObserver,
+    secrets: Vec<String>,
+) -> Result<(), DriverError> {
+    let mut session = run.exec(ExecRequest::new(["sh", "-c", snippet])).await?;
+    let mut lines = LineSplitter::redacting(secrets);
+    let mut on_chunk = |chunk: &OutputChunk| {
+        lines.push(chunk.stream, &chunk.data, &mut |stream, line| {
+            observer.log(stream, line)
+        });
+    };
+    let out = collect_output(
+        session.as_mut(),
+        OutputLimits {
+            stdout: 4096,
+            stderr_tail: 4096,
+        },
+        &mut on_chunk,
+    )
+    .await?;
+    lines.flush(&mut |stream, line| observer.log(stream, line));
+    if out.exit_code != 0 {
+        let mut tail = String::from_utf8_lossy(&out.stdout).into_owned();
+        tail.push_str(&String::from_utf8_lossy(&out.stderr_tail));
+        let mut cut = tail.len().saturating_sub(4096);
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        return Err(DriverError::PostCreateFailed {
+            exit_code: out.exit_code,
+            output_tail: tail[cut..].to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// A resource a driver created and labelled (`iterion.io/managed=true`).
@@ -328,10 +471,16 @@ pub struct ManagedResource {
 pub enum ResourceKind {
     /// A container / pod.
     Container,
-    /// A per-run network.
+    /// A per-run network (a Kubernetes NetworkPolicy too: it is what
+    /// confines the pod's network).
     Network,
     /// A per-run volume.
     Volume,
+    /// A per-run directory on the host (state dir, file-secret dir): not a
+    /// driver's, but judged by the same reaper predicate.
+    HostDir,
+    /// A per-run Kubernetes Secret (file secrets, the proxy endpoint).
+    Secret,
 }
 
 /// What an engine said about itself (doctor).
@@ -616,6 +765,25 @@ mod tests {
         assert!(out.stdout_truncated());
         assert_eq!(out.stderr_tail, b"abbbb");
         assert_eq!(out.stderr_total, 8);
+    }
+
+    #[test]
+    fn lines_split_per_stream_and_redact() {
+        let mut s = LineSplitter::redacting(vec!["tok".to_owned()]);
+        let mut got = Vec::new();
+        let mut sink = |st: OutputStream, l: &str| got.push((st, l.to_owned()));
+        s.push(OutputStream::Stdout, b"a\nb", &mut sink);
+        s.push(OutputStream::Stderr, b"x tok\n", &mut sink);
+        s.push(OutputStream::Stdout, b"c\n", &mut sink);
+        s.flush(&mut sink);
+        assert_eq!(
+            got,
+            vec![
+                (OutputStream::Stdout, "a".to_owned()),
+                (OutputStream::Stderr, "x ***".to_owned()),
+                (OutputStream::Stdout, "bc".to_owned()),
+            ]
+        );
     }
 
     /// Minimal executor so core stays free of a runtime dependency.

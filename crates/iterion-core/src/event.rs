@@ -371,6 +371,22 @@ pub enum EventKind {
         rule: Option<String>,
         node_id: Option<String>,
     },
+    // ---- bounds (issue 19 #5, #6) ----------------------------------------
+    /// A containment bound stopped something: `limit` is `memory` (the
+    /// kernel killed a process), `run_files` or `writable_layer` (the
+    /// filesystem was full at teardown); `bound` in bytes when known.
+    SandboxLimitReached {
+        limit: String,
+        bound: Option<u64>,
+        detail: String,
+    },
+    /// A limit the run was meant to have and does not: `limit` is
+    /// `writable_layer` (the engine's storage cannot enforce a size) or
+    /// `run_files` (the host could not mount a bounded filesystem).
+    SandboxLimitUnenforced {
+        limit: String,
+        reason: String,
+    },
     // ---- agents (upstream names; payloads as upstream's event hooks) ---
     /// One model call is about to be made.
     LlmRequest {
@@ -460,7 +476,9 @@ pub enum EventKind {
         used: f64,
         limit: f64,
     },
-    /// A token or cost budget is spent; the node stops.
+    /// A budget ran out (upstream's `budget_exceeded`): `dimension` is
+    /// `duration` (ms) or `iterations` (node executions) for the workflow's
+    /// bounds, `tokens` or `cost_usd` for an agent's; the run or node stops.
     BudgetExceeded {
         dimension: String,
         used: f64,
@@ -514,6 +532,8 @@ impl EventKind {
             Self::SandboxReaped { .. } => "sandbox_reaped",
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
+            Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
             Self::LlmRequest { .. } => "llm_request",
             Self::LlmStepFinished { .. } => "llm_step_finished",
             Self::LlmRetry { .. } => "llm_retry",

@@ -174,6 +174,13 @@ pub enum FailureCode {
     LoopLimitExceeded,
     /// The run store failed.
     StoreError,
+    /// A node's `timeout:` or the run's `--timeout` ran out (upstream's
+    /// `TIMEOUT`); the command was killed inside the sandbox.
+    Timeout,
+    /// A workflow `budget:` bound (`max_duration`, `max_iterations`, and
+    /// the agents' token/cost bounds) was reached (upstream's
+    /// `BUDGET_EXCEEDED`).
+    BudgetExceeded,
 }
 
 impl FailureCode {
@@ -197,6 +204,8 @@ impl FailureCode {
             Self::NoOutgoingEdge => "NO_OUTGOING_EDGE",
             Self::LoopLimitExceeded => "LOOP_LIMIT_EXCEEDED",
             Self::StoreError => "STORE_ERROR",
+            Self::Timeout => "TIMEOUT",
+            Self::BudgetExceeded => "BUDGET_EXCEEDED",
         }
     }
 
@@ -214,9 +223,10 @@ impl FailureCode {
             | Self::SandboxBuildFailed
             | Self::SandboxSpecRefused
             | Self::WorkflowFailed
-            | Self::LoopLimitExceeded => Disposition::Deterministic,
+            | Self::LoopLimitExceeded
+            | Self::BudgetExceeded => Disposition::Deterministic,
             Self::NodeFailed | Self::NoOutgoingEdge => Disposition::Reexecutable,
-            Self::SandboxStartFailed | Self::StoreError => Disposition::Transient,
+            Self::SandboxStartFailed | Self::StoreError | Self::Timeout => Disposition::Transient,
             Self::Cancelled => Disposition::Deterministic,
         }
     }
@@ -268,6 +278,18 @@ mod tests {
             Disposition::Infrastructure
         );
         assert_eq!(FailureCode::Cancelled.status(), RunStatus::Cancelled);
+        // A bound that was hit is a plain failure: a redelivery would hit it
+        // again (budget) or may pass (timeout), never an infrastructure NAK.
+        assert_eq!(FailureCode::Timeout.status(), RunStatus::Failed);
+        assert_eq!(FailureCode::Timeout.disposition(), Disposition::Transient);
+        assert_eq!(FailureCode::BudgetExceeded.status(), RunStatus::Failed);
+        assert_eq!(
+            FailureCode::BudgetExceeded.disposition(),
+            Disposition::Deterministic
+        );
+        for c in ["TIMEOUT", "BUDGET_EXCEEDED"] {
+            assert_eq!(c.parse::<FailureCode>().expect(c).as_str(), c);
+        }
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! [`Mode`]s, the desired sandbox [`Spec`] and the finalized [`LaunchPlan`] a
 //! driver consumes, [`Capabilities`], the [`Driver`]/[`SandboxRun`] seam, the
 //! [`RunStore`] seam, events, run statuses, failure codes and dispositions,
-//! and size parsing. It performs no IO and depends on no engine, database or
+//! size and duration parsing, and escaping run-supplied text for a terminal. It performs no IO and depends on no engine, database or
 //! HTTP crate: those live behind the traits, in their own crates.
 
 pub mod agent;
 pub mod capabilities;
+pub mod display;
 pub mod driver;
+pub mod duration;
 pub mod event;
 pub mod failure;
 pub mod hostvars;

@@ -173,25 +173,60 @@ pub struct ReadBackDecl {
     pub origin: MountOrigin,
 }
 
-/// Containment limits a runaway agent cannot talk its way out of.
+/// Default memory limit of a sandbox (issue 19 #5): enough for a coding
+/// agent's CLI plus a build, low enough that a runaway allocation is
+/// stopped long before the host is. Operators lift it with
+/// `ITERION_SANDBOX_MEMORY`.
+pub const DEFAULT_MEMORY_LIMIT: ByteSize = ByteSize(2 << 30);
+/// Default process limit of a sandbox (a fork bomb stops here);
+/// `ITERION_SANDBOX_PIDS` changes it.
+pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+/// Default size of a sandbox's writable layer (what it writes outside its
+/// binds and volumes), where the engine's storage driver can enforce one;
+/// `ITERION_SANDBOX_DISK` changes it.
+pub const DEFAULT_DISK_LIMIT: ByteSize = ByteSize(20 << 30);
+
+/// Containment limits a runaway agent cannot talk its way out of. The
+/// defaults are the product's; only the operator lifts them, explicitly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
-    /// Maximum number of processes (default 4096).
-    pub pids: i64,
-    /// Memory limit in bytes (`ITERION_SANDBOX_MEMORY`).
+    /// Maximum number of processes; `None` only when the operator asked
+    /// for no limit.
+    pub pids: Option<i64>,
+    /// Memory limit in bytes (`ITERION_SANDBOX_MEMORY`); `None` only when
+    /// the operator asked for no limit.
     pub memory: Option<ByteSize>,
+    /// Memory plus swap. Always equal to `memory`: a sandbox gets no swap
+    /// on top of its memory limit (swapping would only slow the bound).
+    pub memory_swap: Option<ByteSize>,
     /// CPU limit in nano-CPUs (`ITERION_SANDBOX_CPUS`).
     pub nano_cpus: Option<i64>,
+    /// Size of the writable layer (`ITERION_SANDBOX_DISK`); asked of the
+    /// engine, which enforces it only on some storage drivers (a driver
+    /// that cannot says so: [`crate::driver::SandboxRun::unenforced_limits`]).
+    #[serde(default)]
+    pub writable_layer: Option<ByteSize>,
     /// `no-new-privileges` (always on; a field so events can show it).
     pub no_new_privileges: bool,
+}
+
+impl Limits {
+    /// These limits with `memory` as the memory bound and no extra swap.
+    pub fn with_memory(mut self, memory: Option<ByteSize>) -> Self {
+        self.memory = memory;
+        self.memory_swap = memory;
+        self
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            pids: 4096,
-            memory: None,
+            pids: Some(DEFAULT_PIDS_LIMIT),
+            memory: Some(DEFAULT_MEMORY_LIMIT),
+            memory_swap: Some(DEFAULT_MEMORY_LIMIT),
             nano_cpus: None,
+            writable_layer: Some(DEFAULT_DISK_LIMIT),
             no_new_privileges: true,
         }
     }

@@ -48,6 +48,26 @@ pub struct RunOwner {
     pub start_time: u64,
 }
 
+impl RunOwner {
+    /// `<pid>:<start time>@<host>`: how drivers write the owner on the
+    /// resources they create (a label on docker, an annotation on
+    /// Kubernetes, where `:` and `@` are not label characters).
+    pub fn encode(&self) -> String {
+        format!("{}:{}@{}", self.pid, self.start_time, self.host)
+    }
+
+    /// Parse [`RunOwner::encode`]'s form; `None` for anything else.
+    pub fn decode(value: &str) -> Option<Self> {
+        let (lease, host) = value.split_once('@')?;
+        let (pid, start) = lease.split_once(':')?;
+        Some(Self {
+            host: host.to_owned(),
+            pid: pid.parse().ok()?,
+            start_time: start.parse().ok()?,
+        })
+    }
+}
+
 /// A persisted run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {

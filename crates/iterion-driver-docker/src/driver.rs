@@ -16,13 +16,11 @@ use bollard::query_parameters::{
 };
 use bollard::{ClientVersion, Docker};
 use futures_util::StreamExt;
-use iterion_core::driver::{
-    EngineInfo, ManagedResource, NullObserver, OutputLimits, Progress, ResourceKind,
-};
+use iterion_core::driver::{EngineInfo, ManagedResource, NullObserver, Progress, ResourceKind};
 use iterion_core::plan::{EgressAttachment, MountKind};
 use iterion_core::{
-    Capabilities, Driver, DriverError, DriverName, DriverObserver, EgressBinding, ExecRequest,
-    LaunchPlan, OutputStream, Prepared, RunInfo, SandboxRun,
+    Capabilities, Driver, DriverError, DriverName, DriverObserver, EgressBinding, LaunchPlan,
+    OutputStream, Prepared, RunInfo, SandboxRun,
 };
 
 use crate::build::{ChannelWriter, build_tag, check_context, write_context};
@@ -147,6 +145,8 @@ pub struct DockerDriver {
     version: String,
     settings: DockerSettings,
     init_missing: Arc<AtomicBool>,
+    /// The engine refused a writable-layer size once: not asked again.
+    disk_unsupported: Arc<AtomicBool>,
     build_supported: bool,
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
@@ -245,46 +245,6 @@ pub(crate) fn label_filter(extra: Option<String>) -> HashMap<String, Vec<String>
     HashMap::from([("label".to_owned(), labels)])
 }
 
-/// Ask an engine who it is. Liveness first, bounded by the probe
-/// timeout: a dead or hung engine is told apart quickly. Then `/version`
-/// with more room: Podman 4.3 gathers host facts for it (about 2 s on a
-/// loaded machine), which made a live engine look absent when both shared
-/// one 3 s bound.
-async fn probe(
-    docker: &Docker,
-    endpoint: &Endpoint,
-    settings: &DockerSettings,
-) -> Result<bollard::models::SystemVersion, DriverError> {
-    tokio::time::timeout(settings.probe_timeout, docker.ping())
-        .await
-        .map_err(|_| DriverError::Unavailable {
-            reason: format!(
-                "{}: no answer within {:?}",
-                endpoint.url(),
-                settings.probe_timeout
-            ),
-        })?
-        .map_err(|e| DriverError::Unavailable {
-            reason: format!("{}: {e}", endpoint.url()),
-        })?;
-    let identify = settings.probe_timeout.max(IDENTIFY_TIMEOUT);
-    tokio::time::timeout(identify, docker.version())
-        .await
-        .map_err(|_| DriverError::Unavailable {
-            reason: format!(
-                "{}: answered a ping but not /version within {identify:?}",
-                endpoint.url()
-            ),
-        })?
-        .map_err(|e| DriverError::Unavailable {
-            reason: format!("{}: {e}", endpoint.url()),
-        })
-}
-
-/// Bound of the `/version` call that tells Docker from Podman, once the
-/// engine answered a ping.
-const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-
 impl DockerDriver {
     /// Connect to one endpoint and ask the engine who it is (bounded by
     /// `settings.probe_timeout`).
@@ -301,17 +261,8 @@ impl DockerDriver {
         .map_err(|e| DriverError::Unavailable {
             reason: format!("{}: {e}", endpoint.url()),
         })?;
-        let version = probe(&docker, &endpoint, &settings).await?;
-        let is_podman = version
-            .components
-            .iter()
-            .flatten()
-            .any(|c| c.name.to_ascii_lowercase().contains("podman"))
-            || version
-                .platform
-                .as_ref()
-                .is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
-        let name = if is_podman {
+        let pinged = ping_engine(&endpoint, settings.probe_timeout).await?;
+        let name = if pinged.podman {
             DriverName::Podman
         } else {
             DriverName::Docker
@@ -325,9 +276,10 @@ impl DockerDriver {
             docker,
             name,
             endpoint,
-            version: version.version.unwrap_or_default(),
+            version: pinged.version,
             settings,
             init_missing: Arc::new(AtomicBool::new(false)),
+            disk_unsupported: Arc::new(AtomicBool::new(false)),
             // Podman 4.3's compat /build works offline for FROM scratch
             // (tests/integration: podman_builds_from_scratch_offline).
             build_supported: true,
@@ -421,6 +373,12 @@ impl DockerDriver {
     /// Settings in use.
     pub fn settings(&self) -> &DockerSettings {
         &self.settings
+    }
+
+    /// Whether this engine can bound a sandbox's writable layer (doctor):
+    /// `Ok(detail)` or `Err(reason)`.
+    pub async fn writable_layer_support(&self) -> Result<String, String> {
+        crate::rawlist::writable_layer_support(&self.endpoint).await
     }
 
     /// The raw engine client (benchmarks and tests compare against it).
@@ -638,15 +596,30 @@ impl DockerDriver {
             });
         }
 
-        let memory = plan.limits.memory.or(self.settings.memory);
-        let nano_cpus = plan.limits.nano_cpus.or(self.settings.nano_cpus);
-        let host_config = |init: bool| HostConfig {
+        // A layer size is asked only of an engine not known to refuse it.
+        let mut disk = plan.limits.writable_layer;
+        if disk.is_some() && self.disk_unsupported.load(Ordering::Relaxed) {
+            res.unenforced.push(iterion_core::driver::UnenforcedLimit {
+                limit: "writable_layer".to_owned(),
+                reason: "this engine's storage driver refused a writable-layer size earlier"
+                    .to_owned(),
+            });
+            disk = None;
+        }
+        // `plan.limits` are the effective ones (see `prepare`). A byte count
+        // past i64 saturates: never dropped to "no limit".
+        let bytes =
+            |b: Option<iterion_core::ByteSize>| b.map(|b| i64::try_from(b.0).unwrap_or(i64::MAX));
+        let host_config = |init: bool, disk: Option<iterion_core::ByteSize>| HostConfig {
             mounts: Some(mounts.clone()),
             init: Some(init),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
-            pids_limit: Some(plan.limits.pids),
-            memory: memory.and_then(|m| i64::try_from(m.0).ok()),
-            nano_cpus,
+            // -1: unlimited, only when the operator asked for it.
+            pids_limit: Some(plan.limits.pids.unwrap_or(-1)),
+            storage_opt: disk.map(|d| HashMap::from([("size".to_owned(), d.0.to_string())])),
+            memory: bytes(plan.limits.memory),
+            memory_swap: bytes(plan.limits.memory_swap),
+            nano_cpus: plan.limits.nano_cpus,
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".to_owned()]),
             cap_add: Some(crate::security::capabilities()),
@@ -655,7 +628,7 @@ impl DockerDriver {
             network_mode: network_mode.clone(),
             ..HostConfig::default()
         };
-        let body = |init: bool| ContainerCreateBody {
+        let body = |init: bool, disk: Option<iterion_core::ByteSize>| ContainerCreateBody {
             image: Some(image.clone()),
             user: plan.user.clone(),
             working_dir: Some(plan.workdir.clone()),
@@ -667,14 +640,38 @@ impl DockerDriver {
                 vec!["sh".to_owned(), "-c".to_owned(), SHELL_REAPER.to_owned()]
             }),
             cmd: Some(Vec::new()),
-            host_config: Some(host_config(init)),
+            host_config: Some(host_config(init, disk)),
             networking_config: networking.clone(),
             ..ContainerCreateBody::default()
         };
         let name = container_name(run);
         res.container = Some(name.clone());
         let use_init = !self.init_missing.load(Ordering::Relaxed);
-        let first = match self.create_container(&name, body(use_init), observer).await {
+        let mut first = self
+            .create_container(&name, body(use_init, disk), observer)
+            .await;
+        if disk.is_some()
+            && let Err(e) = &first
+            && storage_opt_refused(e)
+        {
+            // The storage driver cannot bound the layer (overlay on ext4 on
+            // both engines here): run without, and say so for every run.
+            let reason = e.to_string();
+            self.disk_unsupported.store(true, Ordering::Relaxed);
+            observer.log(
+                OutputStream::System,
+                &format!("writable layer unbounded: {reason}"),
+            );
+            res.unenforced.push(iterion_core::driver::UnenforcedLimit {
+                limit: "writable_layer".to_owned(),
+                reason,
+            });
+            disk = None;
+            first = self
+                .create_container(&name, body(use_init, disk), observer)
+                .await;
+        }
+        let first = match first {
             Ok(()) => self
                 .docker
                 .start_container(&name, None)
@@ -694,7 +691,8 @@ impl DockerDriver {
                     "engine has no init binary; using a reaping shell as PID 1",
                 );
                 self.remove_container_quiet(&name).await;
-                self.create_container(&name, body(false), observer).await?;
+                self.create_container(&name, body(false, disk), observer)
+                    .await?;
                 self.docker
                     .start_container(&name, None)
                     .await
@@ -839,6 +837,28 @@ impl DockerDriver {
     }
 }
 
+/// Whether `e` is an engine refusing `--storage-opt size` (dockerd 20.10
+/// and Podman 4.3 both say "--storage-opt is supported only for overlay
+/// over xfs with 'pquota' mount option").
+fn storage_opt_refused(e: &DriverError) -> bool {
+    e.to_string().contains("storage-opt")
+}
+
+/// `GET /_ping`, bounded by the probe timeout.
+async fn ping_engine(
+    endpoint: &Endpoint,
+    bound: std::time::Duration,
+) -> Result<crate::rawlist::Pinged, DriverError> {
+    tokio::time::timeout(bound, crate::rawlist::ping(endpoint))
+        .await
+        .map_err(|_| DriverError::Unavailable {
+            reason: format!("{}: no answer within {bound:?}", endpoint.url()),
+        })?
+        .map_err(|e| DriverError::Unavailable {
+            reason: format!("{}: {e}", endpoint.url()),
+        })
+}
+
 /// `iterion-<run id>` truncated to 64 characters (facts §5.3).
 pub(crate) fn container_name(run: &str) -> String {
     let mut name = format!("iterion-{run}");
@@ -905,12 +925,11 @@ impl Driver for DockerDriver {
                 ),
             });
         }
-        // The prepared plan carries the effective limits (operator settings
-        // fill what the plan leaves open), so `sandbox_started` shows what
-        // the container really gets.
+        // The prepared plan carries the effective limits (the product
+        // defaults after the operator's variables), so `sandbox_started`
+        // shows what the container really gets.
         let mut effective = plan.clone();
-        effective.limits.memory = plan.limits.memory.or(self.settings.memory);
-        effective.limits.nano_cpus = plan.limits.nano_cpus.or(self.settings.nano_cpus);
+        effective.limits = self.settings.limits.clone();
         let plan = &effective;
         if plan.build.is_some() {
             if !self.build_supported {
@@ -1103,7 +1122,7 @@ impl Driver for DockerDriver {
             return Err(e);
         }
         if let Some(snippet) = plan.post_create.as_deref()
-            && let Err(e) = post_create(
+            && let Err(e) = iterion_core::driver::post_create(
                 &run,
                 snippet,
                 observer,
@@ -1118,11 +1137,11 @@ impl Driver for DockerDriver {
     }
 
     async fn ping(&self) -> Result<EngineInfo, DriverError> {
-        let version = probe(&self.docker, &self.endpoint, &self.settings).await?;
+        let pinged = ping_engine(&self.endpoint, self.settings.probe_timeout).await?;
         Ok(EngineInfo {
             driver: self.name,
             endpoint: self.endpoint.url(),
-            version: version.version.unwrap_or_default(),
+            version: pinged.version,
             api_version: format!(
                 "{}.{}",
                 API_VERSION.major_version, API_VERSION.minor_version
@@ -1245,6 +1264,20 @@ impl Driver for DockerDriver {
                 .remove_volume(target, Some(RemoveVolumeOptions { force: true }))
                 .await
                 .map_err(|e| (e, "remove volume")),
+            // Never listed by an engine driver: the runtime's reaper owns them.
+            ResourceKind::HostDir => {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "removing host directories",
+                });
+            }
+            // A Kubernetes object: this driver never lists one.
+            ResourceKind::Secret => {
+                return Err(DriverError::Unsupported {
+                    driver: self.name,
+                    feature: "removing a Kubernetes Secret",
+                });
+            }
         };
         match result {
             Ok(()) => Ok(()),
@@ -1272,45 +1305,6 @@ fn push_tail(tail: &mut String, line: &str) {
         }
         tail.drain(..cut);
     }
-}
-
-/// Run post_create once through `sh -c`, streaming its output line by line.
-async fn post_create(
-    run: &DockerRun,
-    snippet: &str,
-    observer: &dyn DriverObserver,
-    secrets: Vec<String>,
-) -> Result<(), DriverError> {
-    let mut session = run.exec(ExecRequest::new(["sh", "-c", snippet])).await?;
-    let mut lines = crate::exec::LineSplitter::redacting(secrets);
-    let mut on_chunk = |chunk: &iterion_core::OutputChunk| {
-        lines.push(chunk.stream, &chunk.data, &mut |stream, line| {
-            observer.log(stream, line)
-        });
-    };
-    let out = iterion_core::driver::collect_output(
-        session.as_mut(),
-        OutputLimits {
-            stdout: 4096,
-            stderr_tail: 4096,
-        },
-        &mut on_chunk,
-    )
-    .await?;
-    lines.flush(&mut |stream, line| observer.log(stream, line));
-    if out.exit_code != 0 {
-        let mut tail = String::from_utf8_lossy(&out.stdout).into_owned();
-        tail.push_str(&String::from_utf8_lossy(&out.stderr_tail));
-        let mut cut = tail.len().saturating_sub(4096);
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        return Err(DriverError::PostCreateFailed {
-            exit_code: out.exit_code,
-            output_tail: tail[cut..].to_owned(),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

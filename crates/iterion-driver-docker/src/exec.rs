@@ -221,73 +221,10 @@ impl ExecSession for DockerExec {
     }
 }
 
-/// Splits chunks into lines per stream for the run log.
-#[derive(Debug, Default)]
-pub(crate) struct LineSplitter {
-    out: Vec<u8>,
-    err: Vec<u8>,
-    redact: Vec<String>,
-}
-
-impl LineSplitter {
-    pub(crate) fn redacting(secrets: Vec<String>) -> Self {
-        Self {
-            redact: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
-            ..Self::default()
-        }
-    }
-
-    fn emit(&self, stream: OutputStream, raw: &[u8], sink: &mut dyn FnMut(OutputStream, &str)) {
-        let mut line = String::from_utf8_lossy(raw).into_owned();
-        for secret in &self.redact {
-            line = line.replace(secret.as_str(), "***");
-        }
-        sink(stream, line.trim_end_matches('\r'));
-    }
-
-    pub(crate) fn push(
-        &mut self,
-        stream: OutputStream,
-        data: &[u8],
-        sink: &mut dyn FnMut(OutputStream, &str),
-    ) {
-        let mut buf = std::mem::take(match stream {
-            OutputStream::Stdout => &mut self.out,
-            _ => &mut self.err,
-        });
-        buf.extend_from_slice(data);
-        let mut start = 0;
-        while let Some(pos) = buf[start..].iter().position(|b| *b == b'\n') {
-            self.emit(stream, &buf[start..start + pos], sink);
-            start += pos + 1;
-        }
-        buf.drain(..start);
-        // A line longer than 64 KiB is emitted in pieces rather than held.
-        if buf.len() > 64 * 1024 {
-            self.emit(stream, &buf, sink);
-            buf.clear();
-        }
-        *match stream {
-            OutputStream::Stdout => &mut self.out,
-            _ => &mut self.err,
-        } = buf;
-    }
-
-    pub(crate) fn flush(&mut self, sink: &mut dyn FnMut(OutputStream, &str)) {
-        let out = std::mem::take(&mut self.out);
-        let err = std::mem::take(&mut self.err);
-        if !out.is_empty() {
-            self.emit(OutputStream::Stdout, &out, sink);
-        }
-        if !err.is_empty() {
-            self.emit(OutputStream::Stderr, &err, sink);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iterion_core::driver::LineSplitter;
 
     #[test]
     fn lines_split_per_stream_and_redact() {

@@ -34,6 +34,8 @@ pub(crate) struct RunResources {
     /// The run whose nftables tables were installed (removed at cleanup).
     pub(crate) firewall_run: Option<String>,
     pub(crate) volumes: Vec<String>,
+    /// Limits of the plan the engine could not apply.
+    pub(crate) unenforced: Vec<iterion_core::driver::UnenforcedLimit>,
     /// Where the container reaches the egress proxy (its network's
     /// gateway when confined, `host.docker.internal` otherwise).
     pub(crate) proxy_host: Option<String>,
@@ -329,6 +331,10 @@ done"#;
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(engine_err("inspect container")(e)),
         }
+    }
+
+    fn unenforced_limits(&self) -> Vec<iterion_core::driver::UnenforcedLimit> {
+        self.res.unenforced.clone()
     }
 
     async fn cleanup(&self) -> Result<(), DriverError> {

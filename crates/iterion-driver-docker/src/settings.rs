@@ -1,19 +1,40 @@
 //! Driver settings read from an environment snapshot: where the engine is,
-//! how long a pull may take, default memory/CPU limits and whether host
+//! how long a pull may take, the containment limits every sandbox gets
+//! (memory with no extra swap, processes, CPUs: the product defaults of
+//! [`Limits::default`] unless the operator changes them) and whether host
 //! binds are allowed. Parsing only; no IO.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use iterion_core::{ByteSize, parse_size};
+use iterion_core::duration::parse_go_duration;
+use iterion_core::parse_size;
+use iterion_core::plan::Limits;
 
 /// Variable bounding an image pull (facts §4: Go duration, default `10m`;
 /// empty, invalid or ≤ 0 ⇒ default).
 pub const PULL_TIMEOUT_ENV: &str = "ITERION_SANDBOX_PULL_TIMEOUT";
-/// Default memory limit of a sandbox (`N`, `NMiB`, `NGiB`…).
+/// Memory limit of a sandbox (`N`, `NMiB`, `NGiB`…, or `unlimited`);
+/// default [`iterion_core::plan::DEFAULT_MEMORY_LIMIT`], swap never added.
 pub const MEMORY_ENV: &str = "ITERION_SANDBOX_MEMORY";
-/// Default CPU limit of a sandbox (decimal CPUs, e.g. `1.5`).
+/// CPU limit of a sandbox (decimal CPUs, e.g. `1.5`); default none.
 pub const CPUS_ENV: &str = "ITERION_SANDBOX_CPUS";
+/// Process limit of a sandbox (a count, or `unlimited`); default
+/// [`iterion_core::plan::DEFAULT_PIDS_LIMIT`].
+pub const PIDS_ENV: &str = "ITERION_SANDBOX_PIDS";
+/// Size of a sandbox's writable layer (`N`…`NGiB`, or `unlimited`); default
+/// [`iterion_core::plan::DEFAULT_DISK_LIMIT`]. Enforced where the engine's
+/// storage driver supports a size (overlay2 on xfs with `pquota`, btrfs,
+/// zfs); elsewhere each run says it ran without (`sandbox_limit_unenforced`).
+pub const DISK_ENV: &str = "ITERION_SANDBOX_DISK";
+/// The word that lifts a limit entirely (an explicit operator choice,
+/// shown as such by `doctor` and `sandbox_started`).
+pub const UNLIMITED: &str = "unlimited";
+/// Fewest processes a sandbox may be limited to: below this even the init,
+/// the shell and one command cannot run.
+pub const MIN_PIDS: i64 = 16;
+/// Smallest memory limit the engines accept (Docker refuses under 6 MiB).
+pub const MIN_MEMORY: u64 = 6 << 20;
 /// `none` forces bindless mode on a local engine (tests, rootless setups).
 pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 /// `off` makes the driver report that it cannot confine a sandbox to the
@@ -45,10 +66,10 @@ pub enum BindsMode {
 pub struct DockerSettings {
     /// Bound of an image pull.
     pub pull_timeout: Duration,
-    /// Memory limit applied when the plan sets none.
-    pub memory: Option<ByteSize>,
-    /// CPU limit (nano-CPUs) applied when the plan sets none.
-    pub nano_cpus: Option<i64>,
+    /// The limits every sandbox of this driver gets (the plan's are the
+    /// product defaults; these are those defaults after the operator's
+    /// variables).
+    pub limits: Limits,
     /// Bind policy.
     pub binds: BindsMode,
     /// Bound of one engine probe (discovery, ping).
@@ -62,8 +83,7 @@ impl Default for DockerSettings {
     fn default() -> Self {
         Self {
             pull_timeout: DEFAULT_PULL_TIMEOUT,
-            memory: None,
-            nano_cpus: None,
+            limits: Limits::default(),
             binds: BindsMode::Auto,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
             egress_enforce: true,
@@ -103,19 +123,58 @@ impl DockerSettings {
             settings.pull_timeout = d;
         }
         if let Some(raw) = env.get(MEMORY_ENV).filter(|v| !v.trim().is_empty()) {
-            let size = parse_size(raw).map_err(|_| SettingsError {
-                variable: MEMORY_ENV,
-                value: raw.clone(),
-                reason: "expected N, NKiB, NMiB or NGiB",
-            })?;
-            settings.memory = Some(size);
+            let memory = match is_unlimited(raw) {
+                true => None,
+                false => Some(
+                    parse_size(raw)
+                        .ok()
+                        .filter(|m| m.0 >= MIN_MEMORY)
+                        .ok_or_else(|| SettingsError {
+                            variable: MEMORY_ENV,
+                            value: raw.clone(),
+                            reason: "expected N, NKiB, NMiB or NGiB (at least 6MiB), or unlimited",
+                        })?,
+                ),
+            };
+            settings.limits = settings.limits.with_memory(memory);
         }
         if let Some(raw) = env.get(CPUS_ENV).filter(|v| !v.trim().is_empty()) {
-            settings.nano_cpus = Some(parse_cpus(raw).ok_or_else(|| SettingsError {
+            settings.limits.nano_cpus = Some(parse_cpus(raw).ok_or_else(|| SettingsError {
                 variable: CPUS_ENV,
                 value: raw.clone(),
                 reason: "expected a positive decimal number of CPUs",
             })?);
+        }
+        if let Some(raw) = env.get(DISK_ENV).filter(|v| !v.trim().is_empty()) {
+            settings.limits.writable_layer = match is_unlimited(raw) {
+                true => None,
+                false => Some(
+                    parse_size(raw)
+                        .ok()
+                        .filter(|m| m.0 >= MIN_MEMORY)
+                        .ok_or_else(|| SettingsError {
+                            variable: DISK_ENV,
+                            value: raw.clone(),
+                            reason: "expected N, NKiB, NMiB or NGiB (at least 6MiB), or unlimited",
+                        })?,
+                ),
+            };
+        }
+        if let Some(raw) = env.get(PIDS_ENV).filter(|v| !v.trim().is_empty()) {
+            settings.limits.pids = match is_unlimited(raw) {
+                true => None,
+                false => Some(
+                    raw.trim()
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|n| *n >= MIN_PIDS)
+                        .ok_or_else(|| SettingsError {
+                            variable: PIDS_ENV,
+                            value: raw.clone(),
+                            reason: "expected a process count of at least 16, or unlimited",
+                        })?,
+                ),
+            };
         }
         if let Some(raw) = env.get(BINDS_ENV) {
             settings.binds = match raw.trim().to_ascii_lowercase().as_str() {
@@ -147,6 +206,10 @@ impl DockerSettings {
     }
 }
 
+fn is_unlimited(raw: &str) -> bool {
+    raw.trim().eq_ignore_ascii_case(UNLIMITED)
+}
+
 /// Parse decimal CPUs (`2`, `0.5`) into nano-CPUs.
 pub fn parse_cpus(raw: &str) -> Option<i64> {
     let raw = raw.trim();
@@ -173,73 +236,16 @@ pub fn parse_cpus(raw: &str) -> Option<i64> {
     (n > 0).then_some(n)
 }
 
-/// Parse a Go-style duration (`90s`, `10m`, `1h30m`, `1.5h`, `250ms`).
-/// Returns `None` for anything Go's `time.ParseDuration` would refuse or a
-/// negative value.
-pub fn parse_go_duration(raw: &str) -> Option<Duration> {
-    let s = raw.trim();
-    if s.is_empty() {
-        return None;
-    }
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
-    if rest.starts_with('-') {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return None;
-        }
-        let value: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += value * factor;
-    }
-    if !total.is_finite() || total > 1e12 {
-        return None;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iterion_core::ByteSize;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("10m"), Some(Duration::from_secs(600)));
-        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
-        for bad in ["", "10", "-5s", "5x", "m", "1..2s"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
-        }
     }
 
     #[test]
@@ -253,6 +259,49 @@ mod tests {
     }
 
     #[test]
+    fn default_limits_bound_memory_swap_and_pids() {
+        let s = DockerSettings::from_env(&env(&[])).expect("ok");
+        assert_eq!(
+            s.limits.memory,
+            Some(iterion_core::plan::DEFAULT_MEMORY_LIMIT)
+        );
+        assert_eq!(s.limits.memory_swap, s.limits.memory, "no extra swap");
+        assert_eq!(s.limits.pids, Some(iterion_core::plan::DEFAULT_PIDS_LIMIT));
+        assert_eq!(s.limits.nano_cpus, None);
+        assert_eq!(
+            s.limits.writable_layer,
+            Some(iterion_core::plan::DEFAULT_DISK_LIMIT)
+        );
+        let s = DockerSettings::from_env(&env(&[(DISK_ENV, "64MiB")])).expect("ok");
+        assert_eq!(s.limits.writable_layer, Some(ByteSize(64 << 20)));
+        let s = DockerSettings::from_env(&env(&[(DISK_ENV, "unlimited")])).expect("ok");
+        assert_eq!(s.limits.writable_layer, None);
+        assert!(DockerSettings::from_env(&env(&[(DISK_ENV, "big")])).is_err());
+    }
+
+    #[test]
+    fn only_an_explicit_word_lifts_a_limit() {
+        let s =
+            DockerSettings::from_env(&env(&[(MEMORY_ENV, "Unlimited"), (PIDS_ENV, "unlimited")]))
+                .expect("ok");
+        assert_eq!(s.limits.memory, None);
+        assert_eq!(s.limits.memory_swap, None);
+        assert_eq!(s.limits.pids, None);
+        let s = DockerSettings::from_env(&env(&[(MEMORY_ENV, " "), (PIDS_ENV, "")])).expect("ok");
+        assert_eq!(s.limits, Limits::default(), "blank keeps the defaults");
+        let s = DockerSettings::from_env(&env(&[(PIDS_ENV, "64")])).expect("ok");
+        assert_eq!(s.limits.pids, Some(64));
+        for bad in ["0", "-1", "15", "many", "none"] {
+            let e = DockerSettings::from_env(&env(&[(PIDS_ENV, bad)])).expect_err(bad);
+            assert_eq!(e.variable, PIDS_ENV);
+        }
+        for bad in ["0", "none", "off", "-1"] {
+            let e = DockerSettings::from_env(&env(&[(MEMORY_ENV, bad)])).expect_err(bad);
+            assert_eq!(e.variable, MEMORY_ENV);
+        }
+    }
+
+    #[test]
     fn limits_and_binds() {
         let s = DockerSettings::from_env(&env(&[
             (MEMORY_ENV, "512MiB"),
@@ -260,12 +309,14 @@ mod tests {
             (BINDS_ENV, "none"),
         ]))
         .expect("ok");
-        assert_eq!(s.memory, Some(ByteSize(512 << 20)));
-        assert_eq!(s.nano_cpus, Some(1_500_000_000));
+        assert_eq!(s.limits.memory, Some(ByteSize(512 << 20)));
+        assert_eq!(s.limits.memory_swap, Some(ByteSize(512 << 20)));
+        assert_eq!(s.limits.nano_cpus, Some(1_500_000_000));
         assert_eq!(s.binds, BindsMode::None);
         assert!(DockerSettings::from_env(&env(&[(CPUS_ENV, "lots")])).is_err());
         assert!(DockerSettings::from_env(&env(&[(CPUS_ENV, "0")])).is_err());
         assert!(DockerSettings::from_env(&env(&[(MEMORY_ENV, "1T")])).is_err());
+        assert!(DockerSettings::from_env(&env(&[(MEMORY_ENV, "1MiB")])).is_err());
         assert!(DockerSettings::from_env(&env(&[(BINDS_ENV, "some")])).is_err());
         assert!(DockerSettings::default().egress_enforce);
         let s = DockerSettings::from_env(&env(&[(EGRESS_ENFORCE_ENV, "off")])).expect("ok");

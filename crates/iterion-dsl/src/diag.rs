@@ -198,6 +198,9 @@ pub mod codes {
     pub const C313: &str = "C313";
     /// Invalid `read_back:` path (ADR-143, this project).
     pub const C320: &str = "C320";
+    /// A tool's `timeout:` or `budget.max_duration` that is not a positive
+    /// Go duration (issue 19 #6, this project).
+    pub const C321: &str = "C321";
 }
 
 /// Severity of a diagnostic.

@@ -239,7 +239,7 @@ struct NodeEvents {
 impl AgentEvents for NodeEvents {
     fn emit(&self, event: EventDraft) {
         let mut draft = event.for_node(self.node.clone());
-        self.redactor.redact_value(&mut draft.data);
+        self.redactor.redact_json(&mut draft.data);
         self.emitter
             .emit_draft(draft.in_branch(self.branch.as_deref()));
     }
@@ -319,7 +319,7 @@ impl RunCx<'_> {
         })?;
         // Agent output becomes event data: mask what a secret value looks
         // like, as for a tool's stdout.
-        secrets.redactor.redact_value(&mut output);
+        secrets.redactor.redact_json(&mut output);
         Ok(output)
     }
 }

@@ -25,7 +25,8 @@ use iterion_sandbox::verdict::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
-use crate::events::{EventTap, spawn_writer};
+use crate::bounds::{BoundsError, RunBounds, Watchdog};
+use crate::events::{Emitter, EventTap, spawn_writer};
 use crate::exec::{RunCx, Stop};
 use crate::human::HumanPrompter;
 use crate::owner;
@@ -77,6 +78,8 @@ pub struct RunOptions {
     pub source_sha256: Option<String>,
     /// The caller's launch settings, kept for `iterion resume`.
     pub launch_settings: serde_json::Map<String, serde_json::Value>,
+    /// `iterion run --timeout`: the whole run's bound.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// How a run ended.
@@ -223,6 +226,14 @@ impl Engine {
                 source,
             })?;
         let (events, writer) = self.writer(&options.run_id);
+        // Bounds (issue 19 #6): everything below runs under the run's
+        // watchdog token; an unreadable bound is refused at admission.
+        let mut bounds = RunBounds::from_workflow(&options.workflow, options.timeout);
+        let watchdog = match &mut bounds {
+            Ok(b) => b.arm_run(&cancel),
+            Err(_) => Watchdog::unarmed(&cancel),
+        };
+        let cancel = watchdog.token().clone();
         let ctx = BootContext {
             run_id: &options.run_id,
             workflow: &options.workflow,
@@ -233,7 +244,9 @@ impl Engine {
             events: &events,
             cancel: &cancel,
         };
-        let result = self.drive(&options, &ctx, record, started, &cancel).await;
+        let result = self
+            .drive(&options, &ctx, record, started, bounds, &watchdog)
+            .await;
         events.flush().await;
         drop(events);
         if let Err(e) = writer.await {
@@ -248,21 +261,29 @@ impl Engine {
         ctx: &BootContext<'_>,
         record: RunRecord,
         started: Instant,
-        cancel: &CancellationToken,
+        bounds: Result<RunBounds, BoundsError>,
+        watchdog: &Watchdog,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        let cancel = ctx.cancel;
         // ---- admission (seed step 3): ours first, then the policy's.
         let checked = admission::check_workflow(&options.workflow, self.agents.is_some())
-            .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars));
-        let (verdict, vars) = match checked {
-            Err(e) => (
+            .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars))
+            .map_err(|e| (e.code(), e.to_string()));
+        let checked = match bounds {
+            Err(e) => Err((e.code(), e.to_string())),
+            Ok(b) => checked.map(|vars| (vars, b)),
+        };
+        let (verdict, vars, bounds) = match checked {
+            Err((code, reason)) => (
                 AdmissionVerdict::Deny {
-                    code: e.code().to_owned(),
-                    reason: e.to_string(),
+                    code: code.to_owned(),
+                    reason,
                 },
                 BTreeMap::new(),
+                None,
             ),
-            Ok(vars) => (self.booter.admit(ctx).await, vars),
+            Ok((vars, b)) => (self.booter.admit(ctx).await, vars, Some(b)),
         };
         let (decision, code, reason) = match &verdict {
             AdmissionVerdict::Admit { reason } => (AdmissionDecision::Admitted, None, reason),
@@ -306,12 +327,14 @@ impl Engine {
                 return self.finish(ctx, &record, Some(failure), started).await;
             }
         };
-        if let AdmissionVerdict::Deny { reason, .. } = verdict {
-            let failure = Failure::new(FailureCode::LaunchFailed, reason);
+        // Bounds exist exactly when our own checks admitted the run.
+        let (AdmissionVerdict::Admit { .. }, Some(bounds)) = (&verdict, bounds) else {
+            let failure = Failure::new(FailureCode::LaunchFailed, reason.clone());
             return self.finish(ctx, &record, Some(failure), started).await;
-        }
+        };
         if cancel.is_cancelled() {
-            return self.finish(ctx, &record, Some(cancelled()), started).await;
+            let failure = stopped(&bounds, watchdog, events);
+            return self.finish(ctx, &record, Some(failure), started).await;
         }
 
         // ---- running
@@ -343,6 +366,9 @@ impl Engine {
                 .map_or_else(|_| options.file.clone(), |p| p.display().to_string()),
             source_sha256: options.source_sha256.clone(),
             settings: options.launch_settings.clone(),
+            timeout_ms: options
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
         // Recorded before the boot, so a run whose sandbox never started
         // resumes too.
@@ -355,6 +381,8 @@ impl Engine {
             workflow: &options.workflow,
             vars,
             start: Start::Fresh,
+            bounds,
+            watchdog,
         };
         self.boot_and_walk(ctx, &record, started, cancel, walk)
             .await
@@ -371,6 +399,13 @@ impl Engine {
         walk: Walk<'_>,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        let Walk {
+            workflow,
+            vars,
+            start,
+            bounds,
+            watchdog,
+        } = walk;
         // ---- boot
         let booted = match self.booter.boot(ctx).await {
             Ok(b) => b,
@@ -379,26 +414,36 @@ impl Engine {
                     cancelled: cancel.is_cancelled(),
                     interrupted: false,
                 };
-                let failure = Failure::new(e.failure_code(setup), e.to_string());
+                let failure = match e.failure_code(setup) {
+                    // A boot stopped by the run's deadline failed on it.
+                    FailureCode::Cancelled => stopped(&bounds, watchdog, events),
+                    code => Failure::new(code, e.to_string()),
+                };
                 return self.finish(ctx, record, Some(failure), started).await;
             }
         };
+        // From here every event and log line is masked for the run's
+        // secrets (the node logs mask across lines; this catches the rest).
+        events.set_redactor(booted.secrets().redactor.clone());
         if let Booted::Host { reason, .. } = &booted {
             events.system_log(None, format!("running on the host, unsandboxed: {reason}"));
         }
 
-        // ---- nodes
+        // ---- nodes (parallel branches share the bounds)
+        let bounds = std::sync::Mutex::new(bounds);
         let mut cx = RunCx::new(
             &self.settings,
-            walk.workflow,
+            workflow,
             &booted,
             events,
             ctx.run_id,
-            walk.vars,
+            vars,
             self.agents.as_deref(),
+            &bounds,
+            watchdog,
         );
         cx.human = self.human.as_deref();
-        let stop = match walk.start {
+        let stop = match start {
             Start::Fresh => cx.run_graph(cancel).await,
             Start::Resume {
                 progress,
@@ -410,6 +455,10 @@ impl Engine {
             }
         };
         drop(cx);
+        let bounds = bounds
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let bounds = &bounds;
 
         // ---- teardown: always after a boot; never changes the status.
         if let Err(e) = self.booter.teardown(booted, ctx).await {
@@ -418,7 +467,7 @@ impl Engine {
         }
         let end = match stop {
             Ok(()) => Ending::Finished,
-            Err(Stop::Cancelled) => Ending::Failed(cancelled()),
+            Err(Stop::Cancelled) => Ending::Failed(stopped(bounds, watchdog, events)),
             Err(Stop::Failed(f)) => Ending::Failed(f),
             Err(Stop::Paused { node }) => Ending::Paused(node),
         };
@@ -527,6 +576,10 @@ pub(crate) struct Walk<'w> {
     pub workflow: &'w ir::Workflow,
     pub vars: BTreeMap<String, serde_json::Value>,
     pub start: Start,
+    /// The bounds admitted for this walk, and the watchdog armed on them
+    /// (whose token is the walk's `cancel`).
+    pub bounds: RunBounds,
+    pub watchdog: &'w Watchdog,
 }
 
 /// Where a walk starts.
@@ -541,8 +594,14 @@ pub(crate) enum Start {
     },
 }
 
-fn cancelled() -> Failure {
-    Failure::new(FailureCode::Cancelled, "run cancelled")
+/// The failure of a run stopped on its token: the bound that fired (with
+/// its event), or a cancellation.
+fn stopped(bounds: &RunBounds, watchdog: &Watchdog, events: &Emitter) -> Failure {
+    let (failure, event) = bounds.stop_failure(watchdog);
+    if let Some(e) = event {
+        events.emit(e);
+    }
+    failure
 }
 
 fn millis(since: Instant) -> u64 {

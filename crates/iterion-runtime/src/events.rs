@@ -12,7 +12,7 @@ use std::sync::Arc;
 use iterion_core::driver::{DriverObserver, Progress};
 use iterion_core::store::NewLogLine;
 
-use crate::secrets::Redactor;
+use crate::redact::{LineRedactor, Redactor};
 use iterion_core::{
     EventDraft, EventKind, EventRecord, NodeId, OutputChunk, OutputStream, RunId, RunStore,
 };
@@ -32,6 +32,7 @@ enum Msg {
 #[derive(Clone)]
 pub struct Emitter {
     tx: mpsc::UnboundedSender<Msg>,
+    redactor: Arc<std::sync::RwLock<Redactor>>,
 }
 
 impl std::fmt::Debug for Emitter {
@@ -72,6 +73,15 @@ impl Emitter {
         }]);
     }
 
+    /// Mask the run's secrets (and their encodings) in every event payload
+    /// and log line written from now on: the last line of defence for text
+    /// no node log saw (a blocked host name, a driver's line, an error).
+    pub fn set_redactor(&self, redactor: Redactor) {
+        if let Ok(mut r) = self.redactor.write() {
+            *r = redactor;
+        }
+    }
+
     /// Wait until everything emitted so far has been handed to the store.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
@@ -97,6 +107,9 @@ pub fn spawn_writer(
     tap: Option<EventTap>,
 ) -> (Emitter, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let redactor: Arc<std::sync::RwLock<Redactor>> = Arc::default();
+    let masks = Arc::clone(&redactor);
+    let current = move || masks.read().map(|r| r.clone()).unwrap_or_default();
     let handle = tokio::spawn(async move {
         let mut held: Option<Msg> = None;
         loop {
@@ -108,7 +121,8 @@ pub fn spawn_writer(
                 },
             };
             match msg {
-                Msg::Event(draft) => {
+                Msg::Event(mut draft) => {
+                    current().redact_json(&mut draft.data);
                     let kind = draft.kind.clone();
                     match store.append_event(&run, draft, None).await {
                         Ok(record) => {
@@ -135,6 +149,12 @@ pub fn spawn_writer(
                             Err(_) => break,
                         }
                     }
+                    let masks = current();
+                    if !masks.is_empty() {
+                        for l in &mut lines {
+                            l.line = masks.redact(&l.line);
+                        }
+                    }
                     if let Err(e) = store.append_logs(&run, lines).await {
                         tracing::warn!(run = %run, code = e.code(), error = %e,
                             "run-log append failed; the run continues");
@@ -146,7 +166,7 @@ pub fn spawn_writer(
             }
         }
     });
-    (Emitter { tx }, handle)
+    (Emitter { tx, redactor }, handle)
 }
 
 /// A [`DriverObserver`] that writes a driver's lines into the run log and
@@ -208,7 +228,9 @@ pub struct NodeLog {
     dropped: u64,
     partial: [Vec<u8>; 2],
     batch: Vec<NewLogLine>,
-    redactor: Redactor,
+    /// One masker per stream: a secret split over two lines of the same
+    /// stream is masked on both.
+    masks: [LineRedactor<()>; 2],
 }
 
 impl NodeLog {
@@ -223,15 +245,14 @@ impl NodeLog {
             dropped: 0,
             partial: [Vec::new(), Vec::new()],
             batch: Vec::new(),
-            redactor: Redactor::default(),
+            masks: [Redactor::default().lines(), Redactor::default().lines()],
         }
     }
 
-    /// Mask the run's secret values in every line (a value split across a
-    /// `max_line` boundary is not caught; tool output is otherwise logged
-    /// as printed).
+    /// Mask the run's secret values (and their encodings, and values split
+    /// over lines or `max_line` pieces of one stream) in every line.
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {
-        self.redactor = redactor;
+        self.masks = [redactor.lines(), redactor.lines()];
         self
     }
 
@@ -272,19 +293,22 @@ impl NodeLog {
     }
 
     fn line(&mut self, slot: usize) {
-        let bytes = std::mem::take(&mut self.partial[slot]);
-        let mut text = String::from_utf8_lossy(&bytes).into_owned();
-        if text.ends_with('\r') {
-            text.pop();
+        let mut bytes = std::mem::take(&mut self.partial[slot]);
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
         }
-        if !self.redactor.is_empty() {
-            text = self.redactor.redact(&text);
+        let ready = self.masks[slot].push(&bytes, ());
+        self.emit_lines(slot, ready);
+    }
+
+    fn emit_lines(&mut self, slot: usize, lines: Vec<(Vec<u8>, ())>) {
+        for (bytes, ()) in lines {
+            self.batch.push(NewLogLine {
+                stream: Self::stream_name(slot).into(),
+                node_id: Some(self.node.clone()),
+                line: String::from_utf8_lossy(&bytes).into_owned(),
+            });
         }
-        self.batch.push(NewLogLine {
-            stream: Self::stream_name(slot).into(),
-            node_id: Some(self.node.clone()),
-            line: text,
-        });
     }
 
     /// Flush partial lines and report truncation. Returns the bytes dropped.
@@ -293,6 +317,8 @@ impl NodeLog {
             if !self.partial[slot].is_empty() {
                 self.line(slot);
             }
+            let rest = self.masks[slot].finish();
+            self.emit_lines(slot, rest);
         }
         if self.dropped > 0 {
             self.batch.push(NewLogLine {
@@ -324,7 +350,10 @@ mod tests {
     #[tokio::test]
     async fn splits_caps_and_reports() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let emitter = Emitter { tx };
+        let emitter = Emitter {
+            tx,
+            redactor: Arc::default(),
+        };
         let mut log = NodeLog::new(&NodeId::new("n"), emitter, 20, 6);
         log.push(&chunk(OutputStream::Stdout, "ab\ncdefghij"));
         log.push(&chunk(OutputStream::Stderr, "err\n"));

@@ -15,8 +15,10 @@ use iterion_core::store::Failure;
 use iterion_core::{DriverError, EventDraft, EventKind, FailureCode, NodeId, RunId};
 use iterion_dsl::ir;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::boot::Booted;
+use crate::bounds::{Bound, RunBounds, Watchdog};
 use crate::engine::EngineSettings;
 use crate::events::Emitter;
 use crate::graph::GraphInfo;
@@ -47,6 +49,8 @@ impl From<ProgressError> for Stop {
 #[derive(Debug)]
 pub(crate) enum NodeError {
     Cancelled,
+    /// The node's own bound (its `timeout:`) stopped it.
+    Bound(Bound),
     Failed {
         code: FailureCode,
         exit_code: Option<i64>,
@@ -87,6 +91,11 @@ pub(crate) struct RunCx<'a> {
     pub agents: Option<&'a dyn AgentRunner>,
     /// Asks human nodes (a terminal); `None` pauses at them.
     pub human: Option<&'a dyn HumanPrompter>,
+    /// The run's bounds (issue 19 #6): `max_iterations` is counted across
+    /// parallel branches, so behind a lock.
+    bounds: &'a std::sync::Mutex<RunBounds>,
+    /// The run's deadline, whose token is the `cancel` of `run_graph`.
+    watchdog: &'a Watchdog,
     pub(crate) shell: tokio::sync::OnceCell<&'static str>,
     pub(crate) scratch: tokio::sync::OnceCell<()>,
     pub(crate) scripts: AtomicU64,
@@ -94,6 +103,7 @@ pub(crate) struct RunCx<'a> {
 }
 
 impl<'a> RunCx<'a> {
+    #[allow(clippy::too_many_arguments)] // one borrow per shared part of the run
     pub(crate) fn new(
         settings: &'a EngineSettings,
         workflow: &'a ir::Workflow,
@@ -102,6 +112,8 @@ impl<'a> RunCx<'a> {
         run_id: &'a RunId,
         vars: BTreeMap<String, Value>,
         agents: Option<&'a dyn AgentRunner>,
+        bounds: &'a std::sync::Mutex<RunBounds>,
+        watchdog: &'a Watchdog,
     ) -> Self {
         Self {
             settings,
@@ -113,6 +125,8 @@ impl<'a> RunCx<'a> {
             vars,
             agents,
             human: None,
+            bounds,
+            watchdog,
             shell: tokio::sync::OnceCell::new(),
             scratch: tokio::sync::OnceCell::new(),
             scripts: AtomicU64::new(0),
@@ -123,6 +137,43 @@ impl<'a> RunCx<'a> {
     /// Continue from stored progress (resume).
     pub(crate) fn restore(&mut self, progress: RunProgress) {
         self.progress = std::sync::Mutex::new(progress);
+    }
+
+    fn bounds(&self) -> std::sync::MutexGuard<'_, RunBounds> {
+        self.bounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Count one node execution against `max_iterations`: the one past it
+    /// never starts.
+    pub(crate) fn admit_node(&self) -> Result<(), Stop> {
+        let admitted = self.bounds().admit_node();
+        admitted.map_err(|bound| self.bound_hit(&bound))
+    }
+
+    /// `node`'s `timeout:` armed under `cancel` (a node without one gets a
+    /// watchdog that only follows `cancel`).
+    pub(crate) fn arm_node(&self, node: &NodeId, cancel: &CancellationToken) -> Watchdog {
+        self.bounds().arm_node(node, cancel)
+    }
+
+    /// The stop of a bound that was hit, after its event.
+    pub(crate) fn bound_hit(&self, bound: &Bound) -> Stop {
+        let elapsed = self.bounds().elapsed();
+        if let Some(e) = bound.event(elapsed) {
+            self.events.emit(e);
+        }
+        Stop::Failed(bound.failure())
+    }
+
+    /// What a node stopped by the run's token failed of: the run's bound
+    /// that fired, or a cancellation.
+    pub(crate) fn cancel_reason(&self) -> String {
+        match self.watchdog.fired() {
+            Some(b) => b.failure().message,
+            None => "cancelled".into(),
+        }
     }
 
     /// Apply a step to the progress and persist it (`run_checkpoint`).

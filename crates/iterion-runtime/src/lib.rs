@@ -5,9 +5,11 @@
 //! machine under compare-and-set, boot and teardown through a
 //! [`SandboxBooter`], the graph walk (routers, parallel branches and their
 //! joins, loops, foreach: `walk`, `branches`, `graph`) with its resumable
-//! [`progress`], human nodes and pause ([`human`]), [`resume`], tool-node execution with bounded output, the engine's
-//! side of the agent seam (`agents`), the single event writer of a run, and
-//! the reaper's orchestration (lease + store + the one predicate).
+//! [`progress`], human nodes and pause ([`human`]), [`resume`], tool-node
+//! execution with bounded output, run and node bounds (timeouts, budgets:
+//! [`bounds`]), the engine's side of the agent seam (`agents`), the single
+//! event writer of a run, and the reaper's orchestration (lease + store + the
+//! one predicate).
 //!
 //! It does not decide which sandbox a run gets (the booter does, with the
 //! policy of `iterion-sandbox`), talk to a container engine (drivers do),
@@ -26,6 +28,7 @@
 pub mod admission;
 pub mod agents;
 pub mod boot;
+pub mod bounds;
 mod branches;
 pub mod compute;
 pub mod engine;
@@ -36,8 +39,10 @@ pub mod human;
 pub mod owner;
 pub mod progress;
 pub mod reap;
+pub mod redact;
 pub mod resume;
 pub mod routing;
+pub mod runfiles;
 pub mod sandbox_boot;
 pub mod secrets;
 pub mod template;

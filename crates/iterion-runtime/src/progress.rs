@@ -152,6 +152,17 @@ pub struct RunLaunch {
     /// back to it on resume; the engine does not read them.
     #[serde(default)]
     pub settings: Map<String, Value>,
+    /// `iterion run --timeout`, in milliseconds: a resume bounds the
+    /// resumed run by it again (on a fresh clock, see `resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RunLaunch {
+    /// The run's `--timeout`.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout_ms.map(std::time::Duration::from_millis)
+    }
 }
 
 /// One change of the progress (the `step` of a `run_checkpoint` event).

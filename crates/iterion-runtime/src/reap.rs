@@ -11,9 +11,10 @@
 //! marked interrupted (`failed_resumable` + `INTERRUPTED`, event
 //! `run_interrupted`), which makes it terminal and its resources reapable.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use iterion_core::driver::ManagedResource;
+use iterion_core::driver::{ManagedResource, ResourceKind};
 use iterion_core::store::{Failure, RunOwner, RunRecord, Transition};
 use iterion_core::{
     Driver, DriverName, EventDraft, EventKind, FailureCode, RunId, RunStatus, RunStore,
@@ -135,8 +136,29 @@ async fn decide(
     resource: ManagedResource,
     dry_run: bool,
 ) -> ReapDecision {
+    let mut decision = judge(driver.name(), store, resource, dry_run).await;
+    if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
+        match driver.remove_managed(&decision.resource).await {
+            Ok(()) => {
+                decision.removed = true;
+                reaped_event(store, &decision, driver.name().as_str()).await;
+            }
+            Err(e) => decision.error = Some(format!("{} ({})", e, e.code())),
+        }
+    }
+    decision
+}
+
+/// Lease, store, interruption mark and the one predicate's verdict for one
+/// resource; removes nothing.
+async fn judge(
+    driver: DriverName,
+    store: &dyn RunStore,
+    resource: ManagedResource,
+    dry_run: bool,
+) -> ReapDecision {
     let mut decision = ReapDecision {
-        driver: driver.name(),
+        driver,
         lease: LeaseState::CheckFailed,
         lookup: RunLookup::Error,
         verdict: ReapVerdict::Keep("undecided"),
@@ -186,30 +208,115 @@ async fn decide(
         }
         decision.verdict = reapable(&run_id, decision.lease, decision.lookup);
     }
-    if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
-        match driver.remove_managed(&decision.resource).await {
-            Ok(()) => {
-                decision.removed = true;
-                if let (Ok(id), ReapVerdict::Reap(reason)) =
-                    (RunId::parse(run_id.as_str()), &decision.verdict)
-                    && matches!(decision.lookup, RunLookup::Found(_))
-                {
-                    let draft: EventDraft = EventKind::SandboxReaped {
-                        driver: driver.name().to_string(),
-                        resource: decision.resource.name.clone(),
-                        run_id: run_id.clone(),
-                        reason: (*reason).to_owned(),
-                    }
-                    .into();
-                    if let Err(e) = store.append_event(&id, draft, None).await {
-                        tracing::warn!(run = %id, error = %e, "sandbox_reaped event failed");
-                    }
-                }
-            }
-            Err(e) => decision.error = Some(format!("{} ({})", e, e.code())),
+    decision
+}
+
+/// `sandbox_reaped` on the run, when this store knows it.
+async fn reaped_event(store: &dyn RunStore, decision: &ReapDecision, by: &str) {
+    if let (Ok(id), ReapVerdict::Reap(reason)) =
+        (RunId::parse(&decision.resource.run_id), &decision.verdict)
+        && matches!(decision.lookup, RunLookup::Found(_))
+    {
+        let draft: EventDraft = EventKind::SandboxReaped {
+            driver: by.to_owned(),
+            resource: decision.resource.name.clone(),
+            run_id: decision.resource.run_id.clone(),
+            reason: (*reason).to_owned(),
+        }
+        .into();
+        if let Err(e) = store.append_event(&id, draft, None).await {
+            tracing::warn!(run = %id, error = %e, "sandbox_reaped event failed");
         }
     }
-    decision
+}
+
+/// Name of the owner marker in a per-run host directory.
+pub const OWNER_MARKER: &str = ".iterion-owner";
+
+/// Record this process as the owner of `dir`, a per-run host directory, so
+/// a reaper tells a live run's directory from a leftover even when its own
+/// store never knew the run (the directories of every store share a
+/// root, as every store shares an engine).
+pub fn mark_owner(dir: &Path) -> std::io::Result<()> {
+    let owner = owner::current_owner()?;
+    let text = serde_json::to_vec(&owner).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(OWNER_MARKER), text)
+}
+
+/// The per-run directories under `roots` (children named like a run id;
+/// anything else is not ours and is not listed). An unreadable marker
+/// leaves the owner unknown, which keeps the directory unless this store
+/// proves the run over.
+fn host_dirs(roots: &[PathBuf]) -> Vec<ManagedResource> {
+    let mut found = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // A symlink is never a run's directory, and never followed.
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir || RunId::parse(&name).is_err() {
+                continue;
+            }
+            let path = entry.path();
+            let owner = std::fs::read(path.join(OWNER_MARKER))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<RunOwner>(&b).ok());
+            found.push(ManagedResource {
+                kind: ResourceKind::HostDir,
+                id: path.to_string_lossy().into_owned(),
+                name: path.to_string_lossy().into_owned(),
+                run_id: name,
+                owner,
+            });
+        }
+    }
+    found
+}
+
+/// One pass over the per-run host directories under `roots` (the state
+/// dirs, the file-secret dirs): the same lease, store and predicate as the
+/// engine resources, so only a run that is provably over loses its
+/// directory (issue 19 #7: a TERMed or killed run's directories, file
+/// secrets included, were never removed by anyone).
+pub async fn reap_host_dirs(
+    roots: &[PathBuf],
+    store: &dyn RunStore,
+    dry_run: bool,
+) -> Vec<ReapDecision> {
+    let mut decisions = Vec::new();
+    for dir in host_dirs(roots) {
+        // No marker: nothing says whether another store's live run owns
+        // it; only this store's proof of a terminal run may reap it.
+        let unowned = dir.owner.is_none();
+        let mut decision = judge(DriverName::Noop, store, dir, dry_run).await;
+        // A live process's directory for a run this store does not know is
+        // another store's running run: host dirs carry no store label, and
+        // a reaper never judges (nor lists) another store's live resources.
+        if decision.lease == LeaseState::Held && !matches!(decision.lookup, RunLookup::Found(_)) {
+            continue;
+        }
+        if unowned && !matches!(decision.lookup, RunLookup::Found(_)) {
+            decision.lease = LeaseState::CheckFailed;
+            decision.verdict = reapable(&decision.resource.run_id, decision.lease, decision.lookup);
+        }
+        if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
+            // A killed run's run-files tmpfs is detached first.
+            crate::runfiles::release(&Path::new(&decision.resource.id).join("artifact-files"));
+            match std::fs::remove_dir_all(&decision.resource.id) {
+                Ok(()) => {
+                    decision.removed = true;
+                    reaped_event(store, &decision, "host").await;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => decision.removed = true,
+                Err(e) => decision.error = Some(format!("remove {}: {e}", decision.resource.id)),
+            }
+        }
+        decisions.push(decision);
+    }
+    decisions
 }
 
 /// Mark a running run whose owner is gone as interrupted. Returns the

@@ -322,6 +322,18 @@ impl crate::Engine {
                 source,
             })?;
         let (events, writer) = self.writer(&record.id);
+        // The run's bounds apply again on a fresh clock: `--timeout`,
+        // `max_duration` and `max_iterations` count from the resume, as
+        // upstream resets its budget on resume (docs/resume.md) — a run
+        // paused for a human may have waited days, and the nodes before the
+        // resume point do not run again.
+        let mut bounds =
+            crate::bounds::RunBounds::from_workflow(&workflow, resumable.launch.timeout());
+        let watchdog = match &mut bounds {
+            Ok(b) => b.arm_run(&cancel),
+            Err(_) => crate::bounds::Watchdog::unarmed(&cancel),
+        };
+        let cancel = watchdog.token().clone();
         let workspace = std::path::PathBuf::from(&resumable.launch.workspace);
         let ctx = crate::BootContext {
             run_id: &record.id,
@@ -352,20 +364,19 @@ impl crate::Engine {
             );
         }
         // The workflow may have changed (--force): what this engine can
-        // execute, and the policy's verdict, are checked again.
-        let verdict = match crate::admission::check_workflow(&workflow, self.has_agents()) {
-            Err(e) => crate::AdmissionVerdict::Deny {
-                code: e.code().to_owned(),
-                reason: e.to_string(),
+        // execute, its bounds, and the policy's verdict are checked again.
+        let checked = crate::admission::check_workflow(&workflow, self.has_agents())
+            .map_err(|e| (e.code(), e.to_string()))
+            .and_then(|()| bounds.map_err(|e| (e.code(), e.to_string())));
+        let verdict = match &checked {
+            Err((code, reason)) => crate::AdmissionVerdict::Deny {
+                code: (*code).to_owned(),
+                reason: reason.clone(),
             },
-            Ok(()) => self.booter().admit(&ctx).await,
+            Ok(_) => self.booter().admit(&ctx).await,
         };
-        let result = match verdict {
-            crate::AdmissionVerdict::Deny { reason, .. } => {
-                let failure = iterion_core::store::Failure::new(FailureCode::LaunchFailed, reason);
-                self.finish(&ctx, &record, Some(failure), started).await
-            }
-            crate::AdmissionVerdict::Admit { .. } => {
+        let result = match (verdict, checked) {
+            (crate::AdmissionVerdict::Admit { .. }, Ok(bounds)) => {
                 let walk = crate::engine::Walk {
                     workflow: &workflow,
                     vars: resumable.launch.vars.clone(),
@@ -374,9 +385,16 @@ impl crate::Engine {
                         point,
                         answers,
                     },
+                    bounds,
+                    watchdog: &watchdog,
                 };
                 self.boot_and_walk(&ctx, &record, started, &cancel, walk)
                     .await
+            }
+            (crate::AdmissionVerdict::Deny { reason, .. }, _)
+            | (crate::AdmissionVerdict::Admit { .. }, Err((_, reason))) => {
+                let failure = iterion_core::store::Failure::new(FailureCode::LaunchFailed, reason);
+                self.finish(&ctx, &record, Some(failure), started).await
             }
         };
         events.flush().await;

@@ -45,7 +45,9 @@ use crate::boot::{
     AdmissionVerdict, BootContext, BootError, Booted, ExecEgress, ExecSecrets, SandboxBooter,
 };
 use crate::events::{Emitter, RunObserver};
-use crate::secrets::{SecretFiles, resolve as resolve_secrets, write_files as write_secret_files};
+use crate::secrets::{
+    SecretFiles, resolve as resolve_secrets, secrets_root, write_files as write_secret_files,
+};
 
 /// The CLI's sandbox knobs of one run (tier 1 and its siblings).
 #[derive(Debug, Clone, Default)]
@@ -117,6 +119,8 @@ struct Kept {
     host_dir: Option<PathBuf>,
     /// Removes the host secret files when dropped.
     secret_files: Option<SecretFiles>,
+    /// The size of the tmpfs bounding the run-files dir, when mounted.
+    run_files_bound: Option<iterion_core::ByteSize>,
 }
 
 /// The booter of `iterion run`.
@@ -127,6 +131,7 @@ pub struct PolicyBooter {
     store: Arc<dyn RunStore>,
     state_dir: PathBuf,
     drain: DrainOptions,
+    extra_mounts: Vec<iterion_core::plan::Mount>,
 }
 
 impl PolicyBooter {
@@ -146,7 +151,17 @@ impl PolicyBooter {
             store,
             state_dir,
             drain: DrainOptions::default(),
+            extra_mounts: Vec::new(),
         }
+    }
+
+    /// Host binds every sandbox of this booter gets where the driver keeps
+    /// host binds (the claw runner binary, read-only); on a driver without
+    /// them they are left out, not dropped with a notice, since their user
+    /// copies them in itself (`SandboxRun::import`).
+    pub fn with_mounts(mut self, mounts: Vec<iterion_core::plan::Mount>) -> Self {
+        self.extra_mounts = mounts;
+        self
     }
 
     fn flags(ctx: &BootContext<'_>) -> SandboxFlags {
@@ -180,12 +195,32 @@ impl PolicyBooter {
 
     fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
         let dir = self.state_dir.join("sandboxes").join(ctx.run_id.as_str());
-        std::fs::create_dir_all(dir.join("artifact-files")).map_err(|source| BootError::Io {
+        let io = |source| BootError::Io {
             operation: format!("create {}", dir.display()),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(dir.join("artifact-files")).map_err(io)?;
+        crate::reap::mark_owner(&dir).map_err(io)?;
         Ok(dir)
     }
+}
+
+/// Where `iterion run` keeps per-run host state (run-files dirs): under
+/// the temp dir, so a reboot clears what the reaper has not.
+pub fn default_state_dir() -> PathBuf {
+    std::env::temp_dir().join("iterion")
+}
+
+/// Every directory whose children are per-run host directories the reaper
+/// judges: the state dirs under `state_dir` and this user's file-secret
+/// dirs (when a memory filesystem for them exists).
+pub fn host_state_roots(
+    state_dir: &std::path::Path,
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut roots = vec![state_dir.join("sandboxes")];
+    roots.extend(crate::secrets::secrets_root(env).ok());
+    roots
 }
 
 /// A per-run host directory removed when dropped, unless disarmed.
@@ -194,9 +229,16 @@ struct RemoveOnDrop(Option<PathBuf>);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {
-            let _ = std::fs::remove_dir_all(dir);
+            remove_run_host_dir(&dir);
         }
     }
+}
+
+/// Remove a per-run host dir, detaching its run-files mount first (else
+/// the removal empties the tmpfs and leaves it mounted).
+pub(crate) fn remove_run_host_dir(dir: &std::path::Path) {
+    crate::runfiles::release(&dir.join("artifact-files"));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn refused(code: FailureCode, reason: impl Into<String>) -> BootError {
@@ -265,6 +307,9 @@ impl SandboxBooter for PolicyBooter {
             redactor: secrets.redactor(),
             egress: None,
         };
+        // Masked from the first event that could carry one (a driver line,
+        // a blocked host during post_create).
+        events.set_redactor(exec.redactor.clone());
         let file_secret_count = secrets.files.len();
         // Step 6: the chain, and who spoke.
         let resolved: ResolvedMode =
@@ -363,10 +408,9 @@ impl SandboxBooter for PolicyBooter {
             .join("artifact-files")
             .to_string_lossy()
             .into_owned();
-        // Step 14: file secrets in a private 0700 dir beside (not inside)
-        // the run's host dir, removed with it on every early return.
-        let secret_files = write_secret_files(&secrets.files, &host_dir)
-            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        // Step 14: file secrets in a private 0700 dir on a memory
+        // filesystem (never a disk), removed on every early return.
+        let secret_files = self.write_secret_files(ctx, &secrets.files)?;
         let snapshot = HostSnapshot::capture(&self.env, &[run_files.as_str()]);
         let planned = plan_launch(
             &PlanInputs {
@@ -406,6 +450,11 @@ impl SandboxBooter for PolicyBooter {
         planned_plan
             .mounts
             .extend(secret_files.mounts.iter().cloned());
+        if caps.host_bind_mounts {
+            planned_plan
+                .mounts
+                .extend(self.extra_mounts.iter().cloned());
+        }
         // Paths only (facts §6.9: exported before start); values never
         // touch the create-time env.
         for (k, v) in &secret_files.path_env {
@@ -438,6 +487,9 @@ impl SandboxBooter for PolicyBooter {
         }
         let mut plan = finalized.plan;
         plan.host_gateway_alias = true;
+        // The run-files dir a kept bind serves gets its bound: a tmpfs of
+        // its read-back cap (issue 19 #5), or an event saying it has none.
+        let run_files_bound = self.bound_run_files(&plan, &run_files, events);
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())
             .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
@@ -495,6 +547,17 @@ impl SandboxBooter for PolicyBooter {
         match started {
             Ok(run) => {
                 host_dir_guard.0 = None;
+                // The container has mounted them: the values leave the host.
+                let mut secret_files = secret_files;
+                if let Err(e) = secret_files.scrub() {
+                    events.system_log(
+                        None,
+                        format!(
+                            "file secrets stay on the host memory filesystem until teardown: {e} ({})",
+                            e.code()
+                        ),
+                    );
+                }
                 if let (Some(credentials), Some(handle), Some(host)) =
                     (credentials, proxy.as_ref(), run.egress_host())
                 {
@@ -513,6 +576,7 @@ impl SandboxBooter for PolicyBooter {
                         proxy,
                         host_dir: Some(host_dir),
                         secret_files: Some(secret_files),
+                        run_files_bound,
                     })),
                     secrets: exec,
                 })
@@ -534,6 +598,18 @@ impl SandboxBooter for PolicyBooter {
             return Ok(());
         };
         let kept = keep.and_then(|k| k.downcast::<Kept>().ok());
+        if let Some(kept) = kept.as_deref()
+            && let (Some(size), Some(dir)) = (kept.run_files_bound, &kept.host_dir)
+            && crate::runfiles::full(&dir.join("artifact-files"), size) == Some(true)
+        {
+            ctx.events.emit(EventKind::SandboxLimitReached {
+                limit: "run_files".to_owned(),
+                bound: Some(size.0),
+                detail: format!(
+                    "the run-files dir was full at teardown: writes past {size} failed in the sandbox"
+                ),
+            });
+        }
         if let Some(kept) = kept.as_deref()
             && !kept.plan.read_back.is_empty()
         {
@@ -564,7 +640,7 @@ impl SandboxBooter for PolicyBooter {
             }
             drop(kept.secret_files);
             if let Some(dir) = kept.host_dir {
-                let _ = std::fs::remove_dir_all(dir);
+                remove_run_host_dir(&dir);
             }
             let _ = kept.driver;
         }
@@ -573,6 +649,60 @@ impl SandboxBooter for PolicyBooter {
 }
 
 impl PolicyBooter {
+    /// Mount the run-files dir's bound when a kept host bind serves it.
+    fn bound_run_files(
+        &self,
+        plan: &LaunchPlan,
+        run_files: &str,
+        events: &Emitter,
+    ) -> Option<iterion_core::ByteSize> {
+        let served = plan.mounts.iter().any(|m| {
+            m.origin == MountOrigin::RunFiles
+                && m.is_host_bind()
+                && m.source.as_deref() == Some(run_files)
+        });
+        if !served {
+            return None;
+        }
+        let cap = plan
+            .read_back
+            .iter()
+            .find(|d| d.origin == MountOrigin::RunFiles)
+            .map_or(iterion_core::ByteSize::DEFAULT_READBACK_CAP, |d| d.cap);
+        let size = crate::runfiles::size_for(cap);
+        match crate::runfiles::bound(std::path::Path::new(run_files), size) {
+            Ok(()) => Some(size),
+            Err(reason) => {
+                events.emit(EventKind::SandboxLimitUnenforced {
+                    limit: "run_files".to_owned(),
+                    reason,
+                });
+                None
+            }
+        }
+    }
+
+    fn write_secret_files(
+        &self,
+        ctx: &BootContext<'_>,
+        files: &[crate::secrets::FileSecret],
+    ) -> Result<SecretFiles, BootError> {
+        if files.is_empty() {
+            return Ok(SecretFiles::default());
+        }
+        let root = secrets_root(&self.local_env)
+            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let written = write_secret_files(files, &root, ctx.run_id)
+            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        if let Some(dir) = written.dir() {
+            crate::reap::mark_owner(&dir).map_err(|source| BootError::Io {
+                operation: format!("mark {}", dir.display()),
+                source,
+            })?;
+        }
+        Ok(written)
+    }
+
     async fn prepare_and_start(
         &self,
         ctx: &BootContext<'_>,
@@ -615,7 +745,7 @@ impl PolicyBooter {
             };
         }
         let image = prepared.plan.image.clone().unwrap_or_default();
-        let limits = serde_json::to_value(&prepared.plan.limits).unwrap_or_default();
+        let mut limits = prepared.plan.limits.clone();
         let egress = match &prepared.plan.egress {
             None => "open".to_owned(),
             Some(e) if e.enforce => "proxy (enforced)".to_owned(),
@@ -626,6 +756,18 @@ impl PolicyBooter {
             () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
         };
         let run: Arc<dyn iterion_core::SandboxRun> = Arc::from(run);
+        // What the sandbox runs without is said, and left out of what
+        // `sandbox_started` claims it has (issue 19 #5: never silently).
+        for gap in run.unenforced_limits() {
+            if gap.limit == "writable_layer" {
+                limits.writable_layer = None;
+            }
+            ctx.events.emit(EventKind::SandboxLimitUnenforced {
+                limit: gap.limit,
+                reason: gap.reason,
+            });
+        }
+        let limits = serde_json::to_value(&limits).unwrap_or_default();
         ctx.events.emit(EventKind::SandboxStarted {
             driver: driver.name().as_str().to_owned(),
             mode: mode.as_str().to_owned(),

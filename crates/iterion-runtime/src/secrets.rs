@@ -2,8 +2,10 @@
 //! declared secret's value from the host environment, hand `as: env`
 //! values to every exec (never to the container's create-time env, which
 //! `docker inspect` shows for the container's lifetime), write `as: file`
-//! values to 0600 files in a private 0700 per-run host directory bound
-//! read-only into the sandbox, and redact exact values from log lines.
+//! values to 0600 files in a private 0700 per-run directory on a memory
+//! filesystem (never a disk), bound read-only into the sandbox and taken
+//! off the host as soon as the container has mounted them, and hand the
+//! values to the redactor (`crate::redact`).
 //!
 //! It does not decide whether the run is sandboxed (the booter does) nor
 //! refresh rotated secrets mid-run (no refresher interface yet). A value is
@@ -24,10 +26,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use iterion_core::plan::SECRETS_CONTAINER_DIR;
-use iterion_core::{Mount, MountKind, MountOrigin};
+use iterion_core::{Mount, MountKind, MountOrigin, RunId};
+
+pub use crate::redact::{REDACTED, Redactor};
 use iterion_dsl::ir::{SecretDecl, SecretDelivery};
 
 /// Why the run's secrets could not be made ready. Messages name the
@@ -50,6 +54,12 @@ pub enum SecretError {
         /// Why.
         reason: String,
     },
+    /// No memory filesystem to hold file secrets (they never go to disk).
+    #[error("file secrets need a memory filesystem on the host: {reason}")]
+    NoMemoryFs {
+        /// What was tried.
+        reason: String,
+    },
     /// Writing a secret file failed.
     #[error("secret {name:?}: {operation}: {source}")]
     Io {
@@ -69,6 +79,7 @@ impl SecretError {
         match self {
             Self::Missing { .. } => "SECRET_MISSING",
             Self::Invalid { .. } => "SECRET_INVALID",
+            Self::NoMemoryFs { .. } => "SECRET_NO_MEMORY_FS",
             Self::Io { .. } => "SECRET_IO",
         }
     }
@@ -115,73 +126,9 @@ impl std::fmt::Debug for ResolvedSecrets {
 }
 
 impl ResolvedSecrets {
-    /// Every value, for redaction (longest first so a value containing
-    /// another is masked whole).
+    /// The masker of every value (env and file) and its common encodings.
     pub fn redactor(&self) -> Redactor {
-        let mut values: Vec<String> = self
-            .env
-            .values()
-            .chain(self.files.iter().map(|f| &f.value))
-            .filter(|v| !v.is_empty())
-            .cloned()
-            .collect();
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
-        Redactor { values }
-    }
-}
-
-/// Masks exact secret values in text bound for the run log or events.
-#[derive(Clone, Default)]
-pub struct Redactor {
-    values: Vec<String>,
-}
-
-impl std::fmt::Debug for Redactor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redactor({} values)", self.values.len())
-    }
-}
-
-/// What a masked value reads as.
-pub const REDACTED: &str = "[REDACTED]";
-
-impl Redactor {
-    /// `text` with every secret value replaced by [`REDACTED`].
-    pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for v in &self.values {
-            if out.contains(v.as_str()) {
-                out = out.replace(v.as_str(), REDACTED);
-            }
-        }
-        out
-    }
-
-    /// Whether there is nothing to mask.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// Mask every secret value in the strings of `value` (keys included),
-    /// recursively: for data that becomes event payloads.
-    pub fn redact_value(&self, value: &mut serde_json::Value) {
-        use serde_json::Value;
-        if self.is_empty() {
-            return;
-        }
-        match value {
-            Value::String(s) => *s = self.redact(s),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
-            Value::Object(map) => {
-                let taken = std::mem::take(map);
-                for (k, mut v) in taken {
-                    self.redact_value(&mut v);
-                    map.insert(self.redact(&k), v);
-                }
-            }
-            _ => {}
-        }
+        Redactor::new(self.env.values().chain(self.files.iter().map(|f| &f.value)))
     }
 }
 
@@ -288,11 +235,86 @@ pub fn resolve(
     Ok(out)
 }
 
-/// The host side of the run's file secrets: a private directory removed
-/// when dropped (teardown, and every early boot failure).
-#[derive(Debug)]
+/// Variable naming the directory file secrets are written under on the
+/// host. It must be on a memory filesystem (tmpfs/ramfs); the default is
+/// `$XDG_RUNTIME_DIR`, then `/dev/shm`, whichever is one.
+pub const SECRETS_DIR_ENV: &str = "ITERION_SECRETS_DIR";
+
+/// `statfs` magic numbers of the memory filesystems (linux/magic.h).
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+const RAMFS_MAGIC: u64 = 0x8584_58f6;
+
+fn on_memory_fs(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|s| matches!(s.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
+/// The private root of this user's file secrets: `<memory fs>/iterion-<uid>`,
+/// created 0700. A plaintext secret is never written to a disk, where it
+/// would outlive a crash, land in backups and need shredding (issue 19 #7);
+/// with no memory filesystem at hand the run is refused instead.
+///
+/// On a shared, world-writable directory (`/dev/shm`) another user may
+/// have planted the name first: anything but a real directory owned by us
+/// and closed to others is refused, never followed.
+pub fn secrets_root(env: &BTreeMap<String, String>) -> Result<PathBuf, SecretError> {
+    let unusable = |reason: String| SecretError::NoMemoryFs { reason };
+    let candidates: Vec<PathBuf> = match env.get(SECRETS_DIR_ENV).filter(|v| !v.trim().is_empty()) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => env
+            .get("XDG_RUNTIME_DIR")
+            .filter(|v| !v.trim().is_empty())
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([PathBuf::from("/dev/shm")])
+            .collect(),
+    };
+    let Some(base) = candidates
+        .iter()
+        .find(|d| d.is_absolute() && on_memory_fs(d))
+    else {
+        return Err(unusable(format!(
+            "none of {} is a memory filesystem (tmpfs); set {SECRETS_DIR_ENV} to one",
+            candidates
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let uid = rustix::process::getuid();
+    let root = base.join(format!("iterion-{}", uid.as_raw()));
+    let mut builder = std::fs::DirBuilder::new();
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    match builder.create(&root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(unusable(format!("cannot create {}: {e}", root.display())));
+        }
+    }
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(&root)
+        .map_err(|e| unusable(format!("cannot inspect {}: {e}", root.display())))?;
+    if !meta.is_dir() || meta.uid() != uid.as_raw() || meta.mode() & 0o077 != 0 {
+        return Err(unusable(format!(
+            "{} is not a private directory of this user (a symlink, another owner or open to others)",
+            root.display()
+        )));
+    }
+    Ok(root)
+}
+
+/// The host side of the run's file secrets: a private directory on a
+/// memory filesystem, removed when dropped (teardown, every early boot
+/// failure). Once the sandbox has started, [`SecretFiles::scrub`] takes the
+/// values off the host while the container keeps reading them.
+#[derive(Debug, Default)]
 pub struct SecretFiles {
     dir: Option<tempfile::TempDir>,
+    files: Vec<PathBuf>,
     /// One read-only bind per file secret (`MountOrigin::SecretFile`).
     pub mounts: Vec<Mount>,
     /// `env:` variables → container paths (not secret: paths only).
@@ -304,16 +326,56 @@ impl SecretFiles {
     pub fn dir(&self) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.path().to_path_buf())
     }
+
+    /// Take every value off the host once the container has mounted it.
+    ///
+    /// Each file is unlinked — the container's bind holds the inode, so it
+    /// keeps reading the value — and an empty 0600 file is put back at the
+    /// same path, because both engines re-bind every mount source for
+    /// archive calls (script upload, the read-back drain) and refuse all of
+    /// them once a source is missing (dockerd 20.10, Podman 4.3).
+    pub fn scrub(&mut self) -> Result<(), SecretError> {
+        for path in &self.files {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let io = |operation: &str| {
+                let name = name.clone();
+                let operation = operation.to_owned();
+                move |source| SecretError::Io {
+                    name,
+                    operation,
+                    source,
+                }
+            };
+            std::fs::remove_file(path).map_err(io("remove the host copy"))?;
+            private_file(path).map_err(io("put back an empty placeholder"))?;
+        }
+        Ok(())
+    }
 }
 
-/// Write each file secret to a 0600 file in a fresh 0700 directory under
-/// `parent` (outside the workspace) and plan its read-only bind.
+/// Create `path` as a new, empty 0600 file (never an existing one).
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Write each file secret to a 0600 file in a fresh 0700 directory
+/// `<root>/<run>` (see [`secrets_root`]) and plan its read-only bind.
 pub fn write_files(
     files: &[FileSecret],
-    parent: &std::path::Path,
+    root: &Path,
+    run: &RunId,
 ) -> Result<SecretFiles, SecretError> {
     let mut out = SecretFiles {
         dir: None,
+        files: Vec::new(),
         mounts: Vec::new(),
         path_env: BTreeMap::new(),
     };
@@ -329,14 +391,13 @@ pub fn write_files(
             source,
         }
     };
-    std::fs::create_dir_all(parent).map_err(io("*", "create the secrets parent"))?;
-    // An unpredictable name, then 0700 explicitly (tempfile's directory
-    // mode follows the umask).
+    // Named after the run (the reaper maps it back), created fresh: an
+    // existing entry is an error, never reused.
     let dir = tempfile::Builder::new()
-        .prefix("secrets-")
-        .tempdir_in(parent)
+        .prefix(run.as_str())
+        .rand_bytes(0)
+        .tempdir_in(root)
         .map_err(io("*", "create the secrets dir"))?;
-    #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
@@ -344,14 +405,7 @@ pub fn write_files(
     }
     for f in files {
         let path = dir.path().join(&f.name);
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
-        }
-        let mut file = opts.open(&path).map_err(io(&f.name, "create"))?;
+        let mut file = private_file(&path).map_err(io(&f.name, "create"))?;
         file.write_all(f.value.as_bytes())
             .map_err(io(&f.name, "write"))?;
         out.mounts.push(Mount {
@@ -362,6 +416,7 @@ pub fn write_files(
             size: None,
             origin: MountOrigin::SecretFile,
         });
+        out.files.push(path);
         if let Some(var) = &f.path_env {
             out.path_env.insert(var.clone(), f.container_path.clone());
         }
@@ -425,8 +480,10 @@ mod tests {
         let r = resolve(&[d], &host()).unwrap();
         assert_eq!(r.files[0].container_path, "/run/iterion/secrets/tok");
         let parent = tempfile::tempdir().unwrap();
-        let w = write_files(&r.files, parent.path()).unwrap();
+        let run = RunId::parse("r1").unwrap();
+        let mut w = write_files(&r.files, parent.path(), &run).unwrap();
         let dir = w.dir().unwrap();
+        assert_eq!(dir, parent.path().join("r1"), "named after the run");
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
@@ -435,8 +492,53 @@ mod tests {
         assert_eq!(w.mounts[0].origin, MountOrigin::SecretFile);
         assert!(w.mounts[0].readonly);
         assert_eq!(w.path_env["TOK_FILE"], "/run/iterion/secrets/tok");
+        // A reader holding the file (as a container's bind holds the inode)
+        // keeps the value; the host path is left empty.
+        let held = std::fs::File::open(dir.join("tok")).unwrap();
+        w.scrub().unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("tok")).unwrap(), "");
+        assert_eq!(mode(&dir.join("tok")), 0o600);
+        let mut kept = String::new();
+        std::io::Read::read_to_string(&mut &held, &mut kept).unwrap();
+        assert_eq!(kept, "t0ken");
+        // A second run with the same id never reuses the directory.
+        assert!(write_files(&r.files, parent.path(), &run).is_err());
         drop(w);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn secrets_live_on_a_memory_filesystem_only() {
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let env = BTreeMap::from([(
+            SECRETS_DIR_ENV.to_owned(),
+            disk.path().to_string_lossy().into_owned(),
+        )]);
+        let err = secrets_root(&env).unwrap_err();
+        assert_eq!(err.code(), "SECRET_NO_MEMORY_FS", "{err}");
+        // /dev/shm is a tmpfs on every Linux this runs on.
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let env = BTreeMap::from([(
+            SECRETS_DIR_ENV.to_owned(),
+            shm.path().to_string_lossy().into_owned(),
+        )]);
+        let root = secrets_root(&env).unwrap();
+        assert!(root.starts_with(shm.path()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert_eq!(secrets_root(&env).unwrap(), root, "reused when ours");
+        // Someone else's plant (here: a symlink) is refused, not followed.
+        std::fs::remove_dir(&root).unwrap();
+        std::os::unix::fs::symlink(disk.path(), &root).unwrap();
+        assert_eq!(
+            secrets_root(&env).unwrap_err().code(),
+            "SECRET_NO_MEMORY_FS"
+        );
+        std::fs::remove_file(&root).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(secrets_root(&env).is_err(), "open to others");
     }
 
     #[test]
@@ -465,7 +567,7 @@ mod tests {
             "a [REDACTED] b [REDACTED]"
         );
         let mut v = serde_json::json!({"out": ["x t0ken", 3], "t0ken": {"k": "ghp_x"}});
-        r.redactor().redact_value(&mut v);
+        r.redactor().redact_json(&mut v);
         assert_eq!(
             v,
             serde_json::json!({"out": ["x [REDACTED]", 3], "[REDACTED]": {"k": "[REDACTED]"}})

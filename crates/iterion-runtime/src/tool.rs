@@ -8,14 +8,16 @@
 
 use bytes::Bytes;
 use iterion_core::driver::{OutputLimits, collect_output};
-use iterion_core::{ByteStream, ExecRequest, FailureCode, OutputChunk};
+use iterion_core::{ByteStream, ExecRequest, FailureCode, OutputChunk, OutputStream};
 use iterion_dsl::ir::{self, ToolSpec};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::bounds;
 use crate::events::NodeLog;
 use crate::exec::{NodeError, RunCx};
 use crate::progress::FrameId;
+use crate::redact::TailRedactor;
 use crate::routing;
 use crate::template::{self, Scope};
 
@@ -86,8 +88,27 @@ impl RunCx<'_> {
         done.map_err(NodeError::driver)
     }
 
-    /// Run a tool node; its exit code and parsed output.
+    /// Run a tool node under its `timeout:` (issue 19 #6); its exit code
+    /// and parsed output. A node deadline kills the exec exactly as a
+    /// cancellation does.
     pub(crate) async fn run_tool(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        scope: &Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<(i64, Value), NodeError> {
+        let watch = self.arm_node(&node.id, cancel);
+        match self.exec_tool(frame, node, scope, watch.token()).await {
+            Err(NodeError::Cancelled) => Err(match watch.fired() {
+                Some(bound) => NodeError::Bound(bound),
+                None => NodeError::Cancelled,
+            }),
+            done => done,
+        }
+    }
+
+    async fn exec_tool(
         &self,
         frame: &FrameId,
         node: &ir::Node,
@@ -162,8 +183,23 @@ impl RunCx<'_> {
             stdout: self.settings.stdout_keep,
             stderr_tail: self.settings.stderr_tail,
         };
+        // With secrets, the stderr tail is cut from the masked stream, never
+        // from raw bytes (a raw tail starting inside a secret would show
+        // the rest of it).
+        let mut masked_tail = (!secrets.redactor.is_empty()).then(|| {
+            TailRedactor::new(
+                &secrets.redactor,
+                self.settings.stderr_tail,
+                self.settings.max_log_line,
+            )
+        });
         let collected = {
-            let mut on_chunk = |c: &OutputChunk| log.push(c);
+            let mut on_chunk = |c: &OutputChunk| {
+                if let (Some(t), OutputStream::Stderr) = (&mut masked_tail, c.stream) {
+                    t.push(&c.data);
+                }
+                log.push(c);
+            };
             tokio::select! {
                 r = collect_output(session.as_mut(), limits, &mut on_chunk) => Some(r),
                 () = cancel.cancelled() => None,
@@ -179,9 +215,10 @@ impl RunCx<'_> {
         };
         log.finish();
         let out = collected.map_err(NodeError::driver)?;
-        let stderr_tail = secrets
-            .redactor
-            .redact(&String::from_utf8_lossy(&out.stderr_tail));
+        let stderr_tail = match masked_tail {
+            Some(t) => t.finish(),
+            None => String::from_utf8_lossy(&out.stderr_tail).into_owned(),
+        };
         if out.exit_code != 0 {
             // A container killed under a running command ends the exec with
             // the kill's status (137), which reads like the command's own
@@ -199,10 +236,17 @@ impl RunCx<'_> {
                     stderr_tail,
                 });
             }
+            let mut error = format!("command exited with {}", out.exit_code);
+            if out.exit_code == bounds::KILLED
+                && let Some(event) = bounds::memory_limit_hit(self.booted.run().as_ref()).await
+            {
+                self.emit_node(frame, &node.id, event);
+                error.push_str(": killed at the sandbox's memory limit (ITERION_SANDBOX_MEMORY)");
+            }
             return Err(NodeError::Failed {
                 code: FailureCode::NodeFailed,
                 exit_code: Some(out.exit_code),
-                error: format!("command exited with {}", out.exit_code),
+                error,
                 stderr_tail,
             });
         }

@@ -210,6 +210,12 @@ impl<'a> RunCx<'a> {
         // Answers arriving on resume finish the human node that started
         // (and asked) before the pause.
         if answers.is_none() {
+            // `max_iterations` counts node executions (a `fail` node is the
+            // end, not one): the one past it never starts. A human node
+            // finished by resume answers started before the pause.
+            if node.kind != NodeKind::Fail {
+                self.admit_node()?;
+            }
             self.emit_node(
                 frame,
                 &node.id,
@@ -449,17 +455,32 @@ impl<'a> RunCx<'a> {
     /// `node_failed` for `e`, and the stop it means.
     pub(crate) fn node_failed(&self, frame: &FrameId, node: &ir::Node, e: NodeError) -> Stop {
         match e {
+            // The run's stop (its deadline, a signal), classified once by
+            // the engine; the node names the bound that fired, if one did.
             NodeError::Cancelled => {
                 self.emit_node(
                     frame,
                     &node.id,
                     EventKind::NodeFailed {
                         exit_code: None,
-                        error: "cancelled".into(),
+                        error: self.cancel_reason(),
                         stderr_tail: String::new(),
                     },
                 );
                 Stop::Cancelled
+            }
+            // The node's own `timeout:` fails the run with TIMEOUT.
+            NodeError::Bound(bound) => {
+                self.emit_node(
+                    frame,
+                    &node.id,
+                    EventKind::NodeFailed {
+                        exit_code: None,
+                        error: bound.failure().message,
+                        stderr_tail: String::new(),
+                    },
+                );
+                self.bound_hit(&bound)
             }
             NodeError::Failed {
                 code,

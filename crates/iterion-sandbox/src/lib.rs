@@ -10,7 +10,7 @@
 //! only functions that touch the host are named so
 //! ([`env::EnvSnapshot::from_process`], [`mounts::HostSnapshot::capture`],
 //! [`devcontainer::read_repo_devcontainer`],
-//! [`guards::check_build_context_symlinks`]).
+//! [`guards::check_build_context_symlinks`], [`reaper::this_process_owner`]).
 //!
 //! How the runtime chains them, in order:
 //! 1. [`precedence::resolve_mode`] / [`precedence::resolve_host_state`] /

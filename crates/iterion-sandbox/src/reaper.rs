@@ -3,8 +3,34 @@
 //! a terminal status or a confirmed-absent run reaps; any doubt keeps.
 //!
 //! CONTRACT: keep these types and [`reapable`]'s signature.
+//!
+//! [`this_process_owner`] is the one impure function here: it reads
+//! `/proc` so every driver writes the same owner on what it creates.
 
 use iterion_core::RunStatus;
+use iterion_core::store::RunOwner;
+
+/// The process running this code as a [`RunOwner`] (pid, its `/proc`
+/// start time, the kernel's host name), computed once; `None` when `/proc`
+/// cannot say (then drivers write no owner, and the reaper falls back to
+/// the store alone).
+pub fn this_process_owner() -> Option<RunOwner> {
+    static OWNER: std::sync::OnceLock<Option<RunOwner>> = std::sync::OnceLock::new();
+    OWNER
+        .get_or_init(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+            let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+            // Fields are counted after the last ')' (the command may hold
+            // spaces and parentheses); the start time is field 22.
+            let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+            Some(RunOwner {
+                host: host.trim().to_owned(),
+                pid: std::process::id(),
+                start_time: start.parse().ok()?,
+            })
+        })
+        .clone()
+}
 
 /// What the lease (the owner's liveness) says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +88,14 @@ pub fn reaper_enabled(sandbox_override: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn this_process_is_its_own_owner() {
+        let me = super::this_process_owner().expect("linux /proc");
+        assert_eq!(me.pid, std::process::id());
+        assert!(!me.host.is_empty());
+        assert_eq!(RunOwner::decode(&me.encode()), Some(me));
+    }
+
     #[test]
     fn reaper_off_under_override_none() {
         assert!(!super::reaper_enabled(Some("none")));

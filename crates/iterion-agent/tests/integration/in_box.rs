@@ -120,6 +120,7 @@ fn mounted<'a>(s: &'a Started, image: Option<&str>) -> AgentPlacement<'a> {
         run: &*s.run,
         runner: RunnerBinary::InSandbox,
         image: image.map(ToOwned::to_owned),
+        exec_env: Default::default(),
     }
 }
 
@@ -173,6 +174,7 @@ async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str, enforce: boo
         run: &*s.run,
         runner,
         image: Some(image.to_owned()),
+        exec_env: Default::default(),
     };
     let out = run_agent(&t, BackendName::Claw, placement, &ctx(&env, &events))
         .await

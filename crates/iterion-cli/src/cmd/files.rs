@@ -9,6 +9,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use futures_util::StreamExt;
+use iterion_core::display::printable;
 use iterion_core::store::{DrainRecord, DrainStatus, RunFilePath, RunFileRecord};
 use iterion_core::{RunId, RunStore};
 use serde_json::json;
@@ -115,10 +116,11 @@ pub(crate) fn render_files(files: &[RunFileRecord], drain: Option<&DrainRecord>)
         Some(d) => {
             s.push_str(&format!("drain: {}", drain_word(d.status)));
             if let Some(r) = &d.reason {
-                s.push_str(&format!(" ({r})"));
+                s.push_str(&format!(" ({})", printable(r)));
             }
             if !d.declined.is_empty() {
-                s.push_str(&format!("; declined: {}", d.declined.join(", ")));
+                let names: Vec<_> = d.declined.iter().map(|n| printable(n)).collect();
+                s.push_str(&format!("; declined: {}", names.join(", ")));
             }
             if d.stale {
                 s.push_str("; stale: what is stored may be out of date");
@@ -250,6 +252,41 @@ mod tests {
         };
         insta::assert_snapshot!("files_failed_stale", render_files(&files, Some(&stale)));
         insta::assert_snapshot!("files_no_drain", render_files(&[], None));
+    }
+
+    #[test]
+    fn hostile_names_neither_forge_rows_nor_reach_the_terminal() {
+        // The attack: a drained file named to look like a second row, and
+        // one carrying ANSI escapes and a bidi override.
+        let forged = "a.txt  1  deadbeef  stored\nforged.txt";
+        let ansi = "\u{1b}[2J\u{1b}[31mred\u{202e}txt.exe";
+        let files = vec![rec(forged, 1, "00"), rec(ansi, 2, "11")];
+        let drain = DrainRecord {
+            status: DrainStatus::Partial,
+            reason: Some("archive_error".into()),
+            declined: vec!["bad\u{1b}]0;title\u{7}".into()],
+            stale: false,
+            metered: vec![],
+            updated_at: datetime!(2026-11-29 08:00:00 UTC),
+        };
+        let text = render_files(&files, Some(&drain));
+        // One header, two file rows, one declined row, the drain line.
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(
+            !text.chars().any(|c| c != '\n' && c.is_control()),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202e}'));
+        assert!(
+            text.contains("a.txt  1  deadbeef  stored\\nforged.txt"),
+            "{text}"
+        );
+        assert!(text.contains("\\x1b[31mred\\u{202e}txt.exe"), "{text}");
+        // JSON keeps the names exact.
+        let run = RunId::parse("r1").unwrap();
+        let doc = files_json(&run, &files, Some(&drain));
+        assert_eq!(doc["files"][0]["path"], forged);
+        assert_eq!(doc["files"][1]["path"], ansi);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! and renders the outcome.
 
 mod files;
+#[cfg(feature = "driver-k8s")]
+mod manifests;
 mod resume;
 mod run;
 mod sandbox;
@@ -23,6 +25,13 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Files(args) => files::run(args).await,
         Command::Sandbox(SandboxCommand::Doctor(args)) => sandbox::doctor(args).await,
         Command::Sandbox(SandboxCommand::Reap(args)) => sandbox::reap(args).await,
+        #[cfg(feature = "driver-k8s")]
+        Command::Sandbox(SandboxCommand::Manifests(args)) => manifests::run(args).await,
+        #[cfg(not(feature = "driver-k8s"))]
+        Command::Sandbox(SandboxCommand::Manifests(_)) => Err(crate::exit::UserInputError::new(
+            "this iterion was built without the Kubernetes driver (cargo feature driver-k8s)",
+        )
+        .into()),
         Command::ClawRunner => Ok(claw_runner().await),
     }
 }

@@ -10,13 +10,17 @@ use iterion_runtime::human::AnswerInput;
 use iterion_runtime::resume;
 use iterion_sandbox::env::EnvSnapshot;
 
-use super::run::{LaunchFlags, Session, source_sha256};
+use super::run::{AgentWiring, LaunchFlags, Session, cancel_on_signals, check_env, source_sha256};
 use crate::cli::ResumeArgs;
 use crate::exit::{Exit, UserInputError};
 use crate::{stores, workflow};
 
 /// Entry point of the verb.
 pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
+    // Before anything reads the store's location, as `run` does.
+    if let Some(dir) = &args.store_dir {
+        stores::select_dir(dir.clone());
+    }
     let run_id = RunId::parse(&args.run_id)
         .map_err(|e| UserInputError::new(format!("--run-id {:?}: {e}", args.run_id)))?;
     let answers = answers(&args)?;
@@ -27,6 +31,13 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
     let file = std::path::PathBuf::from(&resumable.launch.file);
     let (loaded, workflow) = workflow::load_workflow(&file)?;
     let launch = LaunchFlags::from_settings(&resumable.launch.settings);
+    let flags = launch.sandbox_flags();
+    let env = EnvSnapshot::from_process();
+    check_env(&env, &flags)?;
+    let cancel = cancel_on_signals()?;
+    // The agents of the workflow as compiled now (it may have changed
+    // under --force), with this process's credentials.
+    let agents = AgentWiring::admit(&workflow)?;
     let plan = resumable
         .plan(
             workflow,
@@ -41,12 +52,14 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
             file.display()
         );
     }
-    let flags = launch.sandbox_flags();
+    tracing::info!(run = %run_id, file = %file.display(), "run resuming");
     let session = Session {
         store,
-        env: EnvSnapshot::from_process(),
+        env,
+        agents,
         json: args.json,
         interactive: !args.no_interactive,
+        cancel,
     };
     session
         .execute(|engine, cancel| async move {

@@ -1,14 +1,18 @@
 //! `iterion run FILE`: compile, pre-flight (opt-in), then hand the run to
 //! the engine with the policy booter over the drivers this host offers;
-//! render its events live and exit by its terminal status.
+//! render its events live and exit by its terminal status. Also the
+//! [`Session`] `iterion resume` shares with it, so a resumed run is driven,
+//! bounded, signalled and printed exactly as a fresh one.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iterion_core::{HostState, Mode, RunId, RunStatus, Trust};
+use iterion_core::{HostState, Mode, RunId, RunStatus, RunStore, Trust};
 use iterion_runtime::{
-    BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, RunOutcome, SandboxFlags,
+    BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, RunOutcome, RuntimeError,
+    SandboxFlags,
 };
 use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
 use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
@@ -20,6 +24,11 @@ use crate::{drivers, render, stores, workflow};
 
 /// Entry point of the verb.
 pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    // Before anything reads the store's location (the store, the scope the
+    // sandbox is labelled with, the reaper).
+    if let Some(dir) = &args.store_dir {
+        stores::select_dir(dir.clone());
+    }
     let (loaded, workflow) = workflow::load_workflow(&args.file)?;
     let vars = parse_vars(&args.vars)?;
     let env = EnvSnapshot::from_process();
@@ -33,7 +42,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     if preflight_enabled(env.preflight.as_deref()) {
         preflight(&args, &env).await?;
     }
+    let cancel = cancel_on_signals()?;
+    let agents = AgentWiring::admit(&workflow)?;
+
     let store = stores::open_from_env().await?;
+    let run_id = match args.run_id.clone() {
+        Some(id) => {
+            // A taken id would make this run write over another's record,
+            // sandbox name and files: refused before anything is created.
+            if store
+                .load_run(&id)
+                .await
+                .map_err(stores::store_error)?
+                .is_some()
+            {
+                return Err(UserInputError::new(format!(
+                    "--run-id {id}: the store already holds a run with this id"
+                ))
+                .into());
+            }
+            id
+        }
+        None => RunId::generate(),
+    };
+    tracing::info!(run = %run_id, file = %args.file.display(), "run starting");
     let workspace = std::env::current_dir()?.canonicalize()?;
     let options = RunOptions {
         file: args.file.display().to_string(),
@@ -43,17 +75,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             TrustFlag::Trusted => Trust::Trusted,
             TrustFlag::Untrusted => Trust::Untrusted,
         },
-        run_id: RunId::generate(),
+        run_id,
         workspace,
         flags: BootFlags::new(flags),
+        timeout: args.timeout,
         source_sha256: Some(source_sha256(&loaded.source)),
         launch_settings: launch.to_settings(),
     };
     let session = Session {
         store,
         env,
+        agents,
         json: args.json,
         interactive: !args.no_interactive,
+        cancel,
     };
     session
         .execute(|engine, cancel| async move { engine.run(options, cancel).await })
@@ -129,39 +164,87 @@ pub(super) fn source_sha256(source: &str) -> String {
     format!("{:x}", Sha256::digest(source.as_bytes()))
 }
 
-/// What `run` and `resume` share: the store, the drivers, the booter, the
-/// live view, the signal handler, and how an outcome is printed and exits.
+/// Agent nodes: credentials and backend defaults come from this process's
+/// environment; a static `iterion` (this one, or ITERION_BIN) is bound
+/// read-only into the sandbox for claw's in-box runner when the workflow
+/// has agent nodes; the workflow's budget spans its agent nodes.
+pub(super) struct AgentWiring {
+    backends: iterion_agent::AgentBackends,
+    mounts: Vec<iterion_core::plan::Mount>,
+}
+
+impl AgentWiring {
+    /// What can be checked without a container is checked now, so a
+    /// missing key refuses the run before anything is created.
+    pub(super) fn admit(workflow: &iterion_dsl::ir::Workflow) -> anyhow::Result<Self> {
+        let agent_env = iterion_agent::EnvSnapshot::from_process();
+        let runner_binary = iterion_agent::runner::locate_runner_binary(
+            &agent_env,
+            std::env::current_exe().ok().as_deref(),
+        );
+        let backends = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
+            .with_budget(&workflow.budget);
+        admit_agents(&backends, workflow)?;
+        let mounts = match &runner_binary {
+            Some(bin) if !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
+                vec![iterion_agent::runner::runner_mount(bin)]
+            }
+            _ => Vec::new(),
+        };
+        Ok(Self { backends, mounts })
+    }
+}
+
+/// What `run` and `resume` share: the drivers, the reaper, the booter, the
+/// live view, and how an outcome is printed and exits.
 pub(super) struct Session {
-    pub store: std::sync::Arc<dyn iterion_core::RunStore>,
+    pub store: Arc<dyn RunStore>,
     pub env: EnvSnapshot,
+    pub agents: AgentWiring,
     pub json: bool,
     /// Human nodes may ask on the terminal (not `--no-interactive`).
     pub interactive: bool,
+    /// Cancelled by SIGINT, SIGTERM or SIGHUP ([`cancel_on_signals`]).
+    pub cancel: CancellationToken,
 }
 
 impl Session {
     pub(super) async fn execute<F, Fut>(self, go: F) -> anyhow::Result<Exit>
     where
         F: FnOnce(Engine, CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = Result<RunOutcome, iterion_runtime::RuntimeError>>,
+        Fut: std::future::Future<Output = Result<RunOutcome, RuntimeError>>,
     {
         let Session {
             store,
             env,
+            agents,
             json,
             interactive,
+            cancel,
         } = self;
         let discovered = drivers::discover(&env).await;
         // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
         // start of every run: bounded, in the background, never blocking it.
+        let local_env: BTreeMap<String, String> = std::env::vars().collect();
+        let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
         let reap_store = store.clone();
         let reap_drivers = discovered.drivers.clone();
+        let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+        // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
+        // itself the boundary and judges no one's sandboxes.
+        let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
         let reaper = tokio::spawn(async move {
-            let pass = iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false);
+            if !reaping {
+                return;
+            }
+            let pass = async {
+                iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
+                iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false)
+                    .await;
+            };
             let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
         });
 
-        let local_env: BTreeMap<String, String> = std::env::vars().collect();
         let booter = PolicyBooter::new(
             env,
             local_env,
@@ -170,23 +253,18 @@ impl Session {
                 failure: discovered.failure,
             },
             store.clone(),
-            std::env::temp_dir().join("iterion"),
-        );
+            state_dir,
+        )
+        .with_mounts(agents.mounts);
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut engine = Engine::new(store, Arc::new(booter)).with_event_tap(tap);
+        let mut engine = Engine::new(store, Arc::new(booter))
+            .with_agents(Arc::new(agents.backends))
+            .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));
         }
         let renderer = tokio::spawn(render::render_events(rx));
 
-        let cancel = CancellationToken::new();
-        let on_signal = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("interrupt: cancelling the run (the sandbox is still cleaned up)");
-                on_signal.cancel();
-            }
-        });
         // The engine (and its event tap) goes with the run, so the
         // renderer ends when the run does.
         let outcome = go(engine, cancel).await;
@@ -200,25 +278,93 @@ impl Session {
                 "status": outcome.status,
                 "failure_code": code,
             });
-            println!("{doc}");
+            let _ = writeln!(std::io::stdout(), "{doc}");
         }
-        match &outcome.failure {
-            None if outcome.status == RunStatus::PausedWaitingHuman => eprintln!(
+        // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a
+        // failed write must not turn a cleaned-up run into a panic (exit 101).
+        let summary = match &outcome.failure {
+            None if outcome.status == RunStatus::PausedWaitingHuman => format!(
                 "run {} {}: answer with `iterion resume --run-id {} --answer FIELD=VALUE`",
                 outcome.run_id, outcome.status, outcome.run_id
             ),
-            None => eprintln!("run {} {}", outcome.run_id, outcome.status),
-            Some(f) => eprintln!(
+            None => format!("run {} {}", outcome.run_id, outcome.status),
+            Some(f) => format!(
                 "run {} {} ({}): {}",
                 outcome.run_id, outcome.status, f.code, f.message
             ),
-        }
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}",
+            iterion_core::display::printable(&summary)
+        );
         // A pause is a normal stop an operator resumes (upstream exits 0).
         Ok(match outcome.status {
             RunStatus::Finished | RunStatus::PausedWaitingHuman => Exit::Success,
             _ => Exit::Failure,
         })
     }
+}
+
+/// A token cancelled on the first SIGINT, SIGTERM or SIGHUP: the engine
+/// then stops the running exec, tears the sandbox down and records
+/// `cancelled`. Installed before anything is created (issue 19 #7: a TERMed
+/// run left its container, network, rules and secret files). Later signals
+/// are absorbed, so a second TERM cannot cut the teardown short (only
+/// SIGKILL can, and the reaper collects what that leaves).
+pub(super) fn cancel_on_signals() -> anyhow::Result<CancellationToken> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let cancel = CancellationToken::new();
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let token = cancel.clone();
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+        };
+        // Cancel first: the message is best effort (a hung-up terminal).
+        token.cancel();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{name}: cancelling the run (the sandbox is still cleaned up)"
+        );
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+        }
+    });
+    Ok(cancel)
+}
+
+/// Every agent, judge and `mode: llm` router node passes the agent
+/// crate's admission (backend, provider, credentials, tools); a refusal is
+/// bad input naming the node and what is missing.
+fn admit_agents(
+    agents: &iterion_agent::AgentBackends,
+    workflow: &iterion_dsl::ir::Workflow,
+) -> anyhow::Result<()> {
+    let default_backend = workflow
+        .properties
+        .get("default_backend")
+        .and_then(serde_json::Value::as_str);
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_agent_node(n))
+    {
+        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `--var K=V` pairs; a malformed one is bad input.
@@ -238,7 +384,7 @@ fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 
 /// An operator setting the run cannot read is bad input (exit 2), caught
 /// before anything is created.
-fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
+pub(super) fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
     let inputs = PrecedenceInputs {
         cli_sandbox: flags.sandbox,
         cli_host_state: flags.host_state,
@@ -247,6 +393,11 @@ fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
     };
     resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
     resolve_host_state(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+    // A limit the driver cannot read would make discovery find no engine,
+    // and `auto` would then run on the host: bad input, never a degrade.
+    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    iterion_driver_docker::DockerSettings::from_env(&process_env)
+        .map_err(|e| UserInputError::new(e.to_string()))?;
     if let Some(raw) = env.readback_cap.as_deref().filter(|s| !s.trim().is_empty()) {
         iterion_core::parse_size(raw)
             .map_err(|e| UserInputError::new(format!("ITERION_SANDBOX_READBACK_CAP: {e}")))?;

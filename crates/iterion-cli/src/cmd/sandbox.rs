@@ -226,7 +226,16 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         capabilities: caps,
         driver_error,
         note,
-        containment: drivers::containment(),
+        containment: {
+            let mut c = drivers::containment();
+            if let Some(obj) = c.as_object_mut() {
+                obj.insert(
+                    "writable_layer_enforced".to_owned(),
+                    drivers::writable_layer_report().await,
+                );
+            }
+            c
+        },
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -731,12 +740,24 @@ fn read_workflow_sandbox(path: &Path) -> anyhow::Result<Option<Spec>> {
 }
 
 /// `iterion sandbox reap`: one pass of the orphan reaper over every
-/// driver available here, with the one fail-safe predicate.
+/// driver available here and the per-run host directories, with the one
+/// fail-safe predicate.
 pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
     let env = EnvSnapshot::from_process();
     let store = crate::stores::open_from_env().await?;
     let found = drivers::available_drivers(&env).await;
-    let decisions = iterion_runtime::reap::reap_once(&found, store.as_ref(), args.dry_run).await;
+    let mut decisions =
+        iterion_runtime::reap::reap_once(&found, store.as_ref(), args.dry_run).await;
+    // Then the per-run host directories (state, file secrets), with the
+    // same predicate: after the engines, so a run the pass above marked
+    // interrupted is already terminal here.
+    let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let roots = iterion_runtime::sandbox_boot::host_state_roots(
+        &iterion_runtime::sandbox_boot::default_state_dir(),
+        &local_env,
+    );
+    decisions
+        .extend(iterion_runtime::reap::reap_host_dirs(&roots, store.as_ref(), args.dry_run).await);
     let failed = decisions.iter().any(|d| d.error.is_some());
     if args.json {
         let doc = serde_json::json!({
@@ -751,7 +772,9 @@ pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
         }
         for d in &decisions {
             let j = d.to_json();
-            eprintln!(
+            // Names and run ids come from engine labels anyone with engine
+            // access can set: escaped like every run-supplied string.
+            let line = format!(
                 "{} {} {} (run {:?}): {} — {}{}",
                 j["driver"].as_str().unwrap_or(""),
                 j["kind"].as_str().unwrap_or(""),
@@ -766,6 +789,7 @@ pub async fn reap(args: ReapArgs) -> anyhow::Result<Exit> {
                     _ => String::new(),
                 }
             );
+            eprintln!("{}", iterion_core::display::printable(&line));
         }
     }
     Ok(if failed { Exit::Failure } else { Exit::Success })

@@ -7,6 +7,7 @@ use std::io::Write;
 use unicode_width::UnicodeWidthStr;
 
 use futures_util::StreamExt;
+use iterion_core::display::printable;
 use iterion_core::event::EventRecord;
 use iterion_core::store::{LogLine, PageRequest, RunRecord};
 use iterion_core::{RunId, RunStore};
@@ -168,8 +169,15 @@ pub(crate) fn human_duration(ms: u64) -> String {
     }
 }
 
-/// Left-aligned columns, two spaces apart, no trailing blanks.
+/// Left-aligned columns, two spaces apart, no trailing blanks. Cells are
+/// run-supplied (file and workflow names): control and bidi characters are
+/// escaped, so a name can neither break a row nor drive the terminal.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| printable(c).into_owned()).collect())
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -254,12 +262,13 @@ pub(crate) fn render_event(e: &EventRecord) -> String {
         .as_ref()
         .map(|n| format!("  [{n}]"))
         .unwrap_or_default();
+    // `data` prints as JSON (its strings escaped by JSON itself).
     format!(
         "{:>5}  {}  {}{}  {}",
         e.seq,
         human_time(e.timestamp),
-        e.kind,
-        node,
+        printable(&e.kind),
+        printable(&node),
         e.data
     )
 }
@@ -271,12 +280,14 @@ pub(crate) fn render_log(l: &LogLine) -> String {
         .as_ref()
         .map(|n| format!("[{n}] "))
         .unwrap_or_default();
+    // The line is the command's own output: escaped, so it can neither
+    // fake another line (`\r`) nor drive the terminal (ANSI).
     format!(
         "{}  {:<6}  {}{}",
         human_time(l.timestamp),
-        l.stream,
-        node,
-        l.line
+        printable(&l.stream),
+        printable(&node),
+        printable(&l.line)
     )
 }
 
@@ -401,6 +412,34 @@ mod tests {
         ];
         let text: Vec<String> = lines.iter().map(render_log).collect();
         insta::assert_snapshot!(text.join("\n"));
+    }
+
+    #[test]
+    fn run_supplied_text_is_escaped_in_runs_events_and_logs() {
+        let mut run = record("r20261129080000-0000000a", RunStatus::Running, None, 5);
+        run.workflow = "wf\n r-forged  finished".into();
+        let table = render_runs(&[run]);
+        assert_eq!(table.lines().count(), 2, "{table}");
+        assert!(table.contains("wf\\n r-forged"), "{table}");
+        let mut e = fixed_events().remove(1);
+        e.node_id = Some(NodeId::new("probe\u{1b}[2K\r    1  fake"));
+        e.data = json!({"host": "x\u{1b}[31m.test"});
+        let line = render_event(&e);
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("probe\\x1b[2K\\r"), "{line}");
+        let log = LogLine {
+            seq: 1,
+            timestamp: datetime!(2026-11-29 08:00:02 UTC),
+            stream: "stdout".into(),
+            node_id: Some("n".into()),
+            line: "ok\r2026-11-29T08:00:02Z  system  all clean\u{1b}[0m".into(),
+        };
+        let text = render_log(&log);
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(
+            text.ends_with("ok\\r2026-11-29T08:00:02Z  system  all clean\\x1b[0m"),
+            "{text}"
+        );
     }
 
     async fn store() -> (tempfile::TempDir, std::sync::Arc<dyn RunStore>) {

@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use tokio_rustls::rustls;
 
-use crate::support::{self, Engine, Sandbox, of_type};
+use crate::support::{self, Engine, Sandbox, nft_tables_of, of_type};
 
 /// A host-side HTTP/1.1 server answering every request with `body`, and
 /// remembering who connected. Stopped (and joined) on drop.
@@ -298,23 +298,6 @@ pub(crate) fn assert_cleaned(engine: Engine, run_id: &str) {
         tables.is_empty(),
         "{engine:?}: firewall tables of {run_id} left behind: {tables:?}"
     );
-}
-
-/// The nftables tables of a run (`table inet iterion-<run>`, `table netdev
-/// iterion-<run>`), as `nft list tables` names them.
-pub(crate) fn nft_tables_of(run_id: &str) -> Vec<String> {
-    let out = Command::new("nft")
-        .args(["list", "tables"])
-        .output()
-        .expect("nft list tables (scripts/setup.sh installs nftables)");
-    assert!(out.status.success(), "nft list tables failed");
-    let suffix = format!(" iterion-{run_id}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.ends_with(&suffix))
-        .map(str::to_owned)
-        .collect()
 }
 
 fn confined(engine: Engine) {

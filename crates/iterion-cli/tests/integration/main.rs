@@ -4,13 +4,20 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
+mod agents_e2e;
 mod attacks_e2e;
+mod bounds_e2e;
+mod cloud_e2e;
 mod egress_e2e;
 mod graph_e2e;
+mod manifests_e2e;
+mod output_e2e;
 mod readback_e2e;
 mod resume_e2e;
 mod run_e2e;
+mod run_flags_e2e;
 mod secrets_e2e;
+mod signals_e2e;
 mod store_schema_e2e;
 mod support;
 mod validate_bounds;

@@ -8,11 +8,14 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Engine, RunResult, Sandbox, busybox, container_exists, of_type};
+use crate::support::{
+    Engine, RunResult, Sandbox, busybox, container_exists, force_remove, node_output, of_type, one,
+    run_record, runs, signal, spawn_until_node_started, types, wait_child, wait_until,
+};
 
 /// One tool node printing where it ran (the kernel hostname: the
 /// container's differs from the host's).
@@ -70,146 +73,6 @@ fn run_cmd(mut cmd: Command) -> RunResult {
         stdout,
         stderr,
     }
-}
-
-fn types(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
-fn one<'a>(events: &'a [Value], kind: &str) -> &'a Value {
-    let found = of_type(events, kind);
-    assert_eq!(found.len(), 1, "expected one {kind}: {:?}", types(events));
-    found[0]
-}
-
-fn node_output<'a>(events: &'a [Value], node: &str) -> &'a Value {
-    events
-        .iter()
-        .find(|e| e["type"] == "node_finished" && e["node_id"] == node)
-        .map(|e| &e["data"]["output"])
-        .unwrap_or_else(|| panic!("no node_finished for {node}: {:?}", types(events)))
-}
-
-fn runs(sb: &Sandbox) -> Vec<Value> {
-    let out = sb.iterion(&["runs", "--json"]);
-    assert!(
-        out.status.success(),
-        "runs failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("runs json");
-    doc["runs"].as_array().cloned().unwrap_or_default()
-}
-
-fn run_record(sb: &Sandbox, run_id: &str) -> Value {
-    runs(sb)
-        .into_iter()
-        .find(|r| r["id"] == run_id)
-        .unwrap_or_else(|| panic!("run {run_id} not in the store"))
-}
-
-/// Poll `cond` every 200 ms for at most `limit`.
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// A background `iterion run` whose only node is running.
-struct Spawned {
-    child: Child,
-    run_id: String,
-}
-
-/// Spawn `iterion run FILE --json` and wait (bounded) until its node has
-/// started in the store.
-fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
-    let file = file.to_string_lossy().into_owned();
-    let mut child = sb
-        .command(&["run", &file, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn iterion run");
-    let mut run_id = String::new();
-    let mut exited = false;
-    let started = wait_until(Duration::from_secs(60), || {
-        if child.try_wait().ok().flatten().is_some() {
-            exited = true;
-            return true;
-        }
-        if run_id.is_empty() {
-            if let Some(r) = runs(sb).first() {
-                run_id = r["id"].as_str().unwrap_or("").to_owned();
-            }
-            if run_id.is_empty() {
-                return false;
-            }
-        }
-        let out = sb.iterion(&["events", &run_id, "--json"]);
-        String::from_utf8_lossy(&out.stdout).contains("\"node_started\"")
-    });
-    if exited {
-        let out = child.wait_with_output().expect("output");
-        panic!(
-            "iterion run exited before its node started (run {run_id:?}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    assert!(started, "node never started (run {run_id:?})");
-    Spawned { child, run_id }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig} failed");
-}
-
-fn wait_child(mut child: Child, limit: Duration) -> RunResult {
-    let ok = wait_until(limit, || child.try_wait().expect("try_wait").is_some());
-    if !ok {
-        let _ = child.kill();
-        panic!("iterion did not exit within {limit:?}");
-    }
-    let out = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    RunResult {
-        code: out.status.code(),
-        doc: stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Force-remove a run's container (cleanup after a failed assertion).
-fn force_remove(engine: Engine, run_id: &str) {
-    let _ = Command::new("docker")
-        .args([
-            "-H",
-            &engine.host(),
-            "rm",
-            "-f",
-            &format!("iterion-{run_id}"),
-        ])
-        .output();
 }
 
 // ---- the hello run ---------------------------------------------------------

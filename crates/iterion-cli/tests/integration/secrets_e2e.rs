@@ -68,24 +68,24 @@ fn secret_sandbox(engine: Engine) -> Sandbox {
     sb.with_env("TMPDIR", &tmp)
 }
 
-/// Every `secrets-*` directory left under the sandbox's state dir.
+/// Every per-run secret directory left on the host (they live under the
+/// test's private memory-filesystem dir, `ITERION_SECRETS_DIR`), and every
+/// file under the state dir: neither may outlive the run.
 fn leftover_secret_dirs(sb: &Sandbox) -> Vec<String> {
-    let root = sb.dir.path().join("tmp").join("iterion").join("sandboxes");
-    let mut found = Vec::new();
-    // The state dir must be where this looks, or the check proves nothing.
-    let runs = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{} is not the state dir: {e}", root.display()));
-    for run in runs.flatten() {
-        for e in std::fs::read_dir(run.path())
+    let mut found: Vec<String> = std::fs::read_dir(sb.secrets_root())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    let state = sb.dir.path().join("tmp").join("iterion").join("sandboxes");
+    found.extend(
+        std::fs::read_dir(&state)
             .into_iter()
             .flatten()
             .flatten()
-        {
-            if e.file_name().to_string_lossy().starts_with("secrets-") {
-                found.push(e.path().to_string_lossy().into_owned());
-            }
-        }
-    }
+            .map(|e| e.path().to_string_lossy().into_owned()),
+    );
     found
 }
 

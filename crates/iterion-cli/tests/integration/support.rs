@@ -5,7 +5,8 @@
 #![allow(clippy::expect_used)] // test scaffolding: a failed step fails the test
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -57,6 +58,9 @@ pub fn slim() -> String {
 pub struct Sandbox {
     /// Temp root (kept alive for the test).
     pub dir: tempfile::TempDir,
+    /// A private directory on the host's memory filesystem, where this
+    /// test's runs write their file secrets (`ITERION_SECRETS_DIR`).
+    pub shm: tempfile::TempDir,
     /// The engine the runs use.
     pub engine: Engine,
     /// Extra env for every command.
@@ -71,8 +75,13 @@ impl Sandbox {
             .tempdir()
             .expect("tempdir");
         std::fs::create_dir_all(dir.path().join("ws")).expect("workspace");
+        let shm = tempfile::Builder::new()
+            .prefix("iterion-e2e-")
+            .tempdir_in("/dev/shm")
+            .expect("a private dir on /dev/shm");
         Self {
             dir,
+            shm,
             engine,
             env: Vec::new(),
         }
@@ -81,6 +90,14 @@ impl Sandbox {
     /// The workspace directory (the run's cwd).
     pub fn workspace(&self) -> PathBuf {
         self.dir.path().join("ws")
+    }
+
+    /// Where this test's runs keep their file secrets (one directory per
+    /// run under it).
+    pub fn secrets_root(&self) -> PathBuf {
+        use std::os::unix::fs::MetadataExt;
+        let uid = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+        self.shm.path().join(format!("iterion-{uid}"))
     }
 
     /// The store directory.
@@ -116,6 +133,7 @@ impl Sandbox {
             .env_remove("ITERION_SANDBOX_OVERRIDE")
             .env_remove("ITERION_SANDBOX_PREFLIGHT")
             .env_remove("ITERION_SANDBOX_DOCKER_BINDS")
+            .env("ITERION_SECRETS_DIR", self.shm.path())
             .env("ITERION_SANDBOX_DEFAULT_IMAGE", busybox());
         for (k, v) in &self.env {
             cmd.env(k, v);
@@ -345,4 +363,204 @@ pub fn pg_schema_exists(base: &str, name: &str) -> bool {
                 .expect("query schemata")
                 .is_some()
         })
+}
+
+/// The event types, in order.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// The one event of `kind` (fails the test unless exactly one).
+pub fn one<'a>(events: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_type(events, kind);
+    assert_eq!(found.len(), 1, "expected one {kind}: {:?}", types(events));
+    found[0]
+}
+
+/// `node_finished.output` of `node`.
+pub fn node_output<'a>(events: &'a [Value], node: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == node)
+        .map(|e| &e["data"]["output"])
+        .unwrap_or_else(|| panic!("no node_finished for {node}: {:?}", types(events)))
+}
+
+/// `iterion runs --json`.
+pub fn runs(sb: &Sandbox) -> Vec<Value> {
+    let out = sb.iterion(&["runs", "--json"]);
+    assert!(
+        out.status.success(),
+        "runs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("runs json");
+    doc["runs"].as_array().cloned().unwrap_or_default()
+}
+
+/// One run of `iterion runs --json`.
+pub fn run_record(sb: &Sandbox, run_id: &str) -> Value {
+    runs(sb)
+        .into_iter()
+        .find(|r| r["id"] == run_id)
+        .unwrap_or_else(|| panic!("run {run_id} not in the store"))
+}
+
+/// Poll `cond` every 200 ms for at most `limit`.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A background `iterion run` whose only node is running.
+pub struct Spawned {
+    /// The `iterion run` process.
+    pub child: Child,
+    /// Its run.
+    pub run_id: String,
+}
+
+/// Spawn `iterion run FILE --json` and wait (bounded) until its node has
+/// started in the store.
+pub fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
+    let file = file.to_string_lossy().into_owned();
+    let mut child = sb
+        .command(&["run", &file, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iterion run");
+    let mut run_id = String::new();
+    let mut exited = false;
+    let started = wait_until(Duration::from_secs(60), || {
+        if child.try_wait().ok().flatten().is_some() {
+            exited = true;
+            return true;
+        }
+        if run_id.is_empty() {
+            if let Some(r) = runs(sb).first() {
+                run_id = r["id"].as_str().unwrap_or("").to_owned();
+            }
+            if run_id.is_empty() {
+                return false;
+            }
+        }
+        let out = sb.iterion(&["events", &run_id, "--json"]);
+        String::from_utf8_lossy(&out.stdout).contains("\"node_started\"")
+    });
+    if exited {
+        let out = child.wait_with_output().expect("output");
+        panic!(
+            "iterion run exited before its node started (run {run_id:?}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(started, "node never started (run {run_id:?})");
+    Spawned { child, run_id }
+}
+
+/// Send `sig` (`-INT`, `-TERM`…) to `child` with kill(1).
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// Wait (bounded) for a spawned `iterion run --json` and read its output.
+pub fn wait_child(mut child: Child, limit: Duration) -> RunResult {
+    let ok = wait_until(limit, || child.try_wait().expect("try_wait").is_some());
+    if !ok {
+        let _ = child.kill();
+        panic!("iterion did not exit within {limit:?}");
+    }
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    RunResult {
+        code: out.status.code(),
+        doc: stdout
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or(Value::Null),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Force-remove a run's container (cleanup after a failed assertion).
+pub fn force_remove(engine: Engine, run_id: &str) {
+    let _ = Command::new("docker")
+        .args([
+            "-H",
+            &engine.host(),
+            "rm",
+            "-f",
+            &format!("iterion-{run_id}"),
+        ])
+        .output();
+}
+
+/// What a run left on `engine` and on this host: its container, network,
+/// volumes and nftables tables, by name. Empty when the run released
+/// everything.
+pub fn leftovers(engine: Engine, run_id: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker")
+            .args(["-H", &engine.host()])
+            .args(args)
+            .output()
+            .expect("docker");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let label = format!("label=iterion.io/run-id={run_id}");
+    for id in docker(&["ps", "-aq", "--filter", &label]) {
+        left.push(format!("container {id}"));
+    }
+    for id in docker(&["network", "ls", "-q", "--filter", &label]) {
+        left.push(format!("network {id}"));
+    }
+    for id in docker(&["volume", "ls", "-q", "--filter", &label]) {
+        left.push(format!("volume {id}"));
+    }
+    left.extend(
+        nft_tables_of(run_id)
+            .into_iter()
+            .map(|t| format!("rule {t}")),
+    );
+    left
+}
+
+/// The nftables tables of a run (`table inet iterion-<run>`, `table netdev
+/// iterion-<run>`), as `nft list tables` names them.
+pub fn nft_tables_of(run_id: &str) -> Vec<String> {
+    let out = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft list tables (scripts/setup.sh installs nftables)");
+    assert!(out.status.success(), "nft list tables failed");
+    let suffix = format!(" iterion-{run_id}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.ends_with(&suffix))
+        .map(str::to_owned)
+        .collect()
 }

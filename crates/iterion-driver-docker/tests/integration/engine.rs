@@ -479,8 +479,11 @@ async fn containment_defaults(engine: Engine) {
     let d = driver(
         engine,
         DockerSettings {
-            memory: Some(iterion_core::ByteSize(256 << 20)),
-            nano_cpus: Some(500_000_000),
+            limits: iterion_core::plan::Limits {
+                nano_cpus: Some(500_000_000),
+                ..iterion_core::plan::Limits::default()
+            }
+            .with_memory(Some(iterion_core::ByteSize(256 << 20))),
             ..DockerSettings::default()
         },
     )
@@ -502,6 +505,8 @@ async fn containment_defaults(engine: Engine) {
     );
     assert_eq!(hc.pids_limit, Some(4096));
     assert_eq!(hc.memory, Some(256 << 20));
+    // No swap on top of the memory limit (issue 19 #5).
+    assert_eq!(hc.memory_swap, Some(256 << 20));
     assert_eq!(hc.nano_cpus, Some(500_000_000));
     let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
     assert_eq!(
@@ -568,7 +573,7 @@ async fn orphans_listed_and_removed(engine: Engine) {
     ordered.sort_by_key(|r| match r.kind {
         K::Container => 0,
         K::Network => 1,
-        K::Volume => 2,
+        K::Volume | K::HostDir | K::Secret => 2,
     });
     for r in &ordered {
         d.remove_managed(r).await.expect("remove");

@@ -1,7 +1,8 @@
 //! Workflow assembly: the `workflow NAME:` block's own properties, IR nodes
 //! and edges from the declarations, entry (C008), name resolution of edge
 //! ends (C001), condition fields (C013/C014), the sandbox opt-out and gated
-//! backend warnings (C128, C136); then hands the built graph to
+//! backend warnings (C128, C136), the bounds the runtime enforces (C321);
+//! then hands the built graph to
 //! [`super::graph`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,6 +24,24 @@ use super::edges::{EdgeLine, edge_positions, parse_edge};
 use super::graph::graph_checks;
 use super::props::{BUDGET, WORKFLOW};
 use super::sandbox;
+
+/// C321: a bound the runtime enforces must be a positive Go duration
+/// (`iterion_core::duration`, the one parser of every iterion duration).
+fn check_duration(ctx: &mut Ctx<'_>, pos: Pos, what: &str, v: &PValue) {
+    let ok = v
+        .text()
+        .and_then(iterion_core::duration::parse_go_duration)
+        .is_some_and(|d| !d.is_zero());
+    if !ok {
+        ctx.push(
+            codes::C321,
+            Severity::Error,
+            pos,
+            format!("{what} must be a positive duration"),
+            Some("write it as a Go duration: \"90s\", \"10m\", \"1h30m\", \"250ms\""),
+        );
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn compile_workflow(
@@ -95,6 +114,9 @@ pub(crate) fn compile_workflow(
                                 b.value_pos,
                                 "budget.max_cost_usd must be a non-negative finite amount",
                             );
+                        }
+                        if b.key == "max_duration" {
+                            check_duration(ctx, b.value_pos, "budget.max_duration", v);
                         }
                         budget.insert(b.key.clone(), v.to_json());
                     }
@@ -169,6 +191,12 @@ pub(crate) fn compile_workflow(
                 None => block_json(&p.line.children),
             };
             properties.insert(p.key.clone(), v);
+        }
+        if n.kind == NodeKind::Tool
+            && let Some(p) = n.get("timeout")
+            && let Some(v) = &p.value
+        {
+            check_duration(ctx, p.value_pos, &format!("`{}` timeout", n.id), v);
         }
         let tool = if n.kind == NodeKind::Tool {
             if let Some(c) = n.text("command") {

@@ -4,6 +4,7 @@
 
 mod agents;
 mod booting;
+mod bounds;
 mod docker;
 mod dsl;
 mod graph;

@@ -243,3 +243,104 @@ async fn another_stores_live_run_is_kept_and_its_dead_one_reaped() {
     );
     assert_eq!(*driver.removed.lock().unwrap(), ["c-other-dead"]);
 }
+
+/// Per-run host directories (state, file secrets) go through the same
+/// predicate (issue 19 #7): a dead or finished run's are removed, a live
+/// run's and an unprovable one's are kept, anything not named like a run
+/// (or a symlink) is never touched.
+#[tokio::test]
+async fn per_run_host_dirs_are_reaped_with_the_same_predicate() {
+    use iterion_runtime::reap::{OWNER_MARKER, reap_host_dirs};
+    let (store, _dir) = crate::support::store();
+    let me = iterion_runtime::owner::current_owner().unwrap();
+    let ghost = RunOwner {
+        pid: 999_999_999,
+        ..me.clone()
+    };
+    let dead = running_run(store.as_ref(), "dead-run", ghost.clone()).await;
+    let alive = running_run(store.as_ref(), "live-run", me.clone()).await;
+    let roots = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep.txt"), "not ours").unwrap();
+    let make = |root: usize, name: &str, owner: Option<&RunOwner>| {
+        let dir = roots[root].path().join(name);
+        std::fs::create_dir_all(dir.join("artifact-files")).unwrap();
+        std::fs::write(dir.join("artifact-files/x"), "payload").unwrap();
+        if let Some(o) = owner {
+            std::fs::write(dir.join(OWNER_MARKER), serde_json::to_vec(o).unwrap()).unwrap();
+        }
+        dir
+    };
+    let d_dead = make(0, dead.as_str(), Some(&ghost));
+    let d_secret_dead = make(1, dead.as_str(), Some(&ghost));
+    let d_live = make(0, alive.as_str(), Some(&me));
+    let d_other_live = make(1, "other-store-live", Some(&me));
+    let d_other_dead = make(1, "other-store-dead", Some(&ghost));
+    let d_unmarked = make(0, "unmarked-absent", None);
+    let d_not_a_run = make(0, "Not A Run", Some(&ghost));
+    let link = roots[0].path().join("linked-run");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    let roots: Vec<_> = roots.iter().map(|r| r.path().to_path_buf()).collect();
+
+    let dry = reap_host_dirs(&roots, store.as_ref(), true).await;
+    assert!(dry.iter().all(|d| !d.removed));
+    assert!(d_dead.exists() && d_other_dead.exists());
+
+    let decisions = reap_host_dirs(&roots, store.as_ref(), false).await;
+    let verdict = |dir: &std::path::Path| {
+        decisions
+            .iter()
+            .find(|d| d.resource.id == dir.to_string_lossy())
+            .map(|d| d.verdict.clone())
+    };
+    assert!(matches!(verdict(&d_dead), Some(ReapVerdict::Reap(_))));
+    assert!(matches!(
+        verdict(&d_secret_dead),
+        Some(ReapVerdict::Reap(_))
+    ));
+    assert!(matches!(
+        verdict(&d_other_dead),
+        Some(ReapVerdict::Reap("run absent"))
+    ));
+    assert!(matches!(
+        verdict(&d_live),
+        Some(ReapVerdict::Keep("lease held"))
+    ));
+    assert_eq!(
+        verdict(&d_other_live),
+        None,
+        "another store's live run: neither judged nor listed"
+    );
+    assert!(matches!(verdict(&d_unmarked), Some(ReapVerdict::Keep(_))));
+    assert_eq!(
+        verdict(&d_not_a_run),
+        None,
+        "not named like a run: not listed"
+    );
+    assert_eq!(verdict(&link), None, "a symlink is never a run's directory");
+    for gone in [&d_dead, &d_secret_dead, &d_other_dead] {
+        assert!(!gone.exists(), "{gone:?} kept");
+    }
+    for kept in [&d_live, &d_other_live, &d_unmarked, &d_not_a_run] {
+        assert!(kept.join("artifact-files/x").exists(), "{kept:?} touched");
+    }
+    assert!(outside.path().join("keep.txt").exists());
+    // The dead run was interrupted by the pass (terminal now) and says
+    // what was reaped.
+    let rec = store.load_run(&dead).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::FailedResumable);
+    let reaped = store
+        .events_after(&dead, 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "sandbox_reaped")
+        .count();
+    assert_eq!(reaped, 2);
+    let j = decisions
+        .iter()
+        .find(|d| d.resource.id == d_dead.to_string_lossy())
+        .unwrap()
+        .to_json();
+    assert_eq!(j["kind"], "host_dir");
+}

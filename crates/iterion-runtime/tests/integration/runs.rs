@@ -1,7 +1,6 @@
 //! Whole runs: event stream and store state.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use iterion_core::{FailureCode, NodeId, RunStatus};
 use iterion_dsl::ir::*;
@@ -202,18 +201,7 @@ async fn cancellation_kills_the_running_node() {
     );
     let cancel = CancellationToken::new();
     let pid_file = h.workspace.path().join("sleep.pid");
-    let trigger = cancel.clone();
-    let watcher = tokio::spawn(async move {
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&pid_file)
-                && let Ok(pid) = s.trim().parse::<u32>()
-            {
-                trigger.cancel();
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let watcher = pid_watcher(pid_file, Some(cancel.clone()));
     let out = h.run_with(h.options(wf), cancel).await;
     let pid = watcher.await.unwrap();
     assert_eq!(out.status, RunStatus::Cancelled);

@@ -183,6 +183,7 @@ impl Harness {
             flags: BootFlags::default(),
             source_sha256: None,
             launch_settings: serde_json::Map::new(),
+            timeout: None,
         }
     }
 
@@ -234,4 +235,25 @@ impl Harness {
     pub async fn logs(&self, run: &RunId) -> Vec<LogLine> {
         self.store.logs_after(run, 0, 0).await.unwrap()
     }
+}
+
+/// Spawn a watcher that reads the pid a node writes to `file` (once it
+/// exists) and, when `trigger` is given, cancels it then.
+pub fn pid_watcher(
+    file: PathBuf,
+    trigger: Option<CancellationToken>,
+) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&file)
+                && let Ok(pid) = s.trim().parse::<u32>()
+            {
+                if let Some(t) = &trigger {
+                    t.cancel();
+                }
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
 }

@@ -1,0 +1,523 @@
+//! The engine's agent seam ([`iterion_core::agent::AgentRunner`])
+//! implemented on this crate: [`AgentBackends`] is what `iterion run`
+//! installs so agent, judge and `mode: llm` router nodes run.
+//!
+//! It owns the translation only: the engine's [`AgentRequest`] becomes an
+//! [`AgentTask`], the node's backend is resolved by the one resolver
+//! ([`resolve_backend`]), the run's sandbox (or the host, unsandboxed)
+//! becomes the [`AgentPlacement`], this crate's events become the engine's
+//! drafts, and its typed errors become the seam's. It does not render
+//! prompts, check the output against the schema or persist anything (the
+//! engine's), nor decide where a tool runs or which credential travels
+//! (the placement table, [`ProviderCredentials::collect`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use iterion_core::EventKind;
+use iterion_core::agent::{self as seam, AgentEvents, AgentRequest, AgentUsage, SessionMode};
+use iterion_core::id::{NodeId, RunId};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentContext, AgentPlacement, preflight, run_agent};
+use crate::backend::{BackendInputs, BackendName, HostFacts, resolve_backend};
+use crate::env::EnvSnapshot;
+use crate::error::AgentError;
+use crate::events::AgentEventSink;
+use crate::provider::Message;
+use crate::runner::{RunnerBinary, routed_via_runner_event};
+use crate::task::{AgentTask, BudgetSpec, SessionSpec};
+
+/// The [`seam::AgentRunner`] of `iterion run`.
+pub struct AgentBackends {
+    env: EnvSnapshot,
+    facts: HostFacts,
+    runner_binary: Option<PathBuf>,
+    /// claw conversations by session id, for a later `session: inherit`
+    /// node of the same process (upstream keeps claw sessions in its
+    /// store; a resumed run starts them fresh).
+    claw_sessions: Mutex<HashMap<String, Vec<Message>>>,
+    /// Runs that already recorded `sandbox_claw_routed_via_runner`.
+    routed: Mutex<HashSet<RunId>>,
+    /// The workflow's `budget:` token and cost limits (`used_*` zero).
+    budget: Option<BudgetSpec>,
+    /// What each run's agent nodes spent so far (tokens, USD).
+    spent: Mutex<HashMap<RunId, (u64, f64)>>,
+}
+
+impl std::fmt::Debug for AgentBackends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBackends")
+            .field("facts", &self.facts)
+            .field("runner_binary", &self.runner_binary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBackends {
+    /// Agents over the host environment `env` (credentials and defaults
+    /// are read from it, nowhere else). `runner_binary` is a static
+    /// `iterion` for sandboxed claw nodes (see
+    /// [`crate::runner::locate_runner_binary`]); without one, the image
+    /// must carry it at [`crate::runner::RUNNER_CONTAINER_PATH`].
+    pub fn new(env: EnvSnapshot, runner_binary: Option<PathBuf>) -> Self {
+        let facts = HostFacts::probe(&env);
+        Self {
+            env,
+            facts,
+            runner_binary,
+            claw_sessions: Mutex::new(HashMap::new()),
+            routed: Mutex::new(HashSet::new()),
+            budget: None,
+            spent: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Enforce the workflow's `budget:` (`max_tokens`, `max_cost_usd`) over
+    /// every agent node of a run: each claw node gets what the run spent
+    /// before it and warns at 80 % (`budget_warning`), stops at 100 %
+    /// (`budget_exceeded`, the node fails); a `claude_code` node is refused
+    /// once the run is over budget. Nodes running in parallel branches
+    /// count each other's spending when they finish.
+    pub fn with_budget(mut self, budget: &BTreeMap<String, Value>) -> Self {
+        let max_tokens = budget.get("max_tokens").and_then(Value::as_u64);
+        let max_cost_usd = budget.get("max_cost_usd").and_then(Value::as_f64);
+        self.budget = (max_tokens.is_some() || max_cost_usd.is_some()).then_some(BudgetSpec {
+            max_tokens,
+            max_cost_usd,
+            ..BudgetSpec::default()
+        });
+        self
+    }
+
+    /// The run's budget with what it spent so far.
+    fn budget_for(&self, run: &RunId) -> Option<BudgetSpec> {
+        let b = self.budget?;
+        let (used_tokens, used_cost_usd) = self
+            .spent
+            .lock()
+            .map(|s| s.get(run).copied().unwrap_or_default())
+            .unwrap_or_default();
+        Some(BudgetSpec {
+            used_tokens,
+            used_cost_usd,
+            ..b
+        })
+    }
+
+    fn record_spending(&self, run: &RunId, tokens: u64, cost: f64) {
+        if let Ok(mut s) = self.spent.lock() {
+            let e = s.entry(run.clone()).or_default();
+            e.0 += tokens;
+            e.1 += cost;
+        }
+    }
+
+    /// The static runner binary, when one was found.
+    pub fn runner_binary(&self) -> Option<&Path> {
+        self.runner_binary.as_deref()
+    }
+
+    /// The task of one request on `backend`.
+    fn task_of(&self, request: &AgentRequest, backend: BackendName) -> AgentTask {
+        let mut task = AgentTask::new(request.node.to_string(), request.user_prompt.clone());
+        task.model = model_of(request, &self.env);
+        task.system_prompt = request.system_prompt.clone();
+        task.tools = request.tools.clone();
+        task.tool_max_steps = request.tool_max_steps;
+        task.max_tokens = request.max_tokens;
+        task.output_schema = request.output_schema.clone();
+        task.reasoning_effort = request.reasoning_effort.clone();
+        task.session = match (request.session, &request.session_id) {
+            (
+                SessionMode::Inherit | SessionMode::InheritIfAvailable | SessionMode::Fork,
+                Some(id),
+            ) => match backend {
+                BackendName::Claw => SessionSpec::Inherit {
+                    session_id: None,
+                    messages: self
+                        .claw_sessions
+                        .lock()
+                        .map(|s| s.get(id).cloned().unwrap_or_default())
+                        .unwrap_or_default(),
+                },
+                _ => SessionSpec::Inherit {
+                    session_id: Some(id.clone()),
+                    messages: Vec::new(),
+                },
+            },
+            _ => SessionSpec::Fresh,
+        };
+        task
+    }
+
+    /// The node's effective backend (the one resolver).
+    fn backend_of(&self, request: &AgentRequest) -> Result<BackendName, AgentError> {
+        resolve_backend(
+            BackendInputs {
+                node: request.backend.as_deref(),
+                workflow_default: request.default_backend.as_deref(),
+            },
+            &self.env,
+            &self.facts,
+        )
+        .map(|r| r.name)
+    }
+
+    /// Check one node before anything of its run exists, from its
+    /// properties as written (`backend:`, `model:`, `provider:`, `tools:`)
+    /// and the workflow's `default_backend:`: its backend resolves, its
+    /// model names a known provider, the credentials that backend needs
+    /// are in the environment (named, never shown), its tools are
+    /// classified. A host Claude login counts (the run may be
+    /// unsandboxed); a sandboxed run without a key still fails the node.
+    pub fn admit(
+        &self,
+        node: &NodeId,
+        properties: &BTreeMap<String, Value>,
+        default_backend: Option<&str>,
+    ) -> Result<BackendName, AgentError> {
+        let request = admission_request(node, properties, default_backend);
+        let backend = self.backend_of(&request)?;
+        let task = self.task_of(&request, backend);
+        preflight(&task, backend, &self.env, &self.facts, false, None)?;
+        Ok(backend)
+    }
+
+    /// Whether this is the run's first sandboxed claw node.
+    fn first_routed(&self, run: &RunId) -> bool {
+        self.routed
+            .lock()
+            .map(|mut r| r.insert(run.clone()))
+            .unwrap_or(false)
+    }
+}
+
+/// A request carrying only what admission reads: the node's backend
+/// fields, model and tools as written.
+fn admission_request(
+    node: &NodeId,
+    properties: &BTreeMap<String, Value>,
+    default_backend: Option<&str>,
+) -> AgentRequest {
+    let text = |key: &str| {
+        properties
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    AgentRequest {
+        run_id: RunId::generate(),
+        node: node.clone(),
+        role: seam::AgentRole::Agent,
+        system_prompt: None,
+        user_prompt: String::new(),
+        model: text("model"),
+        backend: text("backend"),
+        default_backend: default_backend.map(str::to_owned),
+        provider: text("provider"),
+        tools: properties
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        output_schema: None,
+        session: SessionMode::Fresh,
+        session_id: None,
+        tool_max_steps: None,
+        max_tokens: None,
+        reasoning_effort: None,
+        input: Map::new(),
+        properties: properties.clone(),
+    }
+}
+
+/// `model:` with `${VAR:-default}` expanded; a bare model name with a
+/// `provider:` becomes `provider/model` (the form [`crate::model`] parses).
+fn model_of(request: &AgentRequest, env: &EnvSnapshot) -> Option<String> {
+    let model = env.expand(request.model.as_deref()?).value;
+    match &request.provider {
+        Some(p) if !model.contains('/') => Some(format!("{}/{model}", env.expand(p).value)),
+        _ => Some(model),
+    }
+}
+
+/// This crate's events, as the engine's drafts.
+struct Forward<'a>(&'a dyn AgentEvents);
+
+impl AgentEventSink for Forward<'_> {
+    fn emit(&self, event: EventKind) {
+        self.0.emit(event.into());
+    }
+}
+
+#[async_trait]
+impl seam::AgentRunner for AgentBackends {
+    async fn run(
+        &self,
+        request: AgentRequest,
+        cx: seam::AgentContext<'_>,
+    ) -> Result<seam::AgentOutcome, seam::AgentError> {
+        let backend = self
+            .backend_of(&request)
+            .map_err(|e| to_seam(e, request.backend.as_deref().unwrap_or("(unresolved)")))?;
+        let mut task = self.task_of(&request, backend);
+        task.budget = self.budget_for(&request.run_id);
+        let sink = Forward(cx.events);
+        if backend != BackendName::Claw
+            && let Some(e) = task.budget.and_then(over_budget)
+        {
+            // claw checks its budget itself, call by call; a CLI cannot be
+            // stopped mid-conversation, so it is refused up front.
+            if let AgentError::BudgetExceeded {
+                dimension,
+                used,
+                limit,
+            } = &e
+            {
+                sink.emit(EventKind::BudgetExceeded {
+                    dimension: dimension.clone(),
+                    used: *used,
+                    limit: *limit,
+                });
+            }
+            return Err(to_seam(e, backend.as_str()));
+        }
+        let placement = if cx.sandboxed {
+            if backend == BackendName::Claw && self.first_routed(&request.run_id) {
+                sink.emit(routed_via_runner_event());
+            }
+            AgentPlacement::Sandbox {
+                run: cx.sandbox,
+                // Probed first: a bind (or the image) already holding the
+                // runner makes the copy a no-op.
+                runner: self
+                    .runner_binary
+                    .clone()
+                    .map_or(RunnerBinary::InSandbox, RunnerBinary::Import),
+                image: None,
+                exec_env: cx.exec_env,
+            }
+        } else {
+            AgentPlacement::Host {
+                workspace: PathBuf::from(cx.sandbox.workdir()),
+            }
+        };
+        // The seam cancels by dropping this future: the guard cancels the
+        // node's token with it, which kills its tools and processes.
+        let cancel = CancellationToken::new();
+        let _guard = cancel.clone().drop_guard();
+        let ctx = AgentContext {
+            env: &self.env,
+            facts: self.facts,
+            sink: &sink,
+            launcher: None,
+            cancel,
+        };
+        let out = run_agent(&task, backend, placement, &ctx)
+            .await
+            .map_err(|e| to_seam(e, backend.as_str()))?;
+        self.record_spending(
+            &request.run_id,
+            out.usage.input_tokens + out.usage.output_tokens,
+            out.usage.cost_usd.unwrap_or(0.0),
+        );
+        let session_id = match backend {
+            BackendName::Claw => {
+                let id = format!("claw-{}-{}", request.run_id, uuid_like());
+                if let Ok(mut s) = self.claw_sessions.lock() {
+                    s.insert(id.clone(), out.messages.clone());
+                }
+                Some(id)
+            }
+            _ => out.session_id.clone(),
+        };
+        let output = match out.output {
+            Value::Object(map) => map,
+            // A node without an output schema answers prose (upstream's
+            // `text` field).
+            _ => {
+                let mut m = Map::new();
+                m.insert("text".to_owned(), Value::String(out.text.clone()));
+                m
+            }
+        };
+        Ok(seam::AgentOutcome {
+            output,
+            usage: AgentUsage {
+                input_tokens: out.usage.input_tokens,
+                output_tokens: out.usage.output_tokens,
+                cost_usd: out.usage.cost_usd,
+            },
+            backend: backend.as_str().to_owned(),
+            session_id,
+        })
+    }
+}
+
+/// The budget's first exhausted dimension, as the error claw gives.
+fn over_budget(b: BudgetSpec) -> Option<AgentError> {
+    #[allow(clippy::cast_precision_loss)]
+    let dims = [
+        (
+            "tokens",
+            b.used_tokens as f64,
+            b.max_tokens.map(|m| m as f64),
+        ),
+        ("cost_usd", b.used_cost_usd, b.max_cost_usd),
+    ];
+    dims.into_iter().find_map(|(dimension, used, limit)| {
+        let limit = limit.filter(|l| *l > 0.0)?;
+        (used >= limit).then(|| AgentError::BudgetExceeded {
+            dimension: dimension.to_owned(),
+            used,
+            limit,
+        })
+    })
+}
+
+/// A process-unique suffix for claw session ids.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// This crate's error as the seam's, keeping its stable code in the text
+/// (the engine records `message (code)`).
+fn to_seam(e: AgentError, backend: &str) -> seam::AgentError {
+    let text = format!("{e} [{}]", e.code());
+    match e {
+        AgentError::Sandbox { source, .. } => seam::AgentError::Sandbox { source },
+        AgentError::Cancelled => seam::AgentError::Sandbox {
+            source: iterion_core::DriverError::Cancelled,
+        },
+        AgentError::ProviderStatus {
+            provider, status, ..
+        } => seam::AgentError::Provider {
+            provider,
+            message: text,
+            status: Some(status),
+        },
+        AgentError::RetriesExhausted {
+            provider, status, ..
+        } => seam::AgentError::Provider {
+            provider,
+            message: text,
+            status,
+        },
+        AgentError::ProviderTransport { provider, .. }
+        | AgentError::ProviderGarbage { provider, .. } => seam::AgentError::Provider {
+            provider,
+            message: text,
+            status: None,
+        },
+        AgentError::SchemaMismatch { .. } => seam::AgentError::Output { message: text },
+        AgentError::ToolMaxStepsExceeded { max } => seam::AgentError::LimitExceeded {
+            what: format!("tool_max_steps: {text}"),
+            limit: u64::from(max),
+        },
+        AgentError::BudgetExceeded {
+            ref dimension,
+            limit,
+            ..
+        } => seam::AgentError::LimitExceeded {
+            what: format!("budget {dimension}: {text}"),
+            // Whole tokens or whole cents would both read as a limit.
+            limit: limit.max(0.0).round() as u64,
+        },
+        _ => seam::AgentError::Backend {
+            backend: backend.to_owned(),
+            reason: text,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(model: Option<&str>, provider: Option<&str>) -> AgentRequest {
+        let mut props = BTreeMap::new();
+        for (k, v) in [("model", model), ("provider", provider)] {
+            if let Some(v) = v {
+                props.insert(k.to_owned(), Value::String(v.to_owned()));
+            }
+        }
+        admission_request(&NodeId::new("n"), &props, None)
+    }
+
+    #[test]
+    fn model_expansion_and_provider_join() {
+        let env = EnvSnapshot::new().with("M", "openai/gpt-4o");
+        let cases = [
+            (Some("${M:-anthropic/x}"), None, Some("openai/gpt-4o")),
+            (Some("${UNSET:-anthropic/x}"), None, Some("anthropic/x")),
+            (Some("gpt-4o"), Some("openai"), Some("openai/gpt-4o")),
+            (Some("anthropic/x"), Some("openai"), Some("anthropic/x")),
+            (None, Some("openai"), None),
+        ];
+        for (model, provider, want) in cases {
+            assert_eq!(
+                model_of(&request(model, provider), &env).as_deref(),
+                want,
+                "{model:?} {provider:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn run_budget_accumulates_per_run() {
+        let mut budget = BTreeMap::new();
+        budget.insert("max_tokens".to_owned(), Value::from(100));
+        let a = AgentBackends::new(EnvSnapshot::new(), None).with_budget(&budget);
+        let (r1, r2) = (RunId::generate(), RunId::generate());
+        a.record_spending(&r1, 60, 0.0);
+        a.record_spending(&r1, 50, 0.0);
+        let b1 = a.budget_for(&r1).unwrap();
+        assert_eq!((b1.used_tokens, b1.max_tokens), (110, Some(100)));
+        assert!(
+            matches!(over_budget(b1), Some(AgentError::BudgetExceeded { ref dimension, .. }) if dimension == "tokens")
+        );
+        let b2 = a.budget_for(&r2).unwrap();
+        assert_eq!(b2.used_tokens, 0);
+        assert!(over_budget(b2).is_none());
+        let none = AgentBackends::new(EnvSnapshot::new(), None).with_budget(&BTreeMap::new());
+        assert!(none.budget_for(&r1).is_none());
+    }
+
+    #[test]
+    fn errors_map_onto_the_seam_keeping_the_code() {
+        let e = to_seam(
+            AgentError::MissingCredential {
+                provider: "anthropic".into(),
+                variables: vec!["ANTHROPIC_API_KEY".into()],
+            },
+            "claw",
+        );
+        assert_eq!(e.code(), "AGENT_BACKEND");
+        assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
+        assert!(e.to_string().contains("AGENT_MISSING_CREDENTIAL"), "{e}");
+        let e = to_seam(AgentError::ToolMaxStepsExceeded { max: 3 }, "claw");
+        assert_eq!(e.code(), "AGENT_LIMIT_EXCEEDED");
+        let e = to_seam(AgentError::Cancelled, "claw");
+        assert!(matches!(
+            e,
+            seam::AgentError::Sandbox {
+                source: iterion_core::DriverError::Cancelled
+            }
+        ));
+    }
+}
