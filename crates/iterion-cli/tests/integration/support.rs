@@ -163,7 +163,16 @@ impl Sandbox {
 
     /// The run's events (`iterion events RUN --json`).
     pub fn events(&self, run_id: &str) -> Vec<Value> {
-        let out = self.iterion(&["events", run_id, "--json"]);
+        self.events_in(&self.store(), run_id)
+    }
+
+    /// The events of a run held by the directory store `store`.
+    pub fn events_in(&self, store: &Path, run_id: &str) -> Vec<Value> {
+        let out = self
+            .command(&["events", run_id, "--json"])
+            .env("ITERION_STORE", store)
+            .output()
+            .expect("spawn iterion events");
         assert!(
             out.status.success(),
             "events failed: {}",
@@ -469,6 +478,44 @@ pub fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
     }
     assert!(started, "node never started (run {run_id:?})");
     Spawned { child, run_id }
+}
+
+/// Spawn `iterion ARGS` (a `run` or `resume` of `run_id`, whose events
+/// the directory store `store` holds) and wait (bounded) until its node
+/// `node` has started.
+pub fn spawn_until_node(
+    sb: &Sandbox,
+    args: &[&str],
+    store: &Path,
+    run_id: &str,
+    node: &str,
+) -> Child {
+    let mut child = sb
+        .command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iterion");
+    let mut exited = false;
+    let started = wait_until(Duration::from_secs(60), || {
+        if child.try_wait().ok().flatten().is_some() {
+            exited = true;
+            return true;
+        }
+        sb.events_in(store, run_id)
+            .iter()
+            .any(|e| e["type"] == "node_started" && e["node_id"] == node)
+    });
+    if exited {
+        let out = child.wait_with_output().expect("output");
+        panic!(
+            "iterion {args:?} exited before {node} started: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(started, "{node} of run {run_id} never started");
+    child
 }
 
 /// Send `sig` (`-INT`, `-TERM`…) to `child` with kill(1).
