@@ -163,16 +163,18 @@ impl Sandbox {
 
     /// The run's events (`iterion events RUN --json`).
     pub fn events(&self, run_id: &str) -> Vec<Value> {
-        self.events_in(&self.store(), run_id)
+        Self::events_of(self.command(&["events", run_id, "--json"]))
     }
 
     /// The events of a run held by the directory store `store`.
     pub fn events_in(&self, store: &Path, run_id: &str) -> Vec<Value> {
-        let out = self
-            .command(&["events", run_id, "--json"])
-            .env("ITERION_STORE", store)
-            .output()
-            .expect("spawn iterion events");
+        let mut cmd = self.command(&["events", run_id, "--json"]);
+        cmd.env("ITERION_STORE", store);
+        Self::events_of(cmd)
+    }
+
+    fn events_of(mut cmd: Command) -> Vec<Value> {
+        let out = cmd.output().expect("spawn iterion events");
         assert!(
             out.status.success(),
             "events failed: {}",
