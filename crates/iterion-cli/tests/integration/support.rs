@@ -201,19 +201,7 @@ impl Sandbox {
 
 /// Parse what `iterion run|resume --json` printed: the last JSON line.
 fn run_result(out: Output) -> RunResult {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
-    RunResult {
-        code: out.status.code(),
-        doc,
-        stdout,
-        stderr,
-    }
+    parse_run_output(&out)
 }
 
 /// What `iterion run|resume --json` said.
@@ -536,18 +524,7 @@ pub fn wait_child(mut child: Child, limit: Duration) -> RunResult {
         let _ = child.kill();
         panic!("iterion did not exit within {limit:?}");
     }
-    let out = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    RunResult {
-        code: out.status.code(),
-        doc: stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    parse_run_output(&child.wait_with_output().expect("output"))
 }
 
 /// Force-remove a run's container (cleanup after a failed assertion).

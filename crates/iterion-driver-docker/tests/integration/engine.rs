@@ -172,14 +172,18 @@ async fn post_create_streams_and_fails_cleanly(engine: Engine) {
         }
         other => panic!("{other}"),
     }
-    let left: Vec<_> = d
-        .list_managed()
+    let left = managed_of(&*d, &info).await;
+    assert!(left.is_empty(), "failed start left {left:?}");
+}
+
+/// What the engine still holds for `info`'s run.
+async fn managed_of(d: &dyn Driver, info: &RunInfo) -> Vec<iterion_core::driver::ManagedResource> {
+    d.list_managed()
         .await
         .expect("list")
         .into_iter()
         .filter(|r| r.run_id == info.run_id.as_str())
-        .collect();
-    assert!(left.is_empty(), "failed start left {left:?}");
+        .collect()
 }
 
 /// A post_create past `post_create_timeout` fails the start with
@@ -216,13 +220,7 @@ async fn post_create_past_its_bound_times_out(engine: Engine) {
     let lines = rec.lines();
     assert!(lines.iter().any(|l| l == "stdout: started"), "{lines:?}");
     assert!(!lines.iter().any(|l| l.contains("slept-through")));
-    let left: Vec<_> = d
-        .list_managed()
-        .await
-        .expect("list")
-        .into_iter()
-        .filter(|r| r.run_id == info.run_id.as_str())
-        .collect();
+    let left = managed_of(&*d, &info).await;
     assert!(left.is_empty(), "{engine:?}: timed-out start left {left:?}");
 }
 
