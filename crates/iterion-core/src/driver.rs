@@ -556,6 +556,49 @@ pub struct EngineInfo {
     pub local: bool,
 }
 
+/// What of the host an engine owns and how it maps container users
+/// (issue 19): the policy never binds these paths into a sandbox, and
+/// decides who a sandbox runs as from the mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFootprint {
+    /// The engine's socket and data root on this host (absolute paths).
+    pub paths: Vec<String>,
+    /// How container uids map to host uids.
+    pub uid_mapping: UidMapping,
+}
+
+/// How an engine maps container uids to host uids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UidMapping {
+    /// Container uid N is host uid N (a rootful engine without user
+    /// namespaces): container root writes host-root files on a bind. The
+    /// default, because it is the worst case.
+    #[default]
+    Identity,
+    /// The daemon runs every container in a user namespace (dockerd
+    /// `userns-remap`): container root is an unprivileged host uid.
+    Remapped,
+    /// A rootless engine: container root is the engine's own user.
+    Rootless,
+}
+
+impl UidMapping {
+    /// Whether container uid 0 is host uid 0.
+    pub fn root_is_host_root(self) -> bool {
+        self == Self::Identity
+    }
+
+    /// Stable name (doctor, events).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Identity => "identity",
+            Self::Remapped => "userns-remap",
+            Self::Rootless => "rootless",
+        }
+    }
+}
+
 /// Where a run's egress proxy listens, as its driver decides (seed step
 /// 15: "the bind pair is the driver's"): the one address its sandbox can
 /// reach, never every address of the host.
@@ -635,6 +678,12 @@ pub trait Driver: Send + Sync {
     ) -> Result<Box<dyn SandboxRun>, DriverError>;
     /// Engine facts, bounded in time.
     async fn ping(&self) -> Result<EngineInfo, DriverError>;
+    /// The host paths this engine owns and how it maps users (asked of the
+    /// engine once, then remembered). A driver that binds no host path
+    /// keeps the default.
+    async fn host_footprint(&self) -> HostFootprint {
+        HostFootprint::default()
+    }
     /// Whether an image is present locally (no pull).
     async fn image_present(&self, image: &str) -> Result<bool, DriverError>;
     /// Every resource this driver created, across runs.
@@ -667,6 +716,13 @@ pub enum DriverError {
     #[error("sandbox spec refused: {reason}")]
     SpecRefused {
         /// Which guard and which value.
+        reason: String,
+    },
+    /// The host-root guard the plan asks for (issue 19 item 4) could not
+    /// be applied or was not in effect: refused, never run unguarded.
+    #[error("sandbox host-root guard unavailable: {reason}")]
+    GuardUnavailable {
+        /// What the engine refused or the sandbox showed.
         reason: String,
     },
     /// A prepared spec from another driver.
@@ -751,6 +807,7 @@ impl DriverError {
             Self::Unavailable { .. } => "SANDBOX_DRIVER_UNAVAILABLE",
             Self::Unsupported { .. } => "SANDBOX_UNSUPPORTED",
             Self::SpecRefused { .. } => "SANDBOX_SPEC_REFUSED",
+            Self::GuardUnavailable { .. } => "SANDBOX_GUARD_UNAVAILABLE",
             Self::ForeignPrepared { .. } => "SANDBOX_FOREIGN_PREPARED",
             Self::ImageUnavailable { .. } => "SANDBOX_IMAGE_UNAVAILABLE",
             Self::PhaseTimeout { .. } => "SANDBOX_SETUP_TIMEOUT",

@@ -15,12 +15,16 @@
 //! Containment defaults of every sandbox: `no-new-privileges`, pids limit
 //! (plan, default 4096), never privileged, every capability dropped but
 //! [`SANDBOX_CAPABILITIES`] (`security.rs`), no engine socket, memory/CPU
-//! from the plan or else from the settings below; PID 1 is the engine's
-//! init (docker-init / catatonit) in front of a long sleep, or — on a
-//! Podman without catatonit — a shell whose `wait` reaps orphans. With
-//! enforced egress the container sits only on a per-run `--internal`
-//! network with IPv6 off inside it, and per-run nftables tables on this
-//! host (`firewall.rs`) let it reach the proxy's port on the gateway and
+//! from the plan or else from the settings below; every bind source
+//! re-checked by real path immediately before create (`footprint.rs`);
+//! with a writable host bind on an engine where container root is host
+//! root, a numeric unprivileged user, resolved in the image and verified
+//! before the first exec (`identity.rs`); PID 1 is the engine's init
+//! (docker-init / catatonit) in front of a long sleep, or — on a Podman
+//! without catatonit — a shell whose `wait` reaps orphans. With enforced
+//! egress the container sits only on a per-run `--internal` network with
+//! IPv6 off inside it, and per-run nftables tables on this host
+//! (`firewall.rs`) let it reach the proxy's port on the gateway and
 //! nothing else, IPv6 and non-IP frames included; the proxy listens on
 //! that gateway only ([`Driver::egress_binding`](iterion_core::Driver::egress_binding)).
 //!
@@ -37,6 +41,8 @@ mod build;
 mod driver;
 mod exec;
 mod firewall;
+mod footprint;
+mod identity;
 mod rawlist;
 mod run;
 mod security;

@@ -46,9 +46,11 @@ pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Bound of one discovery probe. Podman 4.3 answers `/version` in 2–3.5 s
-/// on a loaded 2-core host (measured while the test suite ran): 3 s made
-/// discovery report "no engine answered" for a healthy engine.
+/// Bound of one discovery probe. Podman 4.3 computes host facts for every
+/// `/version` (2–6 s on a loaded two-core host, measured while the test
+/// suite ran: 3 s made discovery report "no engine answered" for a healthy
+/// engine); a dead socket answers at once, so only a hung engine waits
+/// this long.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether host paths may be bound into the sandbox.

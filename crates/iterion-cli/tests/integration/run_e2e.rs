@@ -930,6 +930,8 @@ fn repo_devbox_is_provisioned_in_the_sandbox() {
         .expect("fake devbox");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // A user's checkout: the sandbox runs as its owner and may write it.
+        sb.own_workspace(4242, 4242);
         let file = sb.write(
             "devbox.iter",
             &format!(

@@ -115,6 +115,22 @@ impl Sandbox {
         path
     }
 
+    /// Give the workspace and everything in it to `uid:gid`, as a user's
+    /// checkout is: a sandbox of iterion running as root then runs as that
+    /// user and can write it (a root-owned checkout is read-only to the
+    /// sandbox, issue 19 item 4).
+    pub fn own_workspace(&self, uid: u32, gid: u32) {
+        fn walk(p: &Path, uid: u32, gid: u32) {
+            std::os::unix::fs::lchown(p, Some(uid), Some(gid)).expect("chown");
+            if p.is_dir() && !p.is_symlink() {
+                for e in std::fs::read_dir(p).expect("read dir").flatten() {
+                    walk(&e.path(), uid, gid);
+                }
+            }
+        }
+        walk(&self.workspace(), uid, gid);
+    }
+
     /// Add an env var to every command.
     pub fn with_env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.to_owned(), v.to_owned()));
