@@ -103,6 +103,9 @@ pub struct AgentRequest {
     pub provider: Option<String>,
     /// `tools:` (capability names, MCP globs as written).
     pub tools: Vec<String>,
+    /// The effective `tool_policy:` patterns: the node's when written, else
+    /// the workflow's; `None` when neither is (open).
+    pub tool_policy: Option<Vec<String>>,
     /// The output schema as JSON Schema (object, every field required, no
     /// other property), derived from the node's `output:` schema.
     pub output_schema: Option<Value>,

@@ -19,4 +19,5 @@ mod secrets_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
 mod support;
+mod tools_e2e;
 mod validate_bounds;
