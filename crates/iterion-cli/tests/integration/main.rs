@@ -13,6 +13,7 @@ mod graph_e2e;
 mod manifests_e2e;
 mod output_e2e;
 mod readback_e2e;
+mod resume_e2e;
 mod run_e2e;
 mod run_flags_e2e;
 mod secrets_e2e;
