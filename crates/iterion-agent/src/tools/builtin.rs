@@ -124,17 +124,7 @@ impl Builtin {
     /// `readOnlyTools`): a node offered only such tools may run in a
     /// parallel branch.
     pub fn read_only(self) -> bool {
-        matches!(
-            self,
-            Self::ReadFile
-                | Self::Glob
-                | Self::Grep
-                | Self::ListFiles
-                | Self::Tree
-                | Self::SearchCodebase
-                | Self::GitDiff
-                | Self::GitStatus
-        )
+        iterion_core::agent::READ_ONLY_TOOLS.contains(&self.name())
     }
 
     /// Parse a tool name.

@@ -364,6 +364,13 @@ mod tests {
     }
 
     #[test]
+    fn every_read_only_name_is_a_builtin() {
+        for t in iterion_core::agent::READ_ONLY_TOOLS {
+            assert!(Builtin::parse(t).is_some_and(Builtin::read_only), "{t}");
+        }
+    }
+
+    #[test]
     fn read_only_set_is_upstreams() {
         for t in [
             "git_diff",
