@@ -1,7 +1,8 @@
 //! Loading a workflow file for the verbs: compiled by `iterion-dsl`, with
 //! the egress rule checks of `iterion-netproxy` hooked in so a rule the
 //! proxy would reject is a compile-time diagnostic (C313), not a run-time
-//! surprise.
+//! surprise, and the agent crate's tool registry so an unknown `tools:`
+//! name is one too (C322).
 
 use std::path::Path;
 
@@ -34,7 +35,14 @@ pub fn net_check(spec: &NetworkSpec) -> Vec<(String, String)> {
 pub fn load(path: &Path) -> std::io::Result<Loaded> {
     let bytes = std::fs::read(path)?;
     let source = String::from_utf8_lossy(&bytes).into_owned();
-    let compiled = iterion_dsl::compile_with(&source, path, &net_check);
+    let compiled = iterion_dsl::compile_checked(
+        &source,
+        path,
+        &iterion_dsl::Checks {
+            network: &net_check,
+            tool: &iterion_agent::tools::unknown_tool_reason,
+        },
+    );
     Ok(Loaded { source, compiled })
 }
 

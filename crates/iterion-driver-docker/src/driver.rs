@@ -1166,6 +1166,10 @@ impl Driver for DockerDriver {
                 snippet,
                 observer,
                 plan.egress.iter().map(|e| e.token.clone()).collect(),
+                iterion_core::driver::PostCreateBound {
+                    timeout: self.settings.post_create_timeout,
+                    expiry: tokio::time::sleep(self.settings.post_create_timeout),
+                },
             )
             .await
         {

@@ -33,6 +33,8 @@
 //! Environment (read by [`DockerSettings::from_env`]):
 //! - `DOCKER_HOST`: engine endpoint (`unix://`, `tcp://`); remote ⇒ bindless.
 //! - `ITERION_SANDBOX_PULL_TIMEOUT`: Go duration bounding a pull (default `10m`).
+//! - `ITERION_SANDBOX_POST_CREATE_TIMEOUT`: Go duration bounding the
+//!   post-create commands (default `30m`; past it `SANDBOX_SETUP_TIMEOUT`).
 //! - `ITERION_SANDBOX_MEMORY`: default memory limit (`512MiB`, `2G`…).
 //! - `ITERION_SANDBOX_CPUS`: default CPU limit (`1.5`).
 //! - `ITERION_SANDBOX_DOCKER_BINDS=none`: force bindless mode on a local engine.

@@ -57,6 +57,29 @@ pub fn compile_with(
     file: &Path,
     net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
 ) -> Compiled {
+    compile_checked(
+        text,
+        file,
+        &Checks {
+            network: net_check,
+            tool: &|_| None,
+        },
+    )
+}
+
+/// What a compile asks of the components that own a decision this crate
+/// only parses.
+pub struct Checks<'a> {
+    /// Network rules: `(rule, message)` for each rule rejected (`C313`).
+    pub network: &'a dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
+    /// An agent's or judge's `tools:` name: why it is unknown, `None` when
+    /// the tool registry knows it (`C322` at the entry).
+    pub tool: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Compile with every hook of [`Checks`].
+pub fn compile_checked(text: &str, file: &Path, checks: &Checks<'_>) -> Compiled {
+    let net_check = checks.network;
     let fname = file.display().to_string();
     let mut diags = diag::Sink::default();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -66,7 +89,7 @@ pub fn compile_with(
         file: &fname,
         diags,
     };
-    let workflows = compile::compile(&lines, &mut ctx, net_check);
+    let workflows = compile::compile(&lines, &mut ctx, net_check, checks.tool);
     let diag::Sink {
         kept: mut diagnostics,
         omitted,

@@ -21,5 +21,6 @@ mod secrets_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
 mod support;
+mod tools_e2e;
 mod users_e2e;
 mod validate_bounds;

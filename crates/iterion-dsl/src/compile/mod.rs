@@ -19,6 +19,7 @@ mod mcp;
 mod props;
 mod refs;
 pub(crate) mod sandbox;
+mod tools;
 mod workflow;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -47,6 +48,7 @@ pub(crate) fn compile(
     lines: &[Line],
     ctx: &mut Ctx<'_>,
     net_check: &dyn Fn(&iterion_core::NetworkSpec) -> Vec<(String, String)>,
+    tool_check: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
@@ -370,6 +372,7 @@ pub(crate) fn compile(
     // node-level checks independent of the workflow
     for n in &nodes {
         check_node_refs(n, &schemas, &prompts, ctx);
+        tools::names(n, ctx, tool_check);
     }
 
     let mut out = Vec::new();
