@@ -1,11 +1,9 @@
-//! Loading a workflow file for the verbs: compiled by `iterion-dsl`, with
-//! the egress rule checks of `iterion-netproxy` hooked in so a rule the
-//! proxy would reject is a compile-time diagnostic (C313), not a run-time
-//! surprise.
+//! Loading a workflow file for the verbs: compiled by `iterion-dsl` (which
+//! parses egress rules with the grammar the proxy enforces, so a bad rule
+//! is a compile-time C313, not a run-time surprise).
 
 use std::path::Path;
 
-use iterion_core::NetworkSpec;
 use iterion_dsl::{Compiled, ir};
 
 use crate::exit::UserInputError;
@@ -18,23 +16,11 @@ pub struct Loaded {
     pub compiled: Compiled,
 }
 
-/// The proxy's verdict on a network block, as `(rule, message)` pairs.
-pub fn net_check(spec: &NetworkSpec) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = iterion_netproxy::check_rules(spec)
-        .into_iter()
-        .map(|e| (e.rule.clone(), e.to_string()))
-        .collect();
-    if let Some(err) = iterion_netproxy::check_preset(spec) {
-        out.push((spec.preset.clone().unwrap_or_default(), err.to_string()));
-    }
-    out
-}
-
 /// Read and compile a file.
 pub fn load(path: &Path) -> std::io::Result<Loaded> {
     let bytes = std::fs::read(path)?;
     let source = String::from_utf8_lossy(&bytes).into_owned();
-    let compiled = iterion_dsl::compile_with(&source, path, &net_check);
+    let compiled = iterion_dsl::compile_source(&source, path);
     Ok(Loaded { source, compiled })
 }
 

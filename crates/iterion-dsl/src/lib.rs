@@ -46,17 +46,6 @@ impl Compiled {
 
 /// Compile source text. `file` is only used in diagnostics.
 pub fn compile_source(text: &str, file: &Path) -> Compiled {
-    compile_with(text, file, &|_| Vec::new())
-}
-
-/// Compile with a network-rule checker: for each `network:` block the hook
-/// returns `(rule, message)` pairs for the rules it rejects; each becomes a
-/// `C313` error positioned at the rule.
-pub fn compile_with(
-    text: &str,
-    file: &Path,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Compiled {
     let fname = file.display().to_string();
     let mut diags = diag::Sink::default();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -66,7 +55,7 @@ pub fn compile_with(
         file: &fname,
         diags,
     };
-    let workflows = compile::compile(&lines, &mut ctx, net_check);
+    let workflows = compile::compile(&lines, &mut ctx);
     let diag::Sink {
         kept: mut diagnostics,
         omitted,

@@ -11,6 +11,7 @@ mod cloud_e2e;
 mod egress_e2e;
 mod graph_e2e;
 mod manifests_e2e;
+mod one_parser;
 mod output_e2e;
 mod readback_e2e;
 mod run_e2e;

@@ -43,11 +43,7 @@ struct Group<'a> {
 }
 
 /// Compile a line tree.
-pub(crate) fn compile(
-    lines: &[Line],
-    ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&iterion_core::NetworkSpec) -> Vec<(String, String)>,
-) -> Vec<Workflow> {
+pub(crate) fn compile(lines: &[Line], ctx: &mut Ctx<'_>) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut prompts: HashSet<String> = HashSet::new();
@@ -374,16 +370,9 @@ pub(crate) fn compile(
 
     let mut out = Vec::new();
     for wline in workflows {
-        if let Some(w) = compile_workflow(
-            wline,
-            &nodes,
-            &extra_edges,
-            &vars,
-            &schemas,
-            &secrets,
-            ctx,
-            net_check,
-        ) {
+        if let Some(w) =
+            compile_workflow(wline, &nodes, &extra_edges, &vars, &schemas, &secrets, ctx)
+        {
             let mut declared = attachment_blocks.clone();
             declared.push(blocks::workflow_entries(wline, "attachments"));
             let attachments = blocks::attachments(&declared, &w.vars, ctx);

@@ -4,14 +4,16 @@
 //! the dedicated message for a network mode word written as the sandbox
 //! mode — facts §2.5 — and a bad `network.mode`/`inherit` word, as
 //! upstream's property registry does), C312 (`network:` without `mode:`),
-//! C320 (`read_back:` paths, ADR-143) and the network-rule hook (C313). A block without
+//! C320 (`read_back:` paths, ADR-143) and C313 (a network rule or preset
+//! the core grammar, `iterion_core::net`, refuses). A block without
 //! `mode:` is `inline` (facts §2.2). Host-side variables stay unexpanded
 //! here; [`crate::expand`] does that at run time.
 
 use std::collections::BTreeMap;
 
-use iterion_core::spec::NetworkInherit;
-use iterion_core::{BuildSpec, HostState, Mode, NetworkMode, NetworkSpec, Spec};
+use iterion_core::{
+    BuildSpec, HostState, Mode, NetPreset, NetRule, NetworkInherit, NetworkMode, NetworkSpec, Spec,
+};
 
 use super::ctx::Ctx;
 use super::props::{K, Prop};
@@ -41,12 +43,7 @@ const NETWORK: &[(&str, K)] = &[
 ];
 
 /// Read a `sandbox:` property (workflow or node level).
-pub(crate) fn read(
-    p: &Prop<'_>,
-    ctx: &mut Ctx<'_>,
-    _workflow_level: bool,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Option<SandboxDecl> {
+pub(crate) fn read(p: &Prop<'_>, ctx: &mut Ctx<'_>, _workflow_level: bool) -> Option<SandboxDecl> {
     match &p.value {
         Some(v) => {
             let Some(word) = v.text() else {
@@ -68,7 +65,7 @@ pub(crate) fn read(
                 pos: p.value_pos,
             })
         }
-        None => block(p.line, p.pos, ctx, net_check),
+        None => block(p.line, p.pos, ctx),
     }
 }
 
@@ -83,7 +80,9 @@ fn inline_needs_recipe(pos: Pos, ctx: &mut Ctx<'_>) {
 }
 
 fn parse_mode(word: &str, pos: Pos, ctx: &mut Ctx<'_>) -> Option<Mode> {
-    if let Some(nm) = NetworkMode::parse(word) {
+    // Only for the hint (facts §2.5): `sandbox: Allowlist` is still C044,
+    // but the message points at the `network:` block whatever the case.
+    if let Ok(nm) = word.trim().to_ascii_lowercase().parse::<NetworkMode>() {
         ctx.push(
             codes::C044,
             Severity::Error,
@@ -168,12 +167,7 @@ fn string_list(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> Vec<(String, Pos)> {
     out
 }
 
-fn block(
-    line: &Line,
-    pos: Pos,
-    ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Option<SandboxDecl> {
+fn block(line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Option<SandboxDecl> {
     let props = ctx.props(&line.children, Some(SANDBOX), "sandbox");
     let mut spec = Spec {
         mode: Mode::Inline,
@@ -232,7 +226,7 @@ fn block(
                 }
                 spec.build = Some(b);
             }
-            "network" => spec.network = Some(network(p, ctx, net_check)),
+            "network" => spec.network = Some(network(p, ctx)),
             "read_back" => {
                 for (path, ppos) in string_list(p, ctx) {
                     match read_back_problem(&path) {
@@ -282,51 +276,53 @@ fn spec_mode_is_none(props: &[Prop<'_>]) -> bool {
         .any(|p| p.key == "mode" && p.text() == Some("none"))
 }
 
-fn network(
-    p: &Prop<'_>,
-    ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> NetworkSpec {
+fn network(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> NetworkSpec {
     let mut n = NetworkSpec::default();
-    let mut rule_pos: Vec<(String, Pos)> = Vec::new();
     let mut mode_written = false;
     for np in ctx.props(&p.line.children, Some(NETWORK), "sandbox.network") {
         mode_written |= np.key == "mode";
         match np.key.as_str() {
-            "mode" => match np
-                .text()
-                .and_then(|w| NetworkMode::parse(w).filter(|m| m.as_str() == w))
-            {
-                Some(m) => n.mode = Some(m),
-                None => ctx.push(
+            "mode" => match np.text().unwrap_or_default().parse::<NetworkMode>() {
+                Ok(m) => n.mode = Some(m),
+                Err(e) => ctx.push(
                     codes::C044,
                     Severity::Error,
                     np.value_pos,
-                    format!("invalid network mode `{}`", np.text().unwrap_or_default()),
-                    Some("use allowlist, denylist or open"),
+                    e.to_string(),
+                    Some(&format!("use {}", e.expected)),
                 ),
             },
-            "preset" => n.preset = np.text().map(str::to_owned),
-            "inherit" => match np
-                .text()
-                .filter(|w| matches!(*w, "merge" | "replace" | "append"))
-                .and_then(NetworkInherit::parse)
-            {
-                Some(i) => n.inherit = Some(i),
-                None => ctx.push(
+            // An empty preset is no preset, as the proxy always read it.
+            "preset" => match np.text().map(str::trim).filter(|t| !t.is_empty()) {
+                None => {}
+                Some(name) => match name.parse::<NetPreset>() {
+                    Ok(preset) => n.preset = Some(preset),
+                    Err(e) => ctx.push(
+                        codes::C313,
+                        Severity::Error,
+                        np.value_pos,
+                        e.to_string(),
+                        None,
+                    ),
+                },
+            },
+            "inherit" => match np.text().unwrap_or_default().parse::<NetworkInherit>() {
+                Ok(i) => n.inherit = Some(i),
+                Err(e) => ctx.push(
                     codes::C044,
                     Severity::Error,
                     np.value_pos,
-                    format!(
-                        "invalid network inherit `{}`",
-                        np.text().unwrap_or_default()
-                    ),
-                    Some("use merge, replace or append"),
+                    e.to_string(),
+                    Some(&format!("use {}", e.expected)),
                 ),
             },
             "rules" => {
-                rule_pos = string_list(&np, ctx);
-                n.rules = rule_pos.iter().map(|(r, _)| r.clone()).collect();
+                for (rule, pos) in string_list(&np, ctx) {
+                    match rule.parse::<NetRule>() {
+                        Ok(rule) => n.rules.push(rule),
+                        Err(e) => ctx.push(codes::C313, Severity::Error, pos, e.to_string(), None),
+                    }
+                }
             }
             _ => {}
         }
@@ -338,19 +334,6 @@ fn network(
             p.pos,
             "`network:` block has no `mode:`: it is inert as written (resolves to open, no proxy)",
             Some("add `mode: allowlist` (or `denylist` / `open`) to the network block"),
-        );
-    }
-    for (rule, message) in net_check(&n) {
-        let pos = rule_pos
-            .iter()
-            .find(|(r, _)| *r == rule)
-            .map_or(p.pos, |(_, pos)| *pos);
-        ctx.push(
-            codes::C313,
-            Severity::Error,
-            pos,
-            format!("network rule `{rule}`: {message}"),
-            None,
         );
     }
     n
