@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::mode::{HostState, Mode};
 use crate::net::{NetPreset, NetRule};
+use crate::path::ReadBackPath;
 
 /// The sandbox block of a workflow (or the spec fused from a devcontainer).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -39,7 +40,7 @@ pub struct Spec {
     pub network: Option<NetworkSpec>,
     /// Declared container paths the run reads back at teardown (ADR-143),
     /// in addition to the run-files directory the runtime always declares.
-    pub read_back: Vec<String>,
+    pub read_back: Vec<ReadBackPath>,
 }
 
 impl Spec {

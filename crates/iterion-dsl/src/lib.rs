@@ -17,7 +17,6 @@ mod compile;
 
 use std::path::Path;
 
-pub use compile::sandbox::read_back_problem;
 pub use diag::{Diagnostic, Omitted, Severity, codes, render_human, render_omitted};
 pub use iterion_core::NetworkSpec;
 

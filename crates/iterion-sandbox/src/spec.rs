@@ -116,12 +116,12 @@ pub fn validate_spec(spec: &Spec) -> Result<(), PolicyError> {
         (true, true) => return invalid("image and build are exclusive"),
         _ => {}
     }
-    if spec
+    if let Some(Err(e)) = spec
         .workspace_folder
-        .as_ref()
-        .is_some_and(|wf| !wf.starts_with('/'))
+        .as_deref()
+        .map(str::parse::<iterion_core::ContainerPath>)
     {
-        return invalid("workspace_folder must be absolute");
+        return invalid(&format!("workspace_folder: {}", e.kind));
     }
     check_spec(spec)?;
     Ok(())
@@ -324,7 +324,7 @@ mod tests {
                 ("SHARED".into(), "workflow".into()),
                 ("PATH".into(), "/wf/bin:/usr/bin".into()),
             ]),
-            read_back: vec!["/out".into()],
+            read_back: vec!["/out".parse().expect("path")],
             ..Spec::default()
         };
         let dc = dc();
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(built.spec.env["KEEP"], "operator", "overlay last");
         assert!(!built.spec.env.contains_key("LD_PRELOAD"));
         assert!(!built.spec.env.contains_key("https_proxy"));
-        assert_eq!(built.spec.read_back, vec!["/out".to_owned()]);
+        assert_eq!(built.spec.read_back[0].as_str(), "/out");
         insta::assert_json_snapshot!(
             "fused_events",
             serde_json::to_value(&built.events).expect("ser")

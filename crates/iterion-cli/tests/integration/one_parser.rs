@@ -118,3 +118,84 @@ proptest! {
         agree(&rule, &hosts);
     }
 }
+
+fn workflow_with_read_back(path: &str) -> String {
+    format!(
+        "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"x\"\n    read_back: [\"{path}\"]\n  t -> done\n"
+    )
+}
+
+/// One verdict for a read-back path from the DSL (C320), the sandbox
+/// guards (what `plan_launch` and `check_launch_plan` call), the serde
+/// path and the core parser: `Ok(path)` or the reason.
+fn read_back_verdicts(path: &str) -> [Result<String, String>; 4] {
+    let direct = path
+        .parse::<iterion_core::ReadBackPath>()
+        .map(String::from)
+        .map_err(|e| e.kind.to_string());
+    let c = iterion_dsl::compile_source(&workflow_with_read_back(path), Path::new("p.iter"));
+    let c320: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C320").collect();
+    let kept = c.workflows[0]
+        .sandbox
+        .as_ref()
+        .map(|s| s.spec.read_back.clone())
+        .unwrap_or_default();
+    let dsl = match (c320.as_slice(), kept.as_slice()) {
+        ([d], []) => Err(d.message.clone()),
+        ([], [p]) => Ok(p.to_string()),
+        other => panic!("{path:?}: C320 and kept paths disagree: {other:?}"),
+    };
+    // The DSL's message names the path; the reason is what must agree.
+    let dsl = dsl.map_err(|m| m.rsplit(": ").next().unwrap_or_default().to_owned());
+    let guard = iterion_sandbox::guards::check_read_back_path(path).map_err(|e| e.reason);
+    let serde = serde_json::from_value::<iterion_core::ReadBackPath>(serde_json::json!(path))
+        .map(String::from)
+        .map_err(|e| e.to_string());
+    let serde = serde.map_err(|m| {
+        direct
+            .as_ref()
+            .err()
+            .filter(|why| m.contains(why.as_str()))
+            .cloned()
+            .unwrap_or(m)
+    });
+    [direct, dsl, guard, serde]
+}
+
+fn read_back_agree(path: &str) {
+    let [direct, rest @ ..] = read_back_verdicts(path);
+    for (who, verdict) in ["the DSL", "the guards", "serde"].iter().zip(rest) {
+        assert_eq!(verdict, direct, "{path:?}: {who} disagrees with the parser");
+    }
+}
+
+/// `/a/./b` and friends: the DSL refused them, the guards normalised them
+/// (`/a/b`); the one answer is the SPEC's "normalized" (iterion_core::path).
+#[test]
+fn read_back_table() {
+    for path in [
+        "/workspace/out",
+        "/a/./b",
+        "/a/../b",
+        "/a//b",
+        "/out/",
+        "/",
+        "/proc/self",
+        "/dev/../dev/shm",
+        "/device",
+        "out",
+        "/a/.b",
+    ] {
+        read_back_agree(path);
+    }
+    assert!(read_back_verdicts("/a/./b")[0].is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn read_back_paths_get_one_verdict(path in "/?((proc|dev|a|\\.|\\.\\.|b\\.c)/?){0,4}") {
+        read_back_agree(&path);
+    }
+}

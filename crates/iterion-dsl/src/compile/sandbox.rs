@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 
 use iterion_core::{
-    BuildSpec, HostState, Mode, NetPreset, NetRule, NetworkInherit, NetworkMode, NetworkSpec, Spec,
+    BuildSpec, ContainerPath, HostState, Mode, NetPreset, NetRule, NetworkInherit, NetworkMode,
+    NetworkSpec, ReadBackPath, Spec,
 };
 
 use super::ctx::Ctx;
@@ -190,12 +191,14 @@ fn block(line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Option<SandboxDecl> {
             "user" => spec.user = p.text().map(str::to_owned),
             "workspace_folder" => {
                 let w = p.text().unwrap_or_default();
-                if !w.starts_with('/') && !w.starts_with("${") {
+                // `${localWorkspaceFolder}…` is expanded at run time; the
+                // guards judge the expanded path with the same parser.
+                if let (false, Err(e)) = (w.starts_with("${"), w.parse::<ContainerPath>()) {
                     ctx.push(
                         codes::C044,
                         Severity::Error,
                         p.value_pos,
-                        format!("workspace_folder `{w}` is not an absolute container path"),
+                        format!("workspace_folder `{w}`: {}", e.kind),
                         Some("write an absolute path such as \"/workspace\""),
                     );
                 }
@@ -229,15 +232,15 @@ fn block(line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Option<SandboxDecl> {
             "network" => spec.network = Some(network(p, ctx)),
             "read_back" => {
                 for (path, ppos) in string_list(p, ctx) {
-                    match read_back_problem(&path) {
-                        Some(why) => ctx.push(
+                    match path.parse::<ReadBackPath>() {
+                        Err(e) => ctx.push(
                             codes::C320,
                             Severity::Error,
                             ppos,
-                            format!("invalid read_back path `{path}`: {why}"),
+                            e.to_string(),
                             Some("declare an absolute, normalized container path outside /proc, /sys and /dev, e.g. \"/workspace/out\""),
                         ),
-                        None => spec.read_back.push(path),
+                        Ok(path) => spec.read_back.push(path),
                     }
                 }
             }
@@ -337,46 +340,4 @@ fn network(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> NetworkSpec {
         );
     }
     n
-}
-
-/// Why a `read_back:` path is refused (ADR-143; SPEC §4), if it is.
-pub fn read_back_problem(path: &str) -> Option<&'static str> {
-    if !path.starts_with('/') {
-        return Some("not an absolute container path");
-    }
-    if path.contains('\0') {
-        return Some("contains a NUL byte");
-    }
-    if path == "/" {
-        return Some("the container root cannot be read back");
-    }
-    let body = path.strip_suffix('/').unwrap_or(path);
-    if body.contains("//") || body.split('/').any(|c| c == "." || c == "..") || path.ends_with('/')
-    {
-        return Some("not normalized (no `.`, `..`, `//` or trailing `/`)");
-    }
-    for bad in ["/proc", "/sys", "/dev"] {
-        if body == bad || body.starts_with(&format!("{bad}/")) {
-            return Some("under /proc, /sys or /dev");
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::read_back_problem;
-
-    #[test]
-    fn read_back_paths() {
-        assert_eq!(read_back_problem("/workspace/out"), None);
-        assert!(read_back_problem("out").is_some());
-        assert!(read_back_problem("/a/../b").is_some());
-        assert!(read_back_problem("/a//b").is_some());
-        assert!(read_back_problem("/a/").is_some());
-        assert!(read_back_problem("/proc/self").is_some());
-        assert!(read_back_problem("/dev").is_some());
-        assert_eq!(read_back_problem("/device"), None);
-        assert!(read_back_problem("/").is_some());
-    }
 }

@@ -89,10 +89,9 @@ fn sandbox_block_reaches_the_spec() {
     assert!(sb.mode_written);
     assert_eq!(
         sb.spec.read_back,
-        vec![
-            "/workspace/out".to_string(),
-            "/iterion/artifact-files".to_string()
-        ]
+        ["/workspace/out", "/iterion/artifact-files"]
+            .map(|p| p.parse::<iterion_core::ReadBackPath>().expect("path"))
+            .to_vec()
     );
     let net = sb.spec.network.as_ref().expect("network");
     assert_eq!(net.mode, Some(iterion_core::NetworkMode::Denylist));
