@@ -20,6 +20,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Execute a workflow run inside its sandbox.
     Run(RunArgs),
+    /// Continue a paused, failed or interrupted run from its stored state.
+    Resume(ResumeArgs),
     /// List runs in the store.
     Runs(RunsArgs),
     /// Print a run's events in order.
@@ -106,6 +108,41 @@ pub struct RunArgs {
     #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub run_id: Option<iterion_core::RunId>,
     /// Directory store for this run, over `ITERION_STORE`.
+    #[arg(long, value_name = "DIR")]
+    pub store_dir: Option<PathBuf>,
+    /// Diagnostic log on stderr (error, warn, info, debug, trace), over
+    /// `ITERION_LOG_LEVEL`.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    pub log_level: Option<LogLevel>,
+    /// Never ask on the terminal: a human node pauses the run
+    /// (`paused_waiting_human`) for `iterion resume`.
+    #[arg(long)]
+    pub no_interactive: bool,
+}
+
+/// `iterion resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue.
+    #[arg(long, value_name = "ID")]
+    pub run_id: String,
+    /// An answer of the paused human node, `FIELD=VALUE` (repeatable; wins
+    /// over the file).
+    #[arg(long = "answer", value_name = "K=V")]
+    pub answers: Vec<String>,
+    /// A JSON object of answers.
+    #[arg(long, value_name = "FILE")]
+    pub answers_file: Option<PathBuf>,
+    /// Resume even though the workflow source changed since the run began.
+    #[arg(long)]
+    pub force: bool,
+    /// Print `{"run_id","status","failure_code"}` at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Never ask on the terminal: a human node pauses the run again.
+    #[arg(long)]
+    pub no_interactive: bool,
+    /// Directory store holding the run, over `ITERION_STORE`.
     #[arg(long, value_name = "DIR")]
     pub store_dir: Option<PathBuf>,
     /// Diagnostic log on stderr (error, warn, info, debug, trace), over

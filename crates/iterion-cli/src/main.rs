@@ -7,6 +7,7 @@ mod drivers;
 mod exit;
 mod fdlimit;
 mod logging;
+mod prompt;
 mod render;
 mod stores;
 mod workflow;
@@ -18,6 +19,7 @@ fn main() -> std::process::ExitCode {
     fdlimit::raise_nofile();
     let flag = match &cli.command {
         cli::Command::Run(args) => args.log_level,
+        cli::Command::Resume(args) => args.log_level,
         _ => None,
     };
     match logging::level(flag) {

@@ -138,6 +138,31 @@ pub enum EventKind {
     RunInterrupted {
         reason: String,
     },
+    /// A human node needs answers and no one can give them now: the run
+    /// pauses (`paused_waiting_human`) until `iterion resume`.
+    HumanInputRequested {
+        interaction_id: String,
+        /// What the human reads: the node's input and instructions.
+        questions: Value,
+        /// The answer fields expected (the node's output schema), in order.
+        fields: Vec<String>,
+    },
+    RunPaused {
+        reason: String,
+    },
+    /// `iterion resume` continued the run from its stored progress.
+    RunResumed {
+        /// The status it resumed from.
+        resumed_from: String,
+        /// The node it continues at (`None`: from the entry, no progress).
+        restart_node: Option<String>,
+        /// `--force` let a changed workflow source through.
+        forced: bool,
+    },
+    HumanAnswersRecorded {
+        interaction_id: String,
+        answers: Value,
+    },
     NodeStarted {
         kind: String,
     },
@@ -471,6 +496,10 @@ impl EventKind {
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
             Self::RunInterrupted { .. } => "run_interrupted",
+            Self::HumanInputRequested { .. } => "human_input_requested",
+            Self::RunPaused { .. } => "run_paused",
+            Self::RunResumed { .. } => "run_resumed",
+            Self::HumanAnswersRecorded { .. } => "human_answers_recorded",
             Self::NodeStarted { .. } => "node_started",
             Self::NodeFinished { .. } => "node_finished",
             Self::NodeFailed { .. } => "node_failed",

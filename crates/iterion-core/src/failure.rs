@@ -68,7 +68,11 @@ impl RunStatus {
             }
             // A resumable failure is redelivered: it may be queued again.
             FailedResumable => matches!(next, Queued | Running | Failed | Cancelled),
-            Finished | Failed | Cancelled => false,
+            // `iterion resume` reopens a failed or cancelled run (upstream
+            // resumes cancelled runs; issue 14 failed ones too); nothing
+            // else moves it, and a finished run never moves.
+            Failed | Cancelled => matches!(next, Running),
+            Finished => false,
         }
     }
 
@@ -299,14 +303,16 @@ mod tests {
     }
 
     #[test]
-    fn terminal_statuses_never_move_except_resumable() {
+    fn terminal_statuses_move_only_when_resumed() {
         for from in RunStatus::ALL {
             for to in RunStatus::ALL {
-                if matches!(
-                    from,
-                    RunStatus::Finished | RunStatus::Failed | RunStatus::Cancelled
-                ) {
-                    assert!(!from.can_transition_to(to));
+                match from {
+                    RunStatus::Finished => assert!(!from.can_transition_to(to)),
+                    // A resume reopens them, and nothing else moves them.
+                    RunStatus::Failed | RunStatus::Cancelled => {
+                        assert_eq!(from.can_transition_to(to), to == RunStatus::Running);
+                    }
+                    _ => {}
                 }
             }
         }

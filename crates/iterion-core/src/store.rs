@@ -158,6 +158,18 @@ pub struct Transition {
     pub failure: Option<Failure>,
 }
 
+/// `iterion resume`'s claim on a run ([`RunStore::reopen_run`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reopen {
+    /// The status the caller read (paused, failed, failed_resumable or
+    /// cancelled).
+    pub from: RunStatus,
+    /// The revision the caller read.
+    pub expected_revision: Option<u64>,
+    /// The resuming process, the run's owner from now on.
+    pub owner: Option<RunOwner>,
+}
+
 /// Page request for [`RunStore::list_runs`]: newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PageRequest {
@@ -496,6 +508,11 @@ pub trait RunStore: Send + Sync {
     async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError>;
     /// Compare-and-set status transition.
     async fn transition(&self, id: &RunId, t: Transition) -> Result<RunRecord, StoreError>;
+    /// Move a run back to `running` for `iterion resume` and make the
+    /// resuming process its owner, in one compare-and-set (status and
+    /// revision; the old failure cleared): the reaper then reads the live
+    /// owner's lease, never the lease of the process that ran it first.
+    async fn reopen_run(&self, id: &RunId, reopen: Reopen) -> Result<RunRecord, StoreError>;
     /// Persist the admission decision (CAS on revision when given).
     async fn record_admission(
         &self,

@@ -1,7 +1,7 @@
 //! What this engine can execute, checked before anything starts.
 //!
 //! A workflow naming a node kind this engine does not run (agents, judges,
-//! llm routers without an agent runner, humans), a `when "…"` or `compute` expression it cannot evaluate, a
+//! llm routers without an agent runner, humans answered by an llm), a `when "…"` or `compute` expression it cannot evaluate, a
 //! malformed template, a `--var` that does not fit its declaration, or a
 //! fan-out whose parallel branches would race on the workspace is refused
 //! at admission with a typed error naming the culprits — never discovered
@@ -22,7 +22,7 @@ use crate::template::check_syntax;
 pub enum AdmissionError {
     /// Node kinds this engine does not execute.
     #[error(
-        "this engine executes tool, compute, router (fan_out_all, round_robin, condition), join and fail nodes only; refused: {}",
+        "this engine executes tool, compute, human, router (fan_out_all, round_robin, condition), join and fail nodes only; refused: {}",
         list_nodes(.nodes)
     )]
     UnsupportedNodes {
@@ -172,6 +172,12 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
             // A named terminal failure needs nothing executed; a legacy
             // `join` node only waits; compute runs in the engine.
             NodeKind::Fail | NodeKind::Join | NodeKind::Compute => false,
+            // A person answers (terminal or resume); `interaction: llm`
+            // and `llm_or_human` answer through an agent backend.
+            NodeKind::Human => matches!(
+                n.properties.get("interaction").and_then(Value::as_str),
+                Some("llm" | "llm_or_human")
+            ),
             NodeKind::Router => !matches!(
                 n.router_mode.as_deref(),
                 None | Some("fan_out_all" | "round_robin" | "condition")
@@ -182,6 +188,7 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
             let kind = match (n.kind, n.router_mode.as_deref()) {
                 (NodeKind::Router, Some(mode)) => format!("router, mode {mode}"),
                 (NodeKind::Tool, _) => "tool without command".to_owned(),
+                (NodeKind::Human, _) => "human, llm interaction".to_owned(),
                 (k, _) => k.as_str().to_owned(),
             };
             (n.id.clone(), kind)

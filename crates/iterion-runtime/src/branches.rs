@@ -202,7 +202,10 @@ impl<'a> RunCx<'a> {
         let (outcome, join_node, error) = match result {
             Ok(FrameEnd::Reached(j)) => ("joined", Some(j.to_string()), None),
             Ok(FrameEnd::Done) => ("done", None, None),
-            Err(Stop::Cancelled) => ("cancelled", None, Some("cancelled".to_owned())),
+            // A branch never pauses (its human node fails instead).
+            Err(Stop::Cancelled | Stop::Paused { .. }) => {
+                ("cancelled", None, Some("cancelled".to_owned()))
+            }
             Err(Stop::Failed(f)) => ("failed", None, Some(f.message.clone())),
         };
         self.emit_node(
@@ -257,7 +260,7 @@ impl<'a> RunCx<'a> {
                     });
                     failures.push((name, f));
                 }
-                Some(Err(Stop::Cancelled)) | None => {
+                Some(Err(Stop::Cancelled | Stop::Paused { .. })) | None => {
                     all_done = false;
                     failed_branches.push(FailedBranch {
                         branch_id: name,
@@ -498,7 +501,7 @@ impl<'a> RunCx<'a> {
                     }));
                     reached.push(child.clone());
                 }
-                Err(Stop::Cancelled) => return Err(Stop::Cancelled),
+                Err(Stop::Cancelled | Stop::Paused { .. }) => return Err(Stop::Cancelled),
                 Err(Stop::Failed(f)) if strategy == AwaitMode::WaitAll => {
                     return Err(Stop::Failed(Failure::new(
                         f.code,

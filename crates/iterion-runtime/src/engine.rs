@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use iterion_core::EventDraft;
 use iterion_core::agent::AgentRunner;
 use iterion_core::store::{Admission, AdmissionDecision, Failure, NewRun, RunRecord, Transition};
 use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
@@ -27,7 +28,9 @@ use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBoote
 use crate::bounds::{BoundsError, RunBounds, Watchdog};
 use crate::events::{Emitter, EventTap, spawn_writer};
 use crate::exec::{RunCx, Stop};
+use crate::human::HumanPrompter;
 use crate::owner;
+use crate::progress::{PROGRESS_VERSION, ProgressStep, ResumePoint, RunLaunch, RunProgress};
 
 /// Engine-wide knobs.
 #[derive(Debug, Clone)]
@@ -70,6 +73,11 @@ pub struct RunOptions {
     pub workspace: PathBuf,
     /// Flags for the booter.
     pub flags: BootFlags,
+    /// SHA-256 (hex) of the workflow source (a resume of a changed source
+    /// is refused unless forced).
+    pub source_sha256: Option<String>,
+    /// The caller's launch settings, kept for `iterion resume`.
+    pub launch_settings: serde_json::Map<String, serde_json::Value>,
     /// `iterion run --timeout`: the whole run's bound.
     pub timeout: Option<std::time::Duration>,
 }
@@ -124,6 +132,7 @@ pub struct Engine {
     settings: EngineSettings,
     tap: Option<EventTap>,
     agents: Option<Arc<dyn AgentRunner>>,
+    human: Option<Arc<dyn HumanPrompter>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -144,7 +153,15 @@ impl Engine {
             settings: EngineSettings::default(),
             tap: None,
             agents: None,
+            human: None,
         }
+    }
+
+    /// Ask human nodes through `prompter` (a terminal); without one a
+    /// human node pauses the run (`paused_waiting_human`).
+    pub fn with_human(mut self, prompter: Arc<dyn HumanPrompter>) -> Self {
+        self.human = Some(prompter);
+        self
     }
 
     /// Run agent, judge and `mode: llm` router nodes through `runner`
@@ -165,6 +182,23 @@ impl Engine {
     pub fn with_settings(mut self, settings: EngineSettings) -> Self {
         self.settings = settings;
         self
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn RunStore> {
+        &self.store
+    }
+
+    pub(crate) fn booter(&self) -> &Arc<dyn SandboxBooter> {
+        &self.booter
+    }
+
+    pub(crate) fn has_agents(&self) -> bool {
+        self.agents.is_some()
+    }
+
+    /// The run's single event writer (and the live tap).
+    pub(crate) fn writer(&self, run: &RunId) -> (crate::Emitter, tokio::task::JoinHandle<()>) {
+        spawn_writer(Arc::clone(&self.store), run.clone(), self.tap.clone())
     }
 
     /// Execute one run to its terminal status. `Err` only when the run
@@ -191,11 +225,7 @@ impl Engine {
                 operation: "create run",
                 source,
             })?;
-        let (events, writer) = spawn_writer(
-            Arc::clone(&self.store),
-            options.run_id.clone(),
-            self.tap.clone(),
-        );
+        let (events, writer) = self.writer(&options.run_id);
         // Bounds (issue 19 #6): everything below runs under the run's
         // watchdog token; an unreadable bound is refused at admission.
         let mut bounds = RunBounds::from_workflow(&options.workflow, options.timeout);
@@ -329,7 +359,53 @@ impl Engine {
             file: options.file.clone(),
             trust: format!("{:?}", options.trust).to_lowercase(),
         });
+        let launch = RunLaunch {
+            vars: vars.clone(),
+            workspace: options.workspace.display().to_string(),
+            file: std::path::absolute(&options.file)
+                .map_or_else(|_| options.file.clone(), |p| p.display().to_string()),
+            source_sha256: options.source_sha256.clone(),
+            settings: options.launch_settings.clone(),
+            timeout_ms: options
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        };
+        // Recorded before the boot, so a run whose sandbox never started
+        // resumes too.
+        events.emit(EventKind::RunCheckpoint {
+            version: PROGRESS_VERSION,
+            step: serde_json::to_value(ProgressStep::Launched { launch })
+                .unwrap_or(serde_json::Value::Null),
+        });
+        let walk = Walk {
+            workflow: &options.workflow,
+            vars,
+            start: Start::Fresh,
+            bounds,
+            watchdog,
+        };
+        self.boot_and_walk(ctx, &record, started, cancel, walk)
+            .await
+    }
 
+    /// Boot, walk the graph, tear down, record the end: what a fresh run
+    /// and a resumed one share.
+    pub(crate) async fn boot_and_walk(
+        &self,
+        ctx: &BootContext<'_>,
+        record: &RunRecord,
+        started: Instant,
+        cancel: &CancellationToken,
+        walk: Walk<'_>,
+    ) -> Result<RunOutcome, RuntimeError> {
+        let events = ctx.events;
+        let Walk {
+            workflow,
+            vars,
+            start,
+            bounds,
+            watchdog,
+        } = walk;
         // ---- boot
         let booted = match self.booter.boot(ctx).await {
             Ok(b) => b,
@@ -343,7 +419,7 @@ impl Engine {
                     FailureCode::Cancelled => stopped(&bounds, watchdog, events),
                     code => Failure::new(code, e.to_string()),
                 };
-                return self.finish(ctx, &record, Some(failure), started).await;
+                return self.finish(ctx, record, Some(failure), started).await;
             }
         };
         // From here every event and log line is masked for the run's
@@ -355,18 +431,29 @@ impl Engine {
 
         // ---- nodes (parallel branches share the bounds)
         let bounds = std::sync::Mutex::new(bounds);
-        let cx = RunCx::new(
+        let mut cx = RunCx::new(
             &self.settings,
-            &options.workflow,
+            workflow,
             &booted,
             events,
-            &options.run_id,
+            ctx.run_id,
             vars,
             self.agents.as_deref(),
             &bounds,
             watchdog,
         );
-        let stop = cx.run_graph(cancel).await;
+        cx.human = self.human.as_deref();
+        let stop = match start {
+            Start::Fresh => cx.run_graph(cancel).await,
+            Start::Resume {
+                progress,
+                point,
+                answers,
+            } => {
+                cx.restore(*progress);
+                cx.resume_graph(point, answers, cancel).await
+            }
+        };
         drop(cx);
         let bounds = bounds
             .into_inner()
@@ -375,31 +462,54 @@ impl Engine {
 
         // ---- teardown: always after a boot; never changes the status.
         if let Err(e) = self.booter.teardown(booted, ctx).await {
-            tracing::warn!(run = %options.run_id, code = e.code(), error = %e, "teardown failed");
+            tracing::warn!(run = %ctx.run_id, code = e.code(), error = %e, "teardown failed");
             events.system_log(None, format!("teardown failed ({}): {e}", e.code()));
         }
-        let failure = match stop {
-            Ok(()) => None,
-            Err(Stop::Cancelled) => Some(stopped(bounds, watchdog, events)),
-            Err(Stop::Failed(f)) => Some(f),
+        let end = match stop {
+            Ok(()) => Ending::Finished,
+            Err(Stop::Cancelled) => Ending::Failed(stopped(bounds, watchdog, events)),
+            Err(Stop::Failed(f)) => Ending::Failed(f),
+            Err(Stop::Paused { node }) => Ending::Paused(node),
         };
-        self.finish(ctx, &record, failure, started).await
+        self.finish_as(ctx, record, end, started).await
     }
 
-    /// Emit the terminal event, drain the writer, then CAS the status: the
-    /// stream is complete by the time a poller sees a terminal status.
-    async fn finish(
+    pub(crate) async fn finish(
         &self,
         ctx: &BootContext<'_>,
         record: &RunRecord,
         failure: Option<Failure>,
         started: Instant,
     ) -> Result<RunOutcome, RuntimeError> {
+        let end = failure.map_or(Ending::Finished, Ending::Failed);
+        self.finish_as(ctx, record, end, started).await
+    }
+
+    /// Emit the terminal (or pause) event, drain the writer, then CAS the
+    /// status: the stream is complete by the time a poller sees it.
+    async fn finish_as(
+        &self,
+        ctx: &BootContext<'_>,
+        record: &RunRecord,
+        end: Ending,
+        started: Instant,
+    ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
-        let to = failure
-            .as_ref()
-            .map_or(RunStatus::Finished, |f| f.code.status());
+        let (to, failure) = match end {
+            Ending::Finished => (RunStatus::Finished, None),
+            Ending::Paused(node) => {
+                events.emit_draft(
+                    EventDraft::from(EventKind::RunPaused {
+                        reason: "waiting_human".into(),
+                    })
+                    .for_node(node),
+                );
+                (RunStatus::PausedWaitingHuman, None)
+            }
+            Ending::Failed(f) => (f.code.status(), Some(f)),
+        };
         match &failure {
+            None if to != RunStatus::Finished => {}
             None => events.emit(EventKind::RunFinished {
                 duration_ms: millis(started),
             }),
@@ -451,6 +561,37 @@ impl Engine {
             }),
         }
     }
+}
+
+/// How a walk ended, for the record.
+enum Ending {
+    Finished,
+    Failed(Failure),
+    Paused(iterion_core::NodeId),
+}
+
+/// What a boot walks: the workflow, the run's variables, and whether it
+/// starts afresh or continues stored progress.
+pub(crate) struct Walk<'w> {
+    pub workflow: &'w ir::Workflow,
+    pub vars: BTreeMap<String, serde_json::Value>,
+    pub start: Start,
+    /// The bounds admitted for this walk, and the watchdog armed on them
+    /// (whose token is the walk's `cancel`).
+    pub bounds: RunBounds,
+    pub watchdog: &'w Watchdog,
+}
+
+/// Where a walk starts.
+pub(crate) enum Start {
+    /// From the entry.
+    Fresh,
+    /// From stored progress.
+    Resume {
+        progress: Box<RunProgress>,
+        point: Option<ResumePoint>,
+        answers: Option<serde_json::Value>,
+    },
 }
 
 /// The failure of a run stopped on its token: the bound that fired (with

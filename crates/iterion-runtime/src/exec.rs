@@ -22,6 +22,7 @@ use crate::bounds::{Bound, RunBounds, Watchdog};
 use crate::engine::EngineSettings;
 use crate::events::Emitter;
 use crate::graph::GraphInfo;
+use crate::human::HumanPrompter;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
 use crate::template::LOOPS_KEY;
 
@@ -30,6 +31,10 @@ use crate::template::LOOPS_KEY;
 pub(crate) enum Stop {
     Cancelled,
     Failed(Failure),
+    /// A human node waits for answers (main path only).
+    Paused {
+        node: NodeId,
+    },
 }
 
 impl From<ProgressError> for Stop {
@@ -84,6 +89,8 @@ pub(crate) struct RunCx<'a> {
     pub run_id: &'a RunId,
     pub vars: BTreeMap<String, Value>,
     pub agents: Option<&'a dyn AgentRunner>,
+    /// Asks human nodes (a terminal); `None` pauses at them.
+    pub human: Option<&'a dyn HumanPrompter>,
     /// The run's bounds (issue 19 #6): `max_iterations` is counted across
     /// parallel branches, so behind a lock.
     bounds: &'a std::sync::Mutex<RunBounds>,
@@ -117,6 +124,7 @@ impl<'a> RunCx<'a> {
             run_id,
             vars,
             agents,
+            human: None,
             bounds,
             watchdog,
             shell: tokio::sync::OnceCell::new(),
@@ -124,6 +132,11 @@ impl<'a> RunCx<'a> {
             scripts: AtomicU64::new(0),
             progress: std::sync::Mutex::new(RunProgress::new()),
         }
+    }
+
+    /// Continue from stored progress (resume).
+    pub(crate) fn restore(&mut self, progress: RunProgress) {
+        self.progress = std::sync::Mutex::new(progress);
     }
 
     fn bounds(&self) -> std::sync::MutexGuard<'_, RunBounds> {
@@ -181,10 +194,13 @@ impl<'a> RunCx<'a> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let steps = make(&p);
+        let main = FrameId::main();
         for step in &steps {
             p.apply(step)?;
             let frame = match step {
-                ProgressStep::FrameStarted { frame, .. }
+                ProgressStep::Launched { .. } => &main,
+                ProgressStep::Reopened { frame, .. }
+                | ProgressStep::FrameStarted { frame, .. }
                 | ProgressStep::NodeFinished { frame, .. }
                 | ProgressStep::Advanced { frame, .. }
                 | ProgressStep::Forked { frame, .. }

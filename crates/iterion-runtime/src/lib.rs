@@ -5,10 +5,11 @@
 //! machine under compare-and-set, boot and teardown through a
 //! [`SandboxBooter`], the graph walk (routers, parallel branches and their
 //! joins, loops, foreach: `walk`, `branches`, `graph`) with its resumable
-//! [`progress`], tool-node execution with bounded output, run and node
-//! bounds (timeouts, budgets: [`bounds`]), the engine's side of the agent
-//! seam (`agents`), the single event writer of a run, and the reaper's
-//! orchestration (lease + store + the one predicate).
+//! [`progress`], human nodes and pause ([`human`]), [`resume`], tool-node
+//! execution with bounded output, run and node bounds (timeouts, budgets:
+//! [`bounds`]), the engine's side of the agent seam (`agents`), the single
+//! event writer of a run, and the reaper's orchestration (lease + store + the
+//! one predicate).
 //!
 //! It does not decide which sandbox a run gets (the booter does, with the
 //! policy of `iterion-sandbox`), talk to a container engine (drivers do),
@@ -34,10 +35,12 @@ pub mod engine;
 pub mod events;
 mod exec;
 pub mod graph;
+pub mod human;
 pub mod owner;
 pub mod progress;
 pub mod reap;
 pub mod redact;
+pub mod resume;
 pub mod routing;
 pub mod runfiles;
 pub mod sandbox_boot;

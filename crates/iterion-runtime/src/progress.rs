@@ -92,6 +92,8 @@ pub enum FrameStatus {
     },
     /// Cancelled (the run, or a failing sibling under `wait_all`).
     Cancelled,
+    /// Paused at the human node `at`, waiting for answers.
+    Paused,
 }
 
 /// One frame's state.
@@ -126,12 +128,60 @@ pub struct FrameProgress {
     pub loop_current: BTreeMap<String, Value>,
     /// Status.
     pub status: FrameStatus,
+    /// The node at `at` has finished and its output is recorded, but the
+    /// frame has not moved on (a fork under way, a routing failure): a
+    /// resume routes from that output instead of running the node again.
+    #[serde(default)]
+    pub at_finished: bool,
+}
+
+/// How the run was launched: what `iterion resume` needs to continue it
+/// in another process (recorded once, as the first checkpoint).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunLaunch {
+    /// The run's variables, resolved (declared defaults under `--var`).
+    pub vars: BTreeMap<String, Value>,
+    /// The host workspace, absolute.
+    pub workspace: String,
+    /// The workflow file, absolute.
+    pub file: String,
+    /// SHA-256 (hex) of the workflow source the run compiled; a resume
+    /// of a changed source is refused unless forced.
+    pub source_sha256: Option<String>,
+    /// The caller's own launch settings (the CLI's sandbox flags), handed
+    /// back to it on resume; the engine does not read them.
+    #[serde(default)]
+    pub settings: Map<String, Value>,
+    /// `iterion run --timeout`, in milliseconds: a resume bounds the
+    /// resumed run by it again (on a fresh clock, see `resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RunLaunch {
+    /// The run's `--timeout`.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout_ms.map(std::time::Duration::from_millis)
+    }
 }
 
 /// One change of the progress (the `step` of a `run_checkpoint` event).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ProgressStep {
+    /// How the run was launched (first step of a run).
+    Launched {
+        /// The launch.
+        launch: RunLaunch,
+    },
+    /// A resume reopened `frame` at `at` (the frame's position, or the
+    /// fork it restarts), dropping any fork it was waiting on.
+    Reopened {
+        /// The frame.
+        frame: FrameId,
+        /// Where it continues.
+        at: NodeId,
+    },
     /// A frame begins at `at`.
     FrameStarted {
         /// The new frame.
@@ -238,6 +288,26 @@ pub enum ProgressError {
     },
 }
 
+/// Where a resumed run continues (on the main path).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumePoint {
+    /// The node.
+    pub at: NodeId,
+    /// Its output, when it finished before the run stopped (routed from,
+    /// never run again).
+    pub output: Option<Value>,
+    /// The run paused at this (human) node.
+    pub paused: bool,
+}
+
+/// A progress no resume can continue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeStateError {
+    /// The main path reached `done`.
+    #[error("the run's progress already reached done")]
+    Completed,
+}
+
 /// Everything a run has done so far.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RunProgress {
@@ -245,6 +315,9 @@ pub struct RunProgress {
     pub version: u32,
     /// Frames by id.
     pub frames: BTreeMap<FrameId, FrameProgress>,
+    /// How the run was launched (`None` for a run recorded before it was).
+    #[serde(default)]
+    pub launch: Option<RunLaunch>,
 }
 
 impl RunProgress {
@@ -253,6 +326,7 @@ impl RunProgress {
         Self {
             version: PROGRESS_VERSION,
             frames: BTreeMap::new(),
+            launch: None,
         }
     }
 
@@ -308,6 +382,13 @@ impl RunProgress {
     /// Apply one step.
     pub fn apply(&mut self, step: &ProgressStep) -> Result<(), ProgressError> {
         match step {
+            ProgressStep::Launched { launch } => self.launch = Some(launch.clone()),
+            ProgressStep::Reopened { frame, at } => {
+                let f = self.frame_mut(frame)?;
+                f.at_finished = f.at.as_ref() == Some(at) && f.at_finished;
+                f.at = Some(at.clone());
+                f.status = FrameStatus::Running;
+            }
             ProgressStep::FrameStarted {
                 frame,
                 parent,
@@ -340,6 +421,7 @@ impl RunProgress {
                         loop_previous: BTreeMap::new(),
                         loop_current: BTreeMap::new(),
                         status: FrameStatus::Running,
+                        at_finished: false,
                     },
                 );
             }
@@ -352,6 +434,7 @@ impl RunProgress {
                 let f = self.frame_mut(frame)?;
                 f.outputs.insert(node.clone(), output.clone());
                 f.history.push(node.clone());
+                f.at_finished = f.at.as_ref() == Some(node);
                 if let Some(name) = publish {
                     f.artifacts.insert(name.clone(), output.clone());
                 }
@@ -366,6 +449,7 @@ impl RunProgress {
             } => {
                 let f = self.frame_mut(frame)?;
                 f.at = to.clone();
+                f.at_finished = false;
                 f.input = input.clone();
                 // A loop counter that went back to zero is a fresh instance
                 // of the loop: it has no previous output.
@@ -416,18 +500,17 @@ impl RunProgress {
                 f.outputs.extend(outputs);
                 f.artifacts.extend(artifacts);
                 f.at = at.clone();
+                f.at_finished = false;
                 f.input = input.clone();
                 f.status = match at {
                     Some(_) => FrameStatus::Running,
                     None => FrameStatus::Done,
                 };
             }
+            // `at` stays: where a failed, cancelled or paused frame stopped
+            // is where a resume continues.
             ProgressStep::Ended { frame, status } => {
-                let f = self.frame_mut(frame)?;
-                if !matches!(status, FrameStatus::Reached { .. }) {
-                    f.at = None;
-                }
-                f.status = status.clone();
+                self.frame_mut(frame)?.status = status.clone();
             }
         }
         Ok(())
@@ -453,6 +536,32 @@ impl RunProgress {
             out.insert(NodeId::new(ARTIFACTS_KEY), Value::Object(artifacts));
         }
         out
+    }
+
+    /// Where a resume continues: the main path's node, or the fork it was
+    /// waiting on (upstream restarts a fan-out at its router: the branches
+    /// run again; what finished before the fork does not).
+    pub fn resume_point(&self) -> Result<Option<ResumePoint>, ResumeStateError> {
+        let Some(main) = self.frames.get(&FrameId::main()) else {
+            // Nothing ran: the run starts from its entry.
+            return Ok(None);
+        };
+        let (at, fork) = match &main.status {
+            FrameStatus::Done => return Err(ResumeStateError::Completed),
+            FrameStatus::Waiting { fork, .. } => (Some(fork.clone()), true),
+            _ => (main.at.clone(), false),
+        };
+        let Some(at) = at else {
+            return Err(ResumeStateError::Completed);
+        };
+        let output = (main.at_finished || fork)
+            .then(|| main.outputs.get(&at).cloned())
+            .flatten();
+        Ok(Some(ResumePoint {
+            at,
+            output,
+            paused: main.status == FrameStatus::Paused,
+        }))
     }
 
     /// Frame ids not used yet, one per base name (`base`, then `base_2`,
@@ -566,7 +675,8 @@ mod tests {
         assert_eq!(main.outputs.get(&id("a")), Some(&json!({"x": 1})));
         let b = p.frame(&FrameId::new("branch_r_b")).unwrap();
         assert!(matches!(b.status, FrameStatus::Failed { .. }));
-        assert_eq!(b.at, None);
+        // Where it failed stays, for a resume.
+        assert_eq!(b.at, Some(id("b")));
         // A branch sees its parent's outputs under its own; what it
         // published is merged into the parent at the join.
         let seen = p.visible_outputs(&FrameId::new("branch_r_a"));

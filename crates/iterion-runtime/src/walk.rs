@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{NodeError, RunCx, Stop};
-use crate::progress::{FrameId, FrameStatus, ProgressStep};
+use crate::progress::{FrameId, FrameStatus, ProgressStep, ResumePoint};
 use crate::routing::{self, RouteError, Router, Taken};
 use crate::template::Scope;
 use iterion_core::agent::AgentRole;
@@ -41,6 +41,15 @@ pub(crate) enum FrameEnd {
 }
 
 type WalkFuture<'s> = Pin<Box<dyn Future<Output = Result<FrameEnd, Stop>> + Send + 's>>;
+
+/// What a resumed frame starts with.
+#[derive(Debug, Default)]
+pub(crate) struct Resumed {
+    /// The output its first node recorded before the run stopped.
+    pub output: Option<Value>,
+    /// The answers of the human node it paused at.
+    pub answers: Option<Value>,
+}
 
 /// Where a frame stands before its next node.
 struct Position {
@@ -70,18 +79,53 @@ impl<'a> RunCx<'a> {
         self.walk(&main, cancel).await.map(|_| ())
     }
 
+    /// Continue stored progress from `point` (`None`: nothing ran, start
+    /// at the entry): the main path is reopened there and routes from the
+    /// output its node already recorded, or runs it (a paused human node
+    /// with its `answers`).
+    pub(crate) async fn resume_graph(
+        &self,
+        point: Option<ResumePoint>,
+        answers: Option<Value>,
+        cancel: &CancellationToken,
+    ) -> Result<(), Stop> {
+        let Some(point) = point else {
+            return self.run_graph(cancel).await;
+        };
+        let main = FrameId::main();
+        self.record(ProgressStep::Reopened {
+            frame: main.clone(),
+            at: point.at.clone(),
+        })?;
+        let resumed = Resumed {
+            output: point.output,
+            answers,
+        };
+        self.walk_from(&main, resumed, cancel).await.map(|_| ())
+    }
+
     /// Walk one frame until it ends; its end is recorded.
     pub(crate) fn walk<'s>(
         &'s self,
         frame: &'s FrameId,
         cancel: &'s CancellationToken,
     ) -> WalkFuture<'s> {
+        self.walk_from(frame, Resumed::default(), cancel)
+    }
+
+    fn walk_from<'s>(
+        &'s self,
+        frame: &'s FrameId,
+        resumed: Resumed,
+        cancel: &'s CancellationToken,
+    ) -> WalkFuture<'s> {
         Box::pin(async move {
-            let result = self.walk_frame(frame, cancel).await;
+            let result = self.walk_frame(frame, resumed, cancel).await;
             let status = match &result {
                 Ok(FrameEnd::Reached(join)) => Some(FrameStatus::Reached { join: join.clone() }),
                 Ok(FrameEnd::Done) => None,
                 Err(Stop::Cancelled) => Some(FrameStatus::Cancelled),
+                Err(Stop::Paused { .. }) => Some(FrameStatus::Paused),
                 Err(Stop::Failed(f)) => Some(FrameStatus::Failed {
                     code: f.code,
                     message: f.message.clone(),
@@ -117,6 +161,7 @@ impl<'a> RunCx<'a> {
     async fn walk_frame(
         &self,
         frame: &FrameId,
+        mut resumed: Resumed,
         cancel: &CancellationToken,
     ) -> Result<FrameEnd, Stop> {
         loop {
@@ -136,8 +181,38 @@ impl<'a> RunCx<'a> {
                     format!("unknown node {at}"),
                 ));
             };
+            let input = pos.input;
+            // A resume routes from the output a node recorded before the
+            // run stopped: it never runs again.
+            let output = match resumed.output.take() {
+                Some(output) => output,
+                None => {
+                    self.execute(frame, node, &input, resumed.answers.take(), cancel)
+                        .await?
+                }
+            };
+            if let Some(end) = self.route(frame, node, &input, &output, cancel).await? {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Run one node to its output (`node_started` … `node_finished`, the
+    /// output recorded).
+    async fn execute(
+        &self,
+        frame: &FrameId,
+        node: &'a ir::Node,
+        input: &Map<String, Value>,
+        answers: Option<Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, Stop> {
+        // Answers arriving on resume finish the human node that started
+        // (and asked) before the pause.
+        if answers.is_none() {
             // `max_iterations` counts node executions (a `fail` node is the
-            // end, not one): the one past it never starts.
+            // end, not one): the one past it never starts. A human node
+            // finished by resume answers started before the pause.
             if node.kind != NodeKind::Fail {
                 self.admit_node()?;
             }
@@ -148,129 +223,115 @@ impl<'a> RunCx<'a> {
                     kind: node.kind.as_str().into(),
                 },
             );
-            let started = Instant::now();
-            let input = pos.input;
-            match (node.kind, node.router_mode.as_deref()) {
-                (NodeKind::Fail, _) => {
-                    let message = node
-                        .properties
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map_or_else(String::new, |m| format!(": {m}"));
-                    return Err(failed(
-                        FailureCode::WorkflowFailed,
-                        format!("reached fail node {}{message}", node.id),
-                    ));
-                }
-                (NodeKind::Router, None | Some("fan_out_all")) => {
-                    let output = Value::Object(input.clone());
-                    self.finished(frame, node, None, started, &output)?;
-                    let visible = self.visible(frame);
-                    let scope = Scope {
-                        vars: &self.vars,
-                        input: &input,
-                        outputs: &visible,
-                        output: None,
-                    };
-                    let edges = routing::fan_out_edges(self.workflow, &node.id, &scope, &output);
-                    if let Some(end) = self
-                        .fan_out(frame, node, &edges, &input, &output, cancel)
-                        .await?
-                    {
-                        return Ok(end);
-                    }
-                }
-                (NodeKind::Router, Some("round_robin")) => {
-                    let output = Value::Object(input.clone());
-                    self.finished(frame, node, None, started, &output)?;
-                    if let Some(end) = self.round_robin(frame, node, &input, &output)? {
-                        return Ok(end);
-                    }
-                }
-                // A condition router and a legacy `join` node pass their
-                // input through; the edges' conditions read it.
-                (NodeKind::Router, Some("condition")) | (NodeKind::Join, _) => {
+        }
+        let started = Instant::now();
+        let (exit_code, output) = match (node.kind, node.router_mode.as_deref()) {
+            (NodeKind::Fail, _) => {
+                let message = node
+                    .properties
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(String::new, |m| format!(": {m}"));
+                return Err(failed(
+                    FailureCode::WorkflowFailed,
+                    format!("reached fail node {}{message}", node.id),
+                ));
+            }
+            // Routers and a legacy `join` pass their input through; what
+            // they decide is in `route`.
+            (NodeKind::Router, None | Some("fan_out_all" | "round_robin" | "condition"))
+            | (NodeKind::Join, _) => {
+                if node.kind == NodeKind::Join {
                     self.check_join_requires(frame, node)?;
-                    let output = Value::Object(input.clone());
-                    self.finished(frame, node, None, started, &output)?;
-                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
-                        return Ok(end);
-                    }
                 }
-                (NodeKind::Tool, _) => {
-                    let visible = self.visible(frame);
-                    let scope = Scope {
-                        vars: &self.vars,
-                        input: &input,
-                        outputs: &visible,
-                        output: None,
-                    };
-                    let (exit_code, output) = match self.run_tool(frame, node, &scope, cancel).await
-                    {
-                        Ok(done) => done,
-                        Err(e) => return Err(self.node_failed(frame, node, e)),
-                    };
-                    self.finished(frame, node, Some(exit_code), started, &output)?;
-                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
-                        return Ok(end);
-                    }
-                }
-                (NodeKind::Compute, _) => {
-                    let output = match self.run_compute(frame, node, &input) {
-                        Ok(output) => output,
-                        Err(e) => return Err(self.node_failed(frame, node, e)),
-                    };
-                    self.finished(frame, node, None, started, &output)?;
-                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
-                        return Ok(end);
-                    }
-                }
-                (NodeKind::Agent | NodeKind::Judge, _) => {
-                    let role = match node.kind {
-                        NodeKind::Judge => AgentRole::Judge,
-                        _ => AgentRole::Agent,
-                    };
-                    let output = self.agent_output(frame, node, &input, role, cancel).await?;
-                    self.finished(frame, node, None, started, &output)?;
-                    // A judge's verdict routes like any output: `when`.
-                    if let Some(end) = self.advance(frame, node, &input, &output, cancel).await? {
-                        return Ok(end);
-                    }
-                }
-                (NodeKind::Router, Some("llm")) => {
-                    let edges: Vec<&Edge> = self.workflow.edges_from(&node.id).collect();
-                    let mut candidates: Vec<String> = Vec::new();
-                    for e in &edges {
-                        let t = routing::target_name(&e.to).to_owned();
-                        if !candidates.contains(&t) {
-                            candidates.push(t);
-                        }
-                    }
-                    let multi = node.properties.get("multi").and_then(Value::as_bool) == Some(true);
-                    let role = AgentRole::Router { multi, candidates };
-                    let output = self.agent_output(frame, node, &input, role, cancel).await?;
-                    self.finished(frame, node, None, started, &output)?;
-                    if let Some(end) = self
-                        .llm_route(frame, node, &edges, &input, &output, multi, cancel)
-                        .await?
-                    {
-                        return Ok(end);
-                    }
-                }
-                (kind, mode) => {
-                    // Admission refuses these before anything starts; fail
-                    // closed should one slip through.
-                    let what = match mode {
-                        Some(m) => format!("router mode {m}"),
-                        None => kind.as_str().to_owned(),
-                    };
-                    let e = NodeError::failed(
-                        FailureCode::NodeFailed,
-                        format!("{what} nodes are not executed by this engine"),
-                    );
-                    return Err(self.node_failed(frame, node, e));
+                (None, Value::Object(input.clone()))
+            }
+            (NodeKind::Tool, _) => {
+                let visible = self.visible(frame);
+                let scope = Scope {
+                    vars: &self.vars,
+                    input,
+                    outputs: &visible,
+                    output: None,
+                };
+                match self.run_tool(frame, node, &scope, cancel).await {
+                    Ok((code, output)) => (Some(code), output),
+                    Err(e) => return Err(self.node_failed(frame, node, e)),
                 }
             }
+            (NodeKind::Compute, _) => match self.run_compute(frame, node, input) {
+                Ok(output) => (None, output),
+                Err(e) => return Err(self.node_failed(frame, node, e)),
+            },
+            (NodeKind::Human, _) => (None, self.human(frame, node, input, answers, cancel).await?),
+            (NodeKind::Agent | NodeKind::Judge, _) => {
+                let role = match node.kind {
+                    NodeKind::Judge => AgentRole::Judge,
+                    _ => AgentRole::Agent,
+                };
+                (
+                    None,
+                    self.agent_output(frame, node, input, role, cancel).await?,
+                )
+            }
+            (NodeKind::Router, Some("llm")) => {
+                let (multi, candidates) = llm_candidates(self.workflow, node);
+                let role = AgentRole::Router { multi, candidates };
+                (
+                    None,
+                    self.agent_output(frame, node, input, role, cancel).await?,
+                )
+            }
+            (kind, mode) => {
+                // Admission refuses these before anything starts; fail
+                // closed should one slip through.
+                let what = match mode {
+                    Some(m) => format!("router mode {m}"),
+                    None => kind.as_str().to_owned(),
+                };
+                let e = NodeError::failed(
+                    FailureCode::NodeFailed,
+                    format!("{what} nodes are not executed by this engine"),
+                );
+                return Err(self.node_failed(frame, node, e));
+            }
+        };
+        self.finished(frame, node, exit_code, started, &output)?;
+        Ok(output)
+    }
+
+    /// Follow what a node's output selects; `Some` when the frame ended.
+    async fn route(
+        &self,
+        frame: &FrameId,
+        node: &'a ir::Node,
+        input: &Map<String, Value>,
+        output: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Option<FrameEnd>, Stop> {
+        match (node.kind, node.router_mode.as_deref()) {
+            (NodeKind::Router, None | Some("fan_out_all")) => {
+                let visible = self.visible(frame);
+                let scope = Scope {
+                    vars: &self.vars,
+                    input,
+                    outputs: &visible,
+                    output: None,
+                };
+                let edges = routing::fan_out_edges(self.workflow, &node.id, &scope, output);
+                self.fan_out(frame, node, &edges, input, output, cancel)
+                    .await
+            }
+            (NodeKind::Router, Some("round_robin")) => self.round_robin(frame, node, input, output),
+            (NodeKind::Router, Some("llm")) => {
+                let edges: Vec<&Edge> = self.workflow.edges_from(&node.id).collect();
+                let (multi, _) = llm_candidates(self.workflow, node);
+                self.llm_route(frame, node, &edges, input, output, multi, cancel)
+                    .await
+            }
+            // A judge's verdict, a condition router's input, any node's
+            // output: the edges' `when` conditions read it.
+            _ => self.advance(frame, node, input, output, cancel).await,
         }
     }
 
@@ -615,6 +676,20 @@ impl<'a> RunCx<'a> {
         };
         self.take(frame, taken, round_robin_index, router, round_robin, output)
     }
+}
+
+/// A `mode: llm` router's `multi` flag and its candidate routes (the
+/// targets of its edges, each once, in edge order).
+fn llm_candidates(workflow: &ir::Workflow, node: &ir::Node) -> (bool, Vec<String>) {
+    let mut candidates: Vec<String> = Vec::new();
+    for e in workflow.edges_from(&node.id) {
+        let t = routing::target_name(&e.to).to_owned();
+        if !candidates.contains(&t) {
+            candidates.push(t);
+        }
+    }
+    let multi = node.properties.get("multi").and_then(Value::as_bool) == Some(true);
+    (multi, candidates)
 }
 
 /// The nodes a set of edges leads to (edges to `done`/`fail` lead to none).

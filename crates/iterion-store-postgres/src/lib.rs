@@ -38,7 +38,7 @@ use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{
     Admission, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
-    RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
+    Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 
@@ -457,6 +457,51 @@ impl RunStore for PostgresStore {
             run: id.clone(),
             expected_status: t.from,
             expected_revision: t.expected_revision,
+            actual_status: current.status,
+            actual_revision: current.revision,
+        })
+    }
+
+    async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
+        if r.from == RunStatus::Running || !r.from.can_transition_to(RunStatus::Running) {
+            return Err(StoreError::IllegalTransition {
+                run: id.clone(),
+                from: r.from,
+                to: RunStatus::Running,
+            });
+        }
+        let c = self.client().await?;
+        let owner = r
+            .owner
+            .as_ref()
+            .map(|o| to_json("encode owner", o))
+            .transpose()?;
+        let expected = r.expected_revision.map(|x| x as i64);
+        let row = c
+            .query_opt(
+                &format!(
+                    "UPDATE runs SET status = 'running', failure_code = NULL, \
+                     failure_disposition = NULL, failure_message = NULL, owner = $1, \
+                     revision = revision + 1, updated_at = $2 \
+                     WHERE id = $3 AND status = $4 AND ($5::BIGINT IS NULL OR revision = $5) \
+                     RETURNING {RUN_COLS}"
+                ),
+                &[&owner, &now(), &id.as_str(), &r.from.as_str(), &expected],
+            )
+            .await
+            .map_err(|e| classify(e, "reopen run"))?;
+        if let Some(row) = row {
+            return decode_run(&row);
+        }
+        drop(c);
+        let current = self
+            .load_run(id)
+            .await?
+            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+        Err(StoreError::StaleTransition {
+            run: id.clone(),
+            expected_status: r.from,
+            expected_revision: r.expected_revision,
             actual_status: current.status,
             actual_revision: current.revision,
         })

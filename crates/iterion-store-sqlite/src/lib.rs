@@ -28,7 +28,7 @@ use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{
     Admission, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
-    RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
+    Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 
@@ -448,6 +448,51 @@ impl RunStore for SqliteStore {
                 "UPDATE runs SET status = ?1, failure_code = ?2, failure_disposition = ?3, \
                  failure_message = ?4, revision = revision + 1, updated_at = ?5 WHERE id = ?6",
                 params![t.to.as_str(), code, disp, msg, micros(now()), id.as_str()],
+            )
+            .map_err(map)?;
+            let rec =
+                load(&tx, id.as_str(), loc)?.ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+            tx.commit().map_err(map)?;
+            rec.decode()
+        })
+        .await
+    }
+
+    async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
+        let id = id.clone();
+        self.with_conn("reopen run", move |conn, loc| {
+            let map = |e| schema::classify(e, loc);
+            if r.from == RunStatus::Running || !r.from.can_transition_to(RunStatus::Running) {
+                return Err(StoreError::IllegalTransition {
+                    run: id,
+                    from: r.from,
+                    to: RunStatus::Running,
+                });
+            }
+            let owner = r.owner.as_ref().map(|o| to_json("encode owner", o)).transpose()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(map)?;
+            let raw =
+                load(&tx, id.as_str(), loc)?.ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+            let current: RunStatus = raw
+                .status
+                .parse()
+                .map_err(|e: String| decode_err("decode status", e))?;
+            let revision = raw.revision as u64;
+            if current != r.from || r.expected_revision.is_some_and(|x| x != revision) {
+                return Err(StoreError::StaleTransition {
+                    run: id,
+                    expected_status: r.from,
+                    expected_revision: r.expected_revision,
+                    actual_status: current,
+                    actual_revision: revision,
+                });
+            }
+            tx.execute(
+                "UPDATE runs SET status = 'running', failure_code = NULL, failure_disposition = NULL, \
+                 failure_message = NULL, owner = ?1, revision = revision + 1, updated_at = ?2 WHERE id = ?3",
+                params![owner, micros(now()), id.as_str()],
             )
             .map_err(map)?;
             let rec =

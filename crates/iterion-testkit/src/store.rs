@@ -39,7 +39,7 @@ use iterion_core::id::{NodeId, RunId};
 use iterion_core::mode::Trust;
 use iterion_core::store::{
     Admission, AdmissionDecision, DrainRecord, DrainStatus, Failure, NewLogLine, NewRun,
-    PageRequest, PutOutcome, RunFilePath, RunOwner, Transition,
+    PageRequest, PutOutcome, Reopen, RunFilePath, RunOwner, Transition,
 };
 pub use iterion_core::{RunStore, StoreError};
 
@@ -84,6 +84,7 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@checks $fresh;
             runs_create_and_load,
             runs_transition_cas,
+            runs_reopen_claims_the_run,
             runs_failure_and_admission,
             runs_pagination_is_stable,
             events_append_and_read,
@@ -206,6 +207,72 @@ pub async fn runs_create_and_load(fx: &StoreFixture, _open: OpenFn) {
         .expect("load absent");
     assert!(absent.is_none());
     assert!(!s.describe().is_empty());
+}
+
+/// `reopen_run` (resume): a failed run goes back to `running` with the
+/// resuming process as its owner and no failure, by compare-and-set; a
+/// stale claim, a finished run and a running one are refused.
+pub async fn runs_reopen_claims_the_run(fx: &StoreFixture, _open: OpenFn) {
+    let s = &fx.store;
+    let run = s.create_run(new_run("reopen")).await.expect("create");
+    s.transition(&run.id, to(RunStatus::Queued, RunStatus::Running))
+        .await
+        .expect("start");
+    let failed = s
+        .transition(
+            &run.id,
+            Transition {
+                failure: Some(Failure::new(FailureCode::NodeFailed, "boom")),
+                ..to(RunStatus::Running, RunStatus::Failed)
+            },
+        )
+        .await
+        .expect("fail");
+    let me = RunOwner {
+        host: "host-b".into(),
+        pid: 7,
+        start_time: 11,
+    };
+    let claim = |from, revision| Reopen {
+        from,
+        expected_revision: Some(revision),
+        owner: Some(me.clone()),
+    };
+    let stale = s
+        .reopen_run(&run.id, claim(RunStatus::Failed, run.revision))
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::StaleTransition { .. })),
+        "{stale:?}"
+    );
+    let running = s
+        .reopen_run(&run.id, claim(RunStatus::Failed, failed.revision))
+        .await
+        .expect("reopen");
+    assert_eq!(running.status, RunStatus::Running);
+    assert_eq!(running.failure, None);
+    assert_eq!(running.owner, Some(me.clone()));
+    assert!(running.revision > failed.revision);
+    let again = s
+        .reopen_run(&run.id, claim(RunStatus::Running, running.revision))
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::IllegalTransition { .. })),
+        "{again:?}"
+    );
+    let finished = s
+        .transition(&run.id, to(RunStatus::Running, RunStatus::Finished))
+        .await
+        .expect("finish");
+    let done = s
+        .reopen_run(&run.id, claim(RunStatus::Finished, finished.revision))
+        .await;
+    assert!(
+        matches!(done, Err(StoreError::IllegalTransition { .. })),
+        "{done:?}"
+    );
+    let loaded = s.load_run(&run.id).await.expect("load").expect("present");
+    assert_eq!(loaded.owner, Some(me));
 }
 
 /// Transitions are compare-and-set on status and revision and follow

@@ -4,6 +4,7 @@
 mod files;
 #[cfg(feature = "driver-k8s")]
 mod manifests;
+mod resume;
 mod run;
 mod sandbox;
 mod store_views;
@@ -17,6 +18,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate(args) => validate::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Resume(args) => resume::run(args).await,
         Command::Runs(args) => store_views::runs(args).await,
         Command::Events(args) => store_views::events(args).await,
         Command::Logs(args) => store_views::logs(args).await,

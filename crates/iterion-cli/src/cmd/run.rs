@@ -1,14 +1,19 @@
 //! `iterion run FILE`: compile, pre-flight (opt-in), then hand the run to
 //! the engine with the policy booter over the drivers this host offers;
-//! render its events live and exit by its terminal status.
+//! render its events live and exit by its terminal status. Also the
+//! [`Session`] `iterion resume` shares with it, so a resumed run is driven,
+//! bounded, signalled and printed exactly as a fresh one.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iterion_core::{HostState, Mode, RunId, RunStatus, Trust};
-use iterion_runtime::{BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, SandboxFlags};
+use iterion_core::{HostState, Mode, RunId, RunStatus, RunStore, Trust};
+use iterion_runtime::{
+    BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, RunOutcome, RuntimeError,
+    SandboxFlags,
+};
 use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
 use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
 use tokio_util::sync::CancellationToken;
@@ -24,46 +29,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     if let Some(dir) = &args.store_dir {
         stores::select_dir(dir.clone());
     }
-    let (_, workflow) = workflow::load_workflow(&args.file)?;
+    let (loaded, workflow) = workflow::load_workflow(&args.file)?;
     let vars = parse_vars(&args.vars)?;
     let env = EnvSnapshot::from_process();
-    let flags = SandboxFlags {
-        sandbox: args.sandbox.map(|s| match s {
-            SandboxFlag::Auto => Mode::Auto,
-            SandboxFlag::None => Mode::None,
-        }),
-        host_state: args.sandbox_host_state.map(|h| match h {
-            HostStateFlag::Auto => HostState::Auto,
-            HostStateFlag::None => HostState::None,
-        }),
+    let launch = LaunchFlags {
+        sandbox: args.sandbox,
+        host_state: args.sandbox_host_state,
         default_image: args.sandbox_default_image.clone(),
-        // The product entry point installs tier 4 (seed step 1).
-        global_default: Some(Mode::Auto),
     };
+    let flags = launch.sandbox_flags();
     check_env(&env, &flags)?;
     if preflight_enabled(env.preflight.as_deref()) {
         preflight(&args, &env).await?;
     }
-
-    // Installed before anything is created: from here on a SIGINT, SIGTERM
-    // or SIGHUP cancels the run and the teardown still runs (issue 19 #7:
-    // a TERMed run left its container, network, rules and secret files).
-    let cancel = CancellationToken::new();
-    cancel_on_signals(cancel.clone())?;
-
-    // Agent nodes: credentials and backend defaults come from this
-    // process's environment; a static `iterion` (this one, or ITERION_BIN)
-    // is bound read-only into the sandbox for claw's in-box runner. What
-    // can be checked without a container is checked now, so a missing key
-    // refuses the run before anything is created.
-    let agent_env = iterion_agent::EnvSnapshot::from_process();
-    let runner_binary = iterion_agent::runner::locate_runner_binary(
-        &agent_env,
-        std::env::current_exe().ok().as_deref(),
-    );
-    let agents = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
-        .with_budget(&workflow.budget);
-    admit_agents(&agents, &workflow)?;
+    let cancel = cancel_on_signals()?;
+    let agents = AgentWiring::admit(&workflow)?;
 
     let store = stores::open_from_env().await?;
     let run_id = match args.run_id.clone() {
@@ -86,51 +66,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         None => RunId::generate(),
     };
     tracing::info!(run = %run_id, file = %args.file.display(), "run starting");
-    let discovered = drivers::discover(&env).await;
-    // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
-    // start of every run: bounded, in the background, never blocking it.
-    let local_env: BTreeMap<String, String> = std::env::vars().collect();
-    let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
-    let reap_store = store.clone();
-    let reap_drivers = discovered.drivers.clone();
-    let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
-    // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
-    // itself the boundary and judges no one's sandboxes.
-    let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
-    let reaper = tokio::spawn(async move {
-        if !reaping {
-            return;
-        }
-        let pass = async {
-            iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
-            iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false).await;
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
-    });
-
     let workspace = std::env::current_dir()?.canonicalize()?;
-    let booter = PolicyBooter::new(
-        env,
-        local_env,
-        DriverCatalog {
-            drivers: discovered.drivers,
-            failure: discovered.failure,
-        },
-        store.clone(),
-        state_dir,
-    );
-    let booter = match &runner_binary {
-        Some(bin) if !iterion_runtime::agents::agent_nodes(&workflow).is_empty() => {
-            booter.with_mounts(vec![iterion_agent::runner::runner_mount(bin)])
-        }
-        _ => booter,
-    };
-    let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-    let engine = Engine::new(store, Arc::new(booter))
-        .with_agents(Arc::new(agents))
-        .with_event_tap(tap);
-    let renderer = tokio::spawn(render::render_events(rx));
-
     let options = RunOptions {
         file: args.file.display().to_string(),
         workflow,
@@ -143,51 +79,246 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         workspace,
         flags: BootFlags::new(flags),
         timeout: args.timeout,
+        source_sha256: Some(source_sha256(&loaded.source)),
+        launch_settings: launch.to_settings(),
     };
-    let outcome = engine.run(options, cancel).await;
-    drop(engine);
-    let _ = renderer.await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), reaper).await;
-    let outcome = outcome?;
-    let code = outcome.failure.as_ref().map(|f| f.code.as_str());
-    if args.json {
-        let doc = serde_json::json!({
-            "run_id": outcome.run_id,
-            "status": outcome.status,
-            "failure_code": code,
-        });
-        let _ = writeln!(std::io::stdout(), "{doc}");
-    }
-    // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a failed
-    // write must not turn a cleaned-up run into a panic (exit 101).
-    let summary = match &outcome.failure {
-        None => format!("run {} {}", outcome.run_id, outcome.status),
-        Some(f) => format!(
-            "run {} {} ({}): {}",
-            outcome.run_id, outcome.status, f.code, f.message
-        ),
+    let session = Session {
+        store,
+        env,
+        agents,
+        json: args.json,
+        interactive: !args.no_interactive,
+        cancel,
     };
-    let _ = writeln!(
-        std::io::stderr(),
-        "{}",
-        iterion_core::display::printable(&summary)
-    );
-    Ok(if outcome.status == RunStatus::Finished {
-        Exit::Success
-    } else {
-        Exit::Failure
-    })
+    session
+        .execute(|engine, cancel| async move { engine.run(options, cancel).await })
+        .await
 }
 
-/// Cancel `cancel` on the first SIGINT, SIGTERM or SIGHUP: the engine then
-/// stops the running exec, tears the sandbox down and records `cancelled`.
-/// Later signals are absorbed, so a second TERM cannot cut the teardown
-/// short (only SIGKILL can, and the reaper collects what that leaves).
-fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
+/// The sandbox flags a run was launched with, kept in its launch record
+/// so `iterion resume` boots it the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct LaunchFlags {
+    pub sandbox: Option<SandboxFlag>,
+    pub host_state: Option<HostStateFlag>,
+    pub default_image: Option<String>,
+}
+
+impl LaunchFlags {
+    pub(super) fn sandbox_flags(&self) -> SandboxFlags {
+        SandboxFlags {
+            sandbox: self.sandbox.map(|s| match s {
+                SandboxFlag::Auto => Mode::Auto,
+                SandboxFlag::None => Mode::None,
+            }),
+            host_state: self.host_state.map(|h| match h {
+                HostStateFlag::Auto => HostState::Auto,
+                HostStateFlag::None => HostState::None,
+            }),
+            default_image: self.default_image.clone(),
+            // The product entry point installs tier 4 (seed step 1).
+            global_default: Some(Mode::Auto),
+        }
+    }
+
+    fn to_settings(&self) -> serde_json::Map<String, serde_json::Value> {
+        let word = |auto: Option<bool>| auto.map(|a| if a { "auto" } else { "none" });
+        let mut m = serde_json::Map::new();
+        m.insert(
+            "sandbox".into(),
+            serde_json::json!(word(self.sandbox.map(|s| s == SandboxFlag::Auto))),
+        );
+        m.insert(
+            "sandbox_host_state".into(),
+            serde_json::json!(word(self.host_state.map(|h| h == HostStateFlag::Auto))),
+        );
+        m.insert(
+            "sandbox_default_image".into(),
+            serde_json::json!(self.default_image),
+        );
+        m
+    }
+
+    /// Read back what [`Self::to_settings`] wrote (unknown words: unset).
+    pub(super) fn from_settings(m: &serde_json::Map<String, serde_json::Value>) -> Self {
+        let word = |k: &str| m.get(k).and_then(serde_json::Value::as_str);
+        Self {
+            sandbox: match word("sandbox") {
+                Some("auto") => Some(SandboxFlag::Auto),
+                Some("none") => Some(SandboxFlag::None),
+                _ => None,
+            },
+            host_state: match word("sandbox_host_state") {
+                Some("auto") => Some(HostStateFlag::Auto),
+                Some("none") => Some(HostStateFlag::None),
+                _ => None,
+            },
+            default_image: word("sandbox_default_image").map(str::to_owned),
+        }
+    }
+}
+
+/// SHA-256 (hex) of a workflow source: what a resume compares.
+pub(super) fn source_sha256(source: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(source.as_bytes()))
+}
+
+/// Agent nodes: credentials and backend defaults come from this process's
+/// environment; a static `iterion` (this one, or ITERION_BIN) is bound
+/// read-only into the sandbox for claw's in-box runner when the workflow
+/// has agent nodes; the workflow's budget spans its agent nodes.
+pub(super) struct AgentWiring {
+    backends: iterion_agent::AgentBackends,
+    mounts: Vec<iterion_core::plan::Mount>,
+}
+
+impl AgentWiring {
+    /// What can be checked without a container is checked now, so a
+    /// missing key refuses the run before anything is created.
+    pub(super) fn admit(workflow: &iterion_dsl::ir::Workflow) -> anyhow::Result<Self> {
+        let agent_env = iterion_agent::EnvSnapshot::from_process();
+        let runner_binary = iterion_agent::runner::locate_runner_binary(
+            &agent_env,
+            std::env::current_exe().ok().as_deref(),
+        );
+        let backends = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
+            .with_budget(&workflow.budget);
+        admit_agents(&backends, workflow)?;
+        let mounts = match &runner_binary {
+            Some(bin) if !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
+                vec![iterion_agent::runner::runner_mount(bin)]
+            }
+            _ => Vec::new(),
+        };
+        Ok(Self { backends, mounts })
+    }
+}
+
+/// What `run` and `resume` share: the drivers, the reaper, the booter, the
+/// live view, and how an outcome is printed and exits.
+pub(super) struct Session {
+    pub store: Arc<dyn RunStore>,
+    pub env: EnvSnapshot,
+    pub agents: AgentWiring,
+    pub json: bool,
+    /// Human nodes may ask on the terminal (not `--no-interactive`).
+    pub interactive: bool,
+    /// Cancelled by SIGINT, SIGTERM or SIGHUP ([`cancel_on_signals`]).
+    pub cancel: CancellationToken,
+}
+
+impl Session {
+    pub(super) async fn execute<F, Fut>(self, go: F) -> anyhow::Result<Exit>
+    where
+        F: FnOnce(Engine, CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = Result<RunOutcome, RuntimeError>>,
+    {
+        let Session {
+            store,
+            env,
+            agents,
+            json,
+            interactive,
+            cancel,
+        } = self;
+        let discovered = drivers::discover(&env).await;
+        // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
+        // start of every run: bounded, in the background, never blocking it.
+        let local_env: BTreeMap<String, String> = std::env::vars().collect();
+        let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
+        let reap_store = store.clone();
+        let reap_drivers = discovered.drivers.clone();
+        let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+        // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
+        // itself the boundary and judges no one's sandboxes.
+        let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
+        let reaper = tokio::spawn(async move {
+            if !reaping {
+                return;
+            }
+            let pass = async {
+                iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
+                iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false)
+                    .await;
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
+        });
+
+        let booter = PolicyBooter::new(
+            env,
+            local_env,
+            DriverCatalog {
+                drivers: discovered.drivers,
+                failure: discovered.failure,
+            },
+            store.clone(),
+            state_dir,
+        )
+        .with_mounts(agents.mounts);
+        let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut engine = Engine::new(store, Arc::new(booter))
+            .with_agents(Arc::new(agents.backends))
+            .with_event_tap(tap);
+        if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));
+        }
+        let renderer = tokio::spawn(render::render_events(rx));
+
+        // The engine (and its event tap) goes with the run, so the
+        // renderer ends when the run does.
+        let outcome = go(engine, cancel).await;
+        let _ = renderer.await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), reaper).await;
+        let outcome = outcome?;
+        let code = outcome.failure.as_ref().map(|f| f.code.as_str());
+        if json {
+            let doc = serde_json::json!({
+                "run_id": outcome.run_id,
+                "status": outcome.status,
+                "failure_code": code,
+            });
+            let _ = writeln!(std::io::stdout(), "{doc}");
+        }
+        // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a
+        // failed write must not turn a cleaned-up run into a panic (exit 101).
+        let summary = match &outcome.failure {
+            None if outcome.status == RunStatus::PausedWaitingHuman => format!(
+                "run {} {}: answer with `iterion resume --run-id {} --answer FIELD=VALUE`",
+                outcome.run_id, outcome.status, outcome.run_id
+            ),
+            None => format!("run {} {}", outcome.run_id, outcome.status),
+            Some(f) => format!(
+                "run {} {} ({}): {}",
+                outcome.run_id, outcome.status, f.code, f.message
+            ),
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}",
+            iterion_core::display::printable(&summary)
+        );
+        // A pause is a normal stop an operator resumes (upstream exits 0).
+        Ok(match outcome.status {
+            RunStatus::Finished | RunStatus::PausedWaitingHuman => Exit::Success,
+            _ => Exit::Failure,
+        })
+    }
+}
+
+/// A token cancelled on the first SIGINT, SIGTERM or SIGHUP: the engine
+/// then stops the running exec, tears the sandbox down and records
+/// `cancelled`. Installed before anything is created (issue 19 #7: a TERMed
+/// run left its container, network, rules and secret files). Later signals
+/// are absorbed, so a second TERM cannot cut the teardown short (only
+/// SIGKILL can, and the reaper collects what that leaves).
+pub(super) fn cancel_on_signals() -> anyhow::Result<CancellationToken> {
     use tokio::signal::unix::{SignalKind, signal};
+    let cancel = CancellationToken::new();
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let token = cancel.clone();
     tokio::spawn(async move {
         let name = tokio::select! {
             _ = int.recv() => "SIGINT",
@@ -195,7 +326,7 @@ fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
             _ = hup.recv() => "SIGHUP",
         };
         // Cancel first: the message is best effort (a hung-up terminal).
-        cancel.cancel();
+        token.cancel();
         let _ = writeln!(
             std::io::stderr(),
             "{name}: cancelling the run (the sandbox is still cleaned up)"
@@ -208,7 +339,7 @@ fn cancel_on_signals(cancel: CancellationToken) -> anyhow::Result<()> {
             }
         }
     });
-    Ok(())
+    Ok(cancel)
 }
 
 /// Every agent, judge and `mode: llm` router node passes the agent
@@ -253,7 +384,7 @@ fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 
 /// An operator setting the run cannot read is bad input (exit 2), caught
 /// before anything is created.
-fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
+pub(super) fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
     let inputs = PrecedenceInputs {
         cli_sandbox: flags.sandbox,
         cli_host_state: flags.host_state,

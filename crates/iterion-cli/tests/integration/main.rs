@@ -14,6 +14,7 @@ mod manifests_e2e;
 mod one_parser;
 mod output_e2e;
 mod readback_e2e;
+mod resume_e2e;
 mod run_e2e;
 mod run_flags_e2e;
 mod secrets_e2e;

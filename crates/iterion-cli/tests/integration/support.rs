@@ -151,20 +151,14 @@ impl Sandbox {
         let file = file.to_string_lossy().into_owned();
         let mut args = vec!["run", file.as_str(), "--json"];
         args.extend_from_slice(extra);
-        let out = self.iterion(&args);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let doc: Value = stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null);
-        RunResult {
-            code: out.status.code(),
-            doc,
-            stdout,
-            stderr,
-        }
+        run_result(self.iterion(&args))
+    }
+
+    /// `iterion resume --run-id RUN --json --no-interactive ARGS…`.
+    pub fn resume(&self, run_id: &str, extra: &[&str]) -> RunResult {
+        let mut args = vec!["resume", "--run-id", run_id, "--json", "--no-interactive"];
+        args.extend_from_slice(extra);
+        run_result(self.iterion(&args))
     }
 
     /// The run's events (`iterion events RUN --json`).
@@ -194,7 +188,24 @@ impl Sandbox {
     }
 }
 
-/// What `iterion run --json` said.
+/// Parse what `iterion run|resume --json` printed: the last JSON line.
+fn run_result(out: Output) -> RunResult {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    RunResult {
+        code: out.status.code(),
+        doc,
+        stdout,
+        stderr,
+    }
+}
+
+/// What `iterion run|resume --json` said.
 #[derive(Debug)]
 pub struct RunResult {
     /// Exit code.

@@ -52,6 +52,9 @@ impl RunStore for Faulty {
     async fn transition(&self, id: &RunId, t: Transition) -> Result<RunRecord, StoreError> {
         self.inner.transition(id, t).await
     }
+    async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
+        self.inner.reopen_run(id, r).await
+    }
     async fn record_admission(
         &self,
         id: &RunId,

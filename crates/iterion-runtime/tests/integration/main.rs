@@ -10,5 +10,6 @@ mod dsl;
 mod graph;
 mod memstore;
 mod reaper;
+mod resume;
 mod runs;
 mod support;

@@ -88,6 +88,35 @@ impl RunStore for MemStore {
         rec.revision += 1;
         Ok(rec.clone())
     }
+    async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
+        let mut runs = self.runs.lock().unwrap();
+        let rec = runs
+            .get_mut(id)
+            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+        if rec.status != r.from || r.expected_revision.is_some_and(|x| x != rec.revision) {
+            return Err(StoreError::StaleTransition {
+                run: id.clone(),
+                expected_status: r.from,
+                expected_revision: r.expected_revision,
+                actual_status: rec.status,
+                actual_revision: rec.revision,
+            });
+        }
+        if r.from == iterion_core::RunStatus::Running
+            || !r.from.can_transition_to(iterion_core::RunStatus::Running)
+        {
+            return Err(StoreError::IllegalTransition {
+                run: id.clone(),
+                from: r.from,
+                to: iterion_core::RunStatus::Running,
+            });
+        }
+        rec.status = iterion_core::RunStatus::Running;
+        rec.failure = None;
+        rec.owner = r.owner;
+        rec.revision += 1;
+        Ok(rec.clone())
+    }
     async fn record_admission(
         &self,
         id: &RunId,

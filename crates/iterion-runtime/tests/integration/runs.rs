@@ -476,6 +476,10 @@ async fn hello_event_stream_snapshot() {
             if v["data"].get("duration_ms").is_some() {
                 v["data"]["duration_ms"] = json!("[ms]");
             }
+            if v["data"]["step"]["op"] == "launched" {
+                v["data"]["step"]["launch"]["workspace"] = json!("[workspace]");
+                v["data"]["step"]["launch"]["file"] = json!("[file]");
+            }
             v
         })
         .collect();

@@ -181,6 +181,8 @@ impl Harness {
             run_id: RunId::generate(),
             workspace: PathBuf::from(self.workspace.path()),
             flags: BootFlags::default(),
+            source_sha256: None,
+            launch_settings: serde_json::Map::new(),
             timeout: None,
         }
     }

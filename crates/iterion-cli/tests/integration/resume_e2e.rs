@@ -1,0 +1,229 @@
+//! Pause and resume end to end (issue 14 item 6) through the real
+//! `iterion run` / `iterion resume`, on dockerd, on Podman and on the host
+//! (`--sandbox none`): a human node pauses a non-interactive run; resume
+//! answers it in a fresh sandbox, a failed run resumes at its failed node,
+//! finished nodes never run again, and bad input exits 2 with its code.
+
+// Helpers outside `#[test]` fns fail the test by panicking, like the tests.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use crate::support::{Engine, Sandbox, busybox, container_exists, of_type};
+
+fn workflow(sandboxed: bool) -> String {
+    let sandbox = if sandboxed {
+        format!(
+            "  sandbox:\n    image: \"{}\"\n    host_state: none\n",
+            busybox()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"
+schema host_out:
+  host: string
+
+schema verdict:
+  approved: bool
+  note: string
+
+tool prep:
+  command: `echo x >> prep.count; printf '{{"host": "%s"}}' "$(cat /proc/sys/kernel/hostname)"`
+  output: host_out
+
+human gate:
+  output: verdict
+  instructions: "ship it?"
+
+tool after:
+  command: `echo {{{{outputs.gate.note}}}} >> after.log; if [ -e fail.once ]; then rm fail.once; exit 3; fi; printf '{{"host": "%s"}}' "$(cat /proc/sys/kernel/hostname)"`
+  output: host_out
+
+workflow gated:
+  entry: prep
+{sandbox}
+  prep -> gate
+  gate -> after when approved
+  gate -> fail when not approved
+  after -> done
+"#
+    )
+}
+
+fn lines(sb: &Sandbox, file: &str) -> usize {
+    std::fs::read_to_string(sb.workspace().join(file))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+fn output_host(events: &[serde_json::Value], node: &str) -> String {
+    of_type(events, "node_finished")
+        .into_iter()
+        .rev()
+        .find(|e| e["node_id"] == node)
+        .map(|e| {
+            e["data"]["output"]["host"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .unwrap_or_else(|| panic!("no output for {node}"))
+}
+
+fn pause_and_resume(engine: Engine, sandboxed: bool) {
+    let sb = Sandbox::new(engine);
+    let file = sb.write("gated.iter", &workflow(sandboxed));
+    let extra: &[&str] = if sandboxed {
+        &["--no-interactive"]
+    } else {
+        &["--no-interactive", "--sandbox", "none"]
+    };
+    let res = sb.run(&file, extra);
+    let run_id = res.run_id();
+    let ctx = format!("{engine:?} sandboxed={sandboxed}");
+    assert_eq!(
+        (res.code, res.status(), res.failure_code()),
+        (Some(0), "paused_waiting_human", None),
+        "{ctx}: {}",
+        res.stderr
+    );
+    assert!(
+        res.stderr.contains("iterion resume --run-id"),
+        "{}",
+        res.stderr
+    );
+    assert!(!container_exists(engine, &run_id), "{ctx}: container left");
+    let events = sb.events(&run_id);
+    let asked = of_type(&events, "human_input_requested");
+    assert_eq!(asked.len(), 1, "{ctx}");
+    assert_eq!(asked[0]["node_id"], "gate");
+
+    // Bad input: exit 2, its code named, the run still paused.
+    for (args, code) in [
+        (vec!["--answer", "aproved=true"], "answer_unknown_field"),
+        (
+            vec!["--answer", "approved=perhaps", "--answer", "note=x"],
+            "answer_wrong_type",
+        ),
+        (vec![], "answers_missing"),
+    ] {
+        let r = sb.resume(&run_id, &args);
+        assert_eq!(r.code, Some(2), "{ctx} {args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(code), "{ctx}: {}", r.stderr);
+    }
+    let r = sb.resume("no-such-run", &[]);
+    assert_eq!(r.code, Some(2), "{ctx}: {}", r.stderr);
+    assert!(r.stderr.contains("resume_unknown_run"), "{}", r.stderr);
+
+    // A changed source is refused without --force.
+    std::fs::write(&file, format!("{}\n## edited\n", workflow(sandboxed))).unwrap();
+    let answers = ["--answer", "approved=true", "--answer", "note=ship"];
+    let r = sb.resume(&run_id, &answers);
+    assert_eq!(r.code, Some(2), "{ctx}: {}", r.stderr);
+    assert!(r.stderr.contains("resume_source_changed"), "{}", r.stderr);
+
+    // Answered (forced), it runs on and fails once at `after`.
+    std::fs::write(sb.workspace().join("fail.once"), "").unwrap();
+    let mut forced: Vec<&str> = answers.to_vec();
+    forced.push("--force");
+    let r = sb.resume(&run_id, &forced);
+    assert_eq!(
+        (r.code, r.status(), r.failure_code()),
+        (Some(1), "failed", Some("NODE_FAILED")),
+        "{ctx}: {}",
+        r.stderr
+    );
+    assert_eq!(r.run_id(), run_id);
+    assert!(!container_exists(engine, &run_id), "{ctx}: container left");
+
+    // The failed run resumes at `after`; nothing before it runs again.
+    let r = sb.resume(&run_id, &["--force"]);
+    assert_eq!(
+        (r.code, r.status()),
+        (Some(0), "finished"),
+        "{ctx}: {}",
+        r.stderr
+    );
+    assert_eq!(lines(&sb, "prep.count"), 1, "{ctx}");
+    assert_eq!(
+        std::fs::read_to_string(sb.workspace().join("after.log")).unwrap(),
+        "ship\nship\n"
+    );
+    let events = sb.events(&run_id);
+    let resumed = of_type(&events, "run_resumed");
+    assert_eq!(resumed.len(), 2, "{ctx}");
+    assert_eq!(resumed[0]["data"]["resumed_from"], "paused_waiting_human");
+    assert_eq!(resumed[1]["data"]["resumed_from"], "failed");
+    assert_eq!(resumed[1]["data"]["restart_node"], "after");
+    assert_eq!(of_type(&events, "human_answers_recorded").len(), 1);
+    if sandboxed {
+        // Each resume boots a fresh sandbox.
+        let started = of_type(&events, "sandbox_started");
+        assert_eq!(started.len(), 3, "{ctx}");
+        assert_ne!(output_host(&events, "prep"), output_host(&events, "after"));
+    }
+    assert!(!container_exists(engine, &run_id), "{ctx}: container left");
+    // Finished: nothing to resume.
+    let r = sb.resume(&run_id, &["--force"]);
+    assert_eq!(r.code, Some(2), "{ctx}: {}", r.stderr);
+    assert!(r.stderr.contains("resume_not_resumable"), "{}", r.stderr);
+}
+
+#[test]
+fn docker_pause_and_resume() {
+    pause_and_resume(Engine::Docker, true);
+}
+
+#[test]
+fn podman_pause_and_resume() {
+    pause_and_resume(Engine::Podman, true);
+}
+
+#[test]
+fn host_pause_and_resume() {
+    pause_and_resume(Engine::Docker, false);
+}
+
+/// On a terminal (a pseudo-terminal from `script`), the human node asks
+/// field by field and the run goes on without pausing.
+#[test]
+fn host_human_asks_on_a_terminal() {
+    use std::io::Write;
+    let sb = Sandbox::new(Engine::Docker);
+    let file = sb.write("gated.iter", &workflow(false));
+    let base = sb.command(&[]);
+    let line = format!(
+        "{} run {} --sandbox none --json",
+        env!("CARGO_BIN_EXE_iterion"),
+        file.display()
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .current_dir(sb.workspace())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd.spawn().expect("script (util-linux) runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"true\nfrom the tty\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("approved (bool):"), "{text}");
+    assert!(text.contains("\"status\":\"finished\""), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(sb.workspace().join("after.log")).unwrap(),
+        "from the tty\n"
+    );
+}
