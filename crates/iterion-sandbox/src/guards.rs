@@ -17,7 +17,9 @@
 use std::path::{Path, PathBuf};
 
 use iterion_core::plan::path_is_under;
-use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin, Spec, parse_size};
+use iterion_core::{
+    ContainerPath, LaunchPlan, Mount, MountKind, MountOrigin, ReadBackPath, Spec, parse_size,
+};
 
 use crate::binds::{BindRole, HostBindSettings, check_spelling};
 
@@ -124,11 +126,9 @@ pub fn check_env(name: &str, value: &str) -> Result<(), GuardViolation> {
 }
 
 fn check_container_path(field: &str, path: &str) -> Result<(), GuardViolation> {
-    check_token(field, path)?;
-    if !path.starts_with('/') {
-        return Err(GuardViolation::new(field, path, "not an absolute path"));
-    }
-    Ok(())
+    path.parse::<ContainerPath>().map(drop).map_err(|e| {
+        GuardViolation::new(field, &path.escape_debug().to_string(), e.kind.to_string())
+    })
 }
 
 /// Parse one docker `--mount` CSV string (`type=bind,source=/a,target=/b,readonly`)
@@ -251,9 +251,7 @@ pub fn check_spec(spec: &Spec) -> Result<(), GuardViolation> {
     for (k, v) in &spec.env {
         check_env(k, v)?;
     }
-    for path in &spec.read_back {
-        check_read_back_path(path)?;
-    }
+    // `spec.read_back` holds `ReadBackPath`s: parsed where the block was read.
     Ok(())
 }
 
@@ -268,24 +266,17 @@ fn check_image(image: &str) -> Result<(), GuardViolation> {
     Ok(())
 }
 
-/// A declared read-back path: absolute, normalised, never under `/proc`,
-/// `/sys`, `/dev` (shared/SPEC.md §4). Returns the normalised path.
+/// A declared read-back path, judged by the one parser
+/// ([`ReadBackPath`]: absolute, normalised as written, never `/` nor under
+/// `/proc`, `/sys`, `/dev`; shared/SPEC.md §4). Returns the path.
 pub fn check_read_back_path(path: &str) -> Result<String, GuardViolation> {
-    check_container_path("read_back", path)?;
-    let norm = normalize_lexical(path);
-    if norm == "/" {
-        return Err(GuardViolation::new("read_back", path, "the container root"));
-    }
-    for root in ["/proc", "/sys", "/dev"] {
-        if path_is_under(&norm, root) {
-            return Err(GuardViolation::new(
-                "read_back",
-                path,
-                format!("under {root}"),
-            ));
-        }
-    }
-    Ok(norm)
+    path.parse::<ReadBackPath>().map(String::from).map_err(|e| {
+        GuardViolation::new(
+            "read_back",
+            &path.escape_debug().to_string(),
+            e.kind.to_string(),
+        )
+    })
 }
 
 /// Check every guard on a finalized plan.

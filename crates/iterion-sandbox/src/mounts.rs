@@ -324,7 +324,7 @@ pub fn plan_launch(
         });
     }
     for path in &spec.read_back {
-        let path = check_read_back_path(path)?;
+        let path = check_read_back_path(path.as_str())?;
         if read_back
             .iter()
             .any(|d: &ReadBackDecl| d.container_path == path)

@@ -16,7 +16,7 @@ use iterion_sandbox::host::{HostKind, detect_host, select_driver};
 use iterion_sandbox::precedence::{
     PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
 };
-use iterion_sandbox::spec::{SpecInputs, build_spec, check_network_syntax, source_label};
+use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
 use iterion_sandbox::verdict::{EgressVerdict, egress_verdict};
 use serde::Serialize;
 
@@ -698,13 +698,15 @@ pub async fn strict_report(
                 CheckStatus::Pass,
                 "no network: block (open, no proxy)",
             ),
-            Some(net) => match check_network_syntax(net) {
-                Ok(()) => check(
+            // The rules were parsed with the workflow (a bad one is C313 and
+            // never reaches here); what remains is the proxy's own compile.
+            Some(net) => match iterion_netproxy::Policy::compile(net) {
+                Ok(_) => check(
                     "network allowlist syntax",
                     CheckStatus::Pass,
                     format!("{} rule(s) compile", net.rules.len()),
                 ),
-                Err(e) => check("network allowlist syntax", CheckStatus::Fail, e),
+                Err(e) => check("network allowlist syntax", CheckStatus::Fail, e.to_string()),
             },
         },
     );

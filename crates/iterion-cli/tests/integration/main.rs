@@ -12,6 +12,7 @@ mod egress_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
 mod manifests_e2e;
+mod one_parser;
 mod output_e2e;
 mod readback_e2e;
 mod resume_e2e;

@@ -226,7 +226,7 @@ fn the_spec_user_is_kept_as_written() {
 fn read_back_caps() {
     let mut s = spec();
     s.mounts.push("type=tmpfs,target=/out,size=8MiB".into());
-    s.read_back = vec!["/out/".into(), "/var/report".into()];
+    s.read_back = ["/out", "/var/report"].map(rb).to_vec();
     let mut i = inputs(&s, HostState::Auto);
     i.readback_cap = Some("1GiB");
     let planned = plan_launch(&i, &host()).expect("plan");
@@ -255,20 +255,22 @@ fn read_back_caps() {
         planned.plan.read_back[0].cap,
         ByteSize::DEFAULT_READBACK_CAP
     );
-    let mut bad = spec();
-    bad.read_back = vec!["/proc/self".into()];
-    assert!(plan_launch(&inputs(&bad, HostState::Auto), &host()).is_err());
+    // `/proc/self` or `/out/` cannot even be a declared path: see
+    // iterion_core::path (the guards and the DSL call that parser).
+    assert!("/proc/self".parse::<iterion_core::ReadBackPath>().is_err());
 }
 
 #[test]
 fn a_read_back_path_inside_another_is_drained_once() {
     let mut s = spec();
-    s.read_back = vec![
-        "/out/sub".into(),
-        "/out".into(),
-        format!("{RUN_FILES_CONTAINER_DIR}/reports"),
-        "/outer".into(),
-    ];
+    s.read_back = [
+        "/out/sub",
+        "/out",
+        &format!("{RUN_FILES_CONTAINER_DIR}/reports"),
+        "/outer",
+    ]
+    .map(rb)
+    .to_vec();
     let planned = plan_launch(&inputs(&s, HostState::Auto), &host()).expect("plan");
     let paths: Vec<&str> = planned
         .plan
@@ -350,7 +352,7 @@ fn finalize_noop_and_undrained() {
     }
     // A declared read_back path a driver cannot serve: typed refusal (R2).
     let mut s = spec();
-    s.read_back = vec!["/out".into()];
+    s.read_back = vec![rb("/out")];
     for (name, driver, caps) in capability_table() {
         let planned = plan_launch(&inputs(&s, HostState::None), &host()).expect("plan");
         let r = finalize_mounts_for_driver(planned.plan, driver, &caps);
@@ -436,7 +438,7 @@ fn no_promise_survives_the_mount_that_served_it() {
     };
     let with_read_back = {
         let mut s = spec();
-        s.read_back = vec!["/out".into()];
+        s.read_back = vec![rb("/out")];
         s
     };
     for (name, driver, caps) in capability_table() {
@@ -532,7 +534,7 @@ mod props {
         ) {
             let mut s = spec();
             s.mounts = mounts;
-            s.read_back = read_back;
+            s.read_back = read_back.iter().map(|p| rb(p)).collect();
             if let Some(v) = bot_value {
                 s.env.insert(RUN_FILES_ENV.into(), v);
             }
@@ -558,4 +560,8 @@ mod props {
             }
         }
     }
+}
+
+fn rb(path: &str) -> iterion_core::ReadBackPath {
+    path.parse().expect("read-back path")
 }
