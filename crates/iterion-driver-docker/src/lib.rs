@@ -18,8 +18,10 @@
 //! from the plan or else from the settings below; every bind source
 //! re-checked by real path immediately before create (`footprint.rs`);
 //! with a writable host bind on an engine where container root is host
-//! root, a numeric unprivileged user, resolved in the image and verified
-//! before the first exec (`identity.rs`); PID 1 is the engine's init
+//! root, the policy's host-root guard: a numeric unprivileged user,
+//! resolved in the image, or root under the seccomp profile with `FSETID`
+//! dropped too (`security.rs`), either verified before the first exec
+//! (`identity.rs`); PID 1 is the engine's init
 //! (docker-init / catatonit) in front of a long sleep, or — on a Podman
 //! without catatonit — a shell whose `wait` reaps orphans. With enforced
 //! egress the container sits only on a per-run `--internal` network with

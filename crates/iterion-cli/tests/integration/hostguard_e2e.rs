@@ -878,6 +878,44 @@ fn root_in_its_own_checkout_leaves_no_setuid_or_device_file() {
     }
 }
 
+/// Item 4: the seccomp guard is verified before the first command, and a
+/// sandbox where it cannot be (an image without `chmod` to try the setuid
+/// probe with) is refused with a typed code and removed — never run
+/// unguarded. The node never runs: its marker is not in the checkout.
+#[test]
+fn a_guard_that_cannot_be_verified_refuses_the_run() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine);
+        sb.write(
+            "Dockerfile",
+            &format!("FROM {}\nRUN rm /usr/bin/chmod\n", crate::support::slim()),
+        );
+        let file = sb.write(
+            "nochmod.iter",
+            "tool t:\n  command: `touch \"$PROJECT_DIR/ran\"; echo '{}'`\n\nworkflow w:\n  sandbox:\n    build:\n      dockerfile: \"Dockerfile\"\n    host_state: none\n  entry: t\n  t -> done\n",
+        );
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.code, Some(1), "{engine:?}: {}", r.stderr);
+        assert_eq!(
+            r.failure_code(),
+            Some("SANDBOX_SPEC_REFUSED"),
+            "{engine:?}: {}",
+            r.stderr
+        );
+        let error = run_error(&sb, &r);
+        assert!(
+            error.contains("host-root guard unavailable")
+                && error.contains("setuid probe could not run"),
+            "{engine:?}: {error}"
+        );
+        assert!(
+            !sb.workspace().join("ran").exists(),
+            "{engine:?}: the node ran"
+        );
+        assert!(!container_exists(engine, &r.run_id()), "{engine:?}");
+    }
+}
+
 /// Item 4: a user name is resolved in the image the sandbox runs — a name
 /// that is root there is refused, another runs as its own uid and group.
 #[test]
