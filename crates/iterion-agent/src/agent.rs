@@ -195,7 +195,9 @@ fn codex_refusal(sandboxed: bool) -> AgentError {
 }
 
 /// The node's tools: built-ins plus what the launcher serves, through the
-/// placement table.
+/// placement table, minus what its `tool_policy:` denies (never offered to
+/// the model; a call of one anyway is refused with `tool_denied`). A
+/// policy that leaves a node with tools none is refused before any call.
 fn node_tools(
     task: &AgentTask,
     launcher: Option<&dyn LauncherTools>,
@@ -206,7 +208,23 @@ fn node_tools(
             registry.register_launcher_tool(spec)?;
         }
     }
-    registry.select(&task.tools)
+    let selected = registry.select(&task.tools)?;
+    let policy = task.policy();
+    let allowed: Vec<ToolEntry> = selected
+        .iter()
+        .filter(|e| policy.check(&e.name).is_ok())
+        .cloned()
+        .collect();
+    if allowed.is_empty() && !selected.is_empty() {
+        return Err(AgentError::ToolPolicyDeniesAll {
+            patterns: policy
+                .patterns()
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
+            tools: selected.into_iter().map(|e| e.name).collect(),
+        });
+    }
+    Ok(allowed)
 }
 
 fn scrub_list() -> Vec<String> {

@@ -38,7 +38,7 @@ use crate::provider::{
 };
 use crate::schema::{OutputSchema, extract_json};
 use crate::task::{AgentOutcome, AgentTask, DEFAULT_MAX_TOKENS, SessionSpec};
-use crate::tools::{Placement, ToolEntry};
+use crate::tools::{Placement, ToolEntry, qualify};
 
 /// Largest tool result handed to the model; longer ones are cut with
 /// [`TRUNCATION_MARKER`] (the runner channel's cap, applied everywhere so
@@ -223,11 +223,30 @@ impl ClawLoop<'_> {
         }
     }
 
-    async fn run_tool(&self, id: &str, name: &str, input: &Value) -> Result<Block, AgentError> {
+    async fn run_tool(&self, id: &str, wire: &str, input: &Value) -> Result<Block, AgentError> {
         let input_size = input.to_string().len() as u64;
-        let entry = self.tools.iter().find(|e| e.spec.name == name);
+        // The model calls wire names; everything else names the qualified one.
+        let entry = self.tools.iter().find(|e| e.spec.name == wire);
+        let qualified = entry.map_or_else(|| qualify(wire), |e| e.name.clone());
+        let name = qualified.as_str();
+        let here = if self.in_sandbox { "container" } else { "host" };
+        if let Err(denial) = self.task.policy().check(name) {
+            // Refused before it runs anywhere, offered or not.
+            self.sink.emit(EventKind::ToolDenied {
+                tool: name.to_owned(),
+                tool_use_id: id.to_owned(),
+                rule: denial.rule,
+                reason: denial.reason.clone(),
+                placement: here.to_owned(),
+            });
+            return Ok(Block::ToolResult {
+                tool_use_id: id.to_owned(),
+                content: denial.reason,
+                is_error: true,
+            });
+        }
         let placement = match entry.map_or(Placement::Refused, ToolEntry::placement) {
-            Placement::Sandbox if !self.in_sandbox => "host",
+            Placement::Sandbox => here,
             p => p.as_str(),
         };
         self.sink.emit(EventKind::ToolStarted {

@@ -16,9 +16,11 @@ use crate::tools::{Placement, ToolClass, ToolEntry, ToolSpec};
 /// servers' tools, engine tools).
 #[async_trait]
 pub trait LauncherTools: Send + Sync {
-    /// The tools served (names must be launcher-side names).
+    /// The tools served, each `name` the qualified one (a launcher-side
+    /// name: `ask_user`, `mcp.<server>.<tool>`, `iterion.<tool>`).
     fn specs(&self) -> Vec<ToolSpec>;
-    /// Run one call; `Err` is an error result the model sees.
+    /// Run one call of the tool of qualified name `name`; `Err` is an
+    /// error result the model sees.
     async fn call(&self, name: &str, input: &Value) -> Result<String, String>;
 }
 
@@ -36,12 +38,12 @@ impl ToolDispatch for LocalDispatch<'_> {
                 builtin::execute(*builtin, input, &self.ctx).await
             }
             (_, Placement::Launcher) => match self.launcher {
-                Some(l) => l.call(&entry.spec.name, input).await,
-                None => Err(format!("no launcher serves {}", entry.spec.name)),
+                Some(l) => l.call(&entry.name, input).await,
+                None => Err(format!("no launcher serves {}", entry.name)),
             },
             _ => Err(format!(
                 "tool {} is refused by the placement table",
-                entry.spec.name
+                entry.name
             )),
         }
     }

@@ -72,6 +72,26 @@ pub enum AgentError {
         /// Why.
         reason: String,
     },
+    /// Two tools would share a qualified or a wire name.
+    #[error(
+        "tool {tool:?} collides with {existing:?} (both are {wire:?} to the model); rename one"
+    )]
+    ToolCollision {
+        /// The tool being registered (qualified name).
+        tool: String,
+        /// The tool already registered (qualified name).
+        existing: String,
+        /// The name both map to.
+        wire: String,
+    },
+    /// The node's `tool_policy:` leaves none of its tools callable.
+    #[error("tool_policy {patterns:?} denies every tool of the node ({tools:?})")]
+    ToolPolicyDeniesAll {
+        /// The policy's patterns.
+        patterns: Vec<String>,
+        /// The node's tools.
+        tools: Vec<String>,
+    },
     /// The node's output schema is not a usable JSON Schema.
     #[error("invalid output schema: {detail}")]
     InvalidSchema {
@@ -234,6 +254,8 @@ impl AgentError {
             Self::MissingCredential { .. } => "AGENT_MISSING_CREDENTIAL",
             Self::SubscriptionTokenRefused { .. } => "AGENT_SUBSCRIPTION_TOKEN_REFUSED",
             Self::ToolRefused { .. } => "AGENT_TOOL_REFUSED",
+            Self::ToolCollision { .. } => "AGENT_TOOL_COLLISION",
+            Self::ToolPolicyDeniesAll { .. } => "AGENT_TOOL_POLICY_DENIES_ALL",
             Self::InvalidSchema { .. } => "AGENT_INVALID_SCHEMA",
             Self::ProviderStatus { .. } => "AGENT_PROVIDER_STATUS",
             Self::RetriesExhausted { .. } => "AGENT_RETRIES_EXHAUSTED",

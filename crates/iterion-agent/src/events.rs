@@ -1,7 +1,7 @@
 //! How an agent streams its events to the caller: typed
 //! [`iterion_core::EventKind`] values (upstream names: `llm_request`,
 //! `llm_step_finished`, `llm_retry`, `tool_started`, `tool_called`,
-//! `tool_error`, `delegate_*`, `budget_*`,
+//! `tool_error`, `tool_denied`, `delegate_*`, `budget_*`,
 //! `sandbox_claw_routed_via_runner`) handed to an [`AgentEventSink`].
 //!
 //! Also the two filters every event passes: [`Redacting`] scrubs
@@ -79,6 +79,7 @@ pub fn is_agent_event(event: &EventKind) -> bool {
             | EventKind::ToolStarted { .. }
             | EventKind::ToolCalled { .. }
             | EventKind::ToolError { .. }
+            | EventKind::ToolDenied { .. }
             | EventKind::BudgetWarning { .. }
             | EventKind::BudgetExceeded { .. }
     )

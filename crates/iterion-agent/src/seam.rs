@@ -127,6 +127,7 @@ impl AgentBackends {
         task.model = model_of(request, &self.env);
         task.system_prompt = request.system_prompt.clone();
         task.tools = request.tools.clone();
+        task.tool_policy = request.tool_policy.clone();
         task.tool_max_steps = request.tool_max_steps;
         task.max_tokens = request.max_tokens;
         task.output_schema = request.output_schema.clone();
@@ -209,6 +210,14 @@ fn admission_request(
             .and_then(Value::as_str)
             .map(str::to_owned)
     };
+    let names = |key: &str| -> Option<Vec<String>> {
+        properties.get(key).and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+    };
     AgentRequest {
         run_id: RunId::generate(),
         node: node.clone(),
@@ -219,16 +228,9 @@ fn admission_request(
         backend: text("backend"),
         default_backend: default_backend.map(str::to_owned),
         provider: text("provider"),
-        tools: properties
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default(),
+        tools: names("tools").unwrap_or_default(),
+        // The node's own; the workflow's is the engine's to merge at run time.
+        tool_policy: names("tool_policy"),
         output_schema: None,
         session: SessionMode::Fresh,
         session_id: None,

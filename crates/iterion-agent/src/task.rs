@@ -30,6 +30,10 @@ pub struct AgentTask {
     /// The node's `tools:` (names, checked against the placement table).
     #[serde(default)]
     pub tools: Vec<String>,
+    /// The effective `tool_policy:` patterns (the node's, else the
+    /// workflow's); `None` is open.
+    #[serde(default)]
+    pub tool_policy: Option<Vec<String>>,
     /// Model turns allowed (default [`DEFAULT_TOOL_MAX_STEPS`]).
     #[serde(default)]
     pub tool_max_steps: Option<u32>,
@@ -69,6 +73,7 @@ impl AgentTask {
             system_prompt: None,
             user_prompt: user_prompt.into(),
             tools: Vec::new(),
+            tool_policy: None,
             tool_max_steps: None,
             max_tokens: None,
             output_schema: None,
@@ -78,6 +83,14 @@ impl AgentTask {
             stream: true,
             retry: RetrySettings::default(),
         }
+    }
+
+    /// The node's tool policy.
+    pub fn policy(&self) -> crate::tools::ToolPolicy {
+        self.tool_policy.clone().map_or_else(
+            crate::tools::ToolPolicy::open,
+            crate::tools::ToolPolicy::new,
+        )
     }
 
     /// The effective step bound.

@@ -237,6 +237,7 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
             num(d, "output_size")
         ),
         "tool_error" => format!("  {node}: ✗ {}: {}", s(d, "tool"), s(d, "error")),
+        "tool_denied" => format!("  {node}: ⊘ {}: {}", s(d, "tool"), s(d, "reason")),
         "delegate_finished" => format!(
             "  {node}: agent done in {} ms, {} tokens",
             num(d, "duration_ms"),

@@ -1,6 +1,8 @@
 //! Loading a workflow file for the verbs: compiled by `iterion-dsl` (which
 //! parses egress rules with the grammar the proxy enforces, so a bad rule
-//! is a compile-time C313, not a run-time surprise).
+//! is a compile-time C313, not a run-time surprise), with the agent
+//! crate's tool registry hooked in so an unknown `tools:` name is one too
+//! (C322).
 
 use std::path::Path;
 
@@ -20,7 +22,13 @@ pub struct Loaded {
 pub fn load(path: &Path) -> std::io::Result<Loaded> {
     let bytes = std::fs::read(path)?;
     let source = String::from_utf8_lossy(&bytes).into_owned();
-    let compiled = iterion_dsl::compile_source(&source, path);
+    let compiled = iterion_dsl::compile_checked(
+        &source,
+        path,
+        &iterion_dsl::Checks {
+            tool: &iterion_agent::tools::unknown_tool_reason,
+        },
+    );
     Ok(Loaded { source, compiled })
 }
 

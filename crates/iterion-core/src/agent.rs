@@ -20,6 +20,21 @@ use std::fmt;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+/// Built-in agent tools that never write to the workspace: upstream's
+/// `readOnlyTools` plus claw's `glob` and `grep`. The one list both the
+/// engine (which branches may run in parallel) and the agent crate's
+/// registry (`Builtin::read_only`) read.
+pub const READ_ONLY_TOOLS: &[&str] = &[
+    "git_diff",
+    "git_status",
+    "read_file",
+    "list_files",
+    "search_codebase",
+    "tree",
+    "glob",
+    "grep",
+];
 use serde_json::{Map, Value};
 
 use crate::driver::{DriverError, SandboxRun};
@@ -103,6 +118,9 @@ pub struct AgentRequest {
     pub provider: Option<String>,
     /// `tools:` (capability names, MCP globs as written).
     pub tools: Vec<String>,
+    /// The effective `tool_policy:` patterns: the node's when written, else
+    /// the workflow's; `None` when neither is (open).
+    pub tool_policy: Option<Vec<String>>,
     /// The output schema as JSON Schema (object, every field required, no
     /// other property), derived from the node's `output:` schema.
     pub output_schema: Option<Value>,

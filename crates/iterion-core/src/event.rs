@@ -438,6 +438,19 @@ pub enum EventKind {
         error: String,
         placement: String,
     },
+    /// A tool call the node's `tool_policy:` refuses, before it ran
+    /// anywhere (the model gets an error result and may recover).
+    ToolDenied {
+        /// Qualified tool name (`read_file`, `mcp.github.create_issue`).
+        tool: String,
+        tool_use_id: String,
+        /// The `!pattern` that denied it; absent when no allow pattern matched.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        reason: String,
+        /// Where the call was refused: `container` (the in-box runner) or `host`.
+        placement: String,
+    },
     /// An agent backend took the node.
     DelegateStarted {
         backend: String,
@@ -540,6 +553,7 @@ impl EventKind {
             Self::ToolStarted { .. } => "tool_started",
             Self::ToolCalled { .. } => "tool_called",
             Self::ToolError { .. } => "tool_error",
+            Self::ToolDenied { .. } => "tool_denied",
             Self::DelegateStarted { .. } => "delegate_started",
             Self::DelegateFinished { .. } => "delegate_finished",
             Self::DelegateError { .. } => "delegate_error",

@@ -201,6 +201,9 @@ pub mod codes {
     /// A tool's `timeout:` or `budget.max_duration` that is not a positive
     /// Go duration (issue 19 #6, this project).
     pub const C321: &str = "C321";
+    /// An agent's or judge's `tools:` entry the tool registry does not
+    /// know (issue 20, this project: hook).
+    pub const C322: &str = "C322";
 }
 
 /// Severity of a diagnostic.

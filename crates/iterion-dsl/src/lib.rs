@@ -45,6 +45,19 @@ impl Compiled {
 
 /// Compile source text. `file` is only used in diagnostics.
 pub fn compile_source(text: &str, file: &Path) -> Compiled {
+    compile_checked(text, file, &Checks { tool: &|_| None })
+}
+
+/// What a compile asks of the components that own a decision this crate
+/// only parses.
+pub struct Checks<'a> {
+    /// An agent's or judge's `tools:` name: why it is unknown, `None` when
+    /// the tool registry knows it (`C322` at the entry).
+    pub tool: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Compile with every hook of [`Checks`].
+pub fn compile_checked(text: &str, file: &Path, checks: &Checks<'_>) -> Compiled {
     let fname = file.display().to_string();
     let mut diags = diag::Sink::default();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -54,7 +67,7 @@ pub fn compile_source(text: &str, file: &Path) -> Compiled {
         file: &fname,
         diags,
     };
-    let workflows = compile::compile(&lines, &mut ctx);
+    let workflows = compile::compile(&lines, &mut ctx, checks.tool);
     let diag::Sink {
         kept: mut diagnostics,
         omitted,

@@ -189,17 +189,18 @@ pub(crate) fn build_request(
             .map(str::to_owned),
         SessionMode::Fresh | SessionMode::ArtifactsOnly => None,
     };
-    let tools = node
-        .properties
-        .get("tools")
-        .and_then(Value::as_array)
-        .map(|a| {
+    let names = |v: Option<&Value>| -> Option<Vec<String>> {
+        v.and_then(Value::as_array).map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
                 .map(str::to_owned)
                 .collect()
         })
-        .unwrap_or_default();
+    };
+    let tools = names(node.properties.get("tools")).unwrap_or_default();
+    // A node's policy replaces the workflow's (upstream: nil inherits).
+    let tool_policy = names(node.properties.get("tool_policy"))
+        .or_else(|| names(workflow.properties.get("tool_policy")));
     let request = AgentRequest {
         run_id: cx_run.clone(),
         node: node.id.clone(),
@@ -215,6 +216,7 @@ pub(crate) fn build_request(
             .map(str::to_owned),
         provider: text_prop(node, "provider"),
         tools,
+        tool_policy,
         output_schema,
         session,
         session_id,

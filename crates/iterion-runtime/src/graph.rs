@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use iterion_core::NodeId;
+use iterion_core::agent::READ_ONLY_TOOLS;
 use iterion_dsl::ir::{Edge, Node, NodeKind, Target, Workflow};
 use serde_json::Value;
 
@@ -42,19 +43,6 @@ pub struct LoopShape {
     /// Nodes on a cycle through one of its back-edges.
     pub body: BTreeSet<NodeId>,
 }
-
-/// Built-in agent tools that never write to the workspace (upstream's
-/// `readOnlyTools`, plus the claw names of the same read-only tools).
-const READ_ONLY_TOOLS: &[&str] = &[
-    "git_diff",
-    "git_status",
-    "read_file",
-    "list_files",
-    "search_codebase",
-    "tree",
-    "glob",
-    "grep",
-];
 
 /// The graph facts of one workflow.
 #[derive(Debug)]

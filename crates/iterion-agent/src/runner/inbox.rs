@@ -269,9 +269,9 @@ async fn run_task(
 ) -> Result<crate::task::AgentOutcome, AgentError> {
     // The host placed every tool; a runner re-checks, deny wins.
     for entry in &msg.tools {
-        if placement_of(&entry.spec.name) != entry.placement() {
+        if placement_of(&entry.name) != entry.placement() {
             return Err(AgentError::ToolRefused {
-                tool: entry.spec.name.clone(),
+                tool: entry.name.clone(),
                 reason: "its class disagrees with the placement table".to_owned(),
             });
         }

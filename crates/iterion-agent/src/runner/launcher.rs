@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use iterion_core::{ExecRequest, ExecSession, OutputStream, SandboxRun};
+use iterion_core::{EventKind, ExecRequest, ExecSession, OutputStream, SandboxRun};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{
@@ -243,7 +243,7 @@ async fn drive_inner(
                 }
                 WireMessage::ToolCall { id, data } => {
                     let (content, is_error) =
-                        match serve_tool(launch, &data.name, &data.input).await {
+                        match serve_tool(launch, &id, &data.name, &data.input).await {
                             Ok(out) => (out, false),
                             Err(err) => (err, true),
                         };
@@ -329,18 +329,31 @@ async fn send(session: &mut dyn ExecSession, msg: &WireMessage) -> Result<(), Ag
         })
 }
 
-/// A runner may only ask for the node's launcher-side tools.
+/// A runner may only ask for the node's launcher-side tools, and the
+/// host re-checks the node's policy: what comes out of the box is never
+/// trusted to have checked it.
 async fn serve_tool(
     launch: &Launch<'_>,
+    call_id: &str,
     name: &str,
     input: &serde_json::Value,
 ) -> Result<String, String> {
     let allowed = launch
         .tools
         .iter()
-        .any(|t| t.spec.name == name && t.placement() == Placement::Launcher);
+        .any(|t| t.name == name && t.placement() == Placement::Launcher);
     if !allowed {
         return Err(format!("{name} is not a launcher-side tool of this node"));
+    }
+    if let Err(denial) = launch.task.policy().check(name) {
+        launch.sink.emit(EventKind::ToolDenied {
+            tool: name.to_owned(),
+            tool_use_id: call_id.to_owned(),
+            rule: denial.rule,
+            reason: denial.reason.clone(),
+            placement: "host".to_owned(),
+        });
+        return Err(denial.reason);
     }
     let Some(launcher) = launch.launcher else {
         return Err(format!("no launcher serves {name}"));

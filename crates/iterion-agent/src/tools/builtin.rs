@@ -1,8 +1,14 @@
-//! The seven built-in tools with upstream's input schemas and semantics
-//! (claw-code-go's `bash`, `read_file`, `write_file`, `file_edit`, `glob`,
-//! `grep`, `web_fetch`), executed in the process that runs the claw loop:
+//! The built-in tools, executed in the process that runs the claw loop:
 //! the in-box runner inside the container, or the host process on an
-//! unsandboxed run.
+//! unsandboxed run. Two families share one namespace: claw-code-go's seven
+//! (`bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`,
+//! `web_fetch`, with upstream's input schemas and semantics) and the names
+//! upstream's workflow templates write (`list_files`, `tree`,
+//! `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command`;
+//! upstream names them in `readOnlyTools` and its act tests but ships no
+//! schema, so theirs are this project's). [`Builtin::read_only`] is
+//! upstream's `readOnlyTools` set (plus `glob` and `grep`, which write
+//! nothing either).
 //!
 //! A tool failure is data for the model (`Err(text)` becomes an
 //! `is_error` tool result it can react to), never an error of the loop.
@@ -41,6 +47,20 @@ pub enum Builtin {
     Grep,
     /// Fetch a URL as text.
     WebFetch,
+    /// List a directory's entries.
+    ListFiles,
+    /// An indented directory tree.
+    Tree,
+    /// Search file contents by regex (the templates' name for `grep`).
+    SearchCodebase,
+    /// `git diff` of the workspace.
+    GitDiff,
+    /// `git status` of the workspace.
+    GitStatus,
+    /// Apply a unified diff.
+    Patch,
+    /// Run a shell command; the exit code is data, not an error.
+    RunCommand,
 }
 
 /// Bytes of combined bash output kept (upstream `maxOutputSize`).
@@ -71,6 +91,13 @@ impl Builtin {
         Self::Glob,
         Self::Grep,
         Self::WebFetch,
+        Self::ListFiles,
+        Self::Tree,
+        Self::SearchCodebase,
+        Self::GitDiff,
+        Self::GitStatus,
+        Self::Patch,
+        Self::RunCommand,
     ];
 
     /// Tool name.
@@ -83,7 +110,21 @@ impl Builtin {
             Self::Glob => "glob",
             Self::Grep => "grep",
             Self::WebFetch => "web_fetch",
+            Self::ListFiles => "list_files",
+            Self::Tree => "tree",
+            Self::SearchCodebase => "search_codebase",
+            Self::GitDiff => "git_diff",
+            Self::GitStatus => "git_status",
+            Self::Patch => "patch",
+            Self::RunCommand => "run_command",
         }
+    }
+
+    /// Whether the tool never modifies the workspace (upstream
+    /// `readOnlyTools`): a node offered only such tools may run in a
+    /// parallel branch.
+    pub fn read_only(self) -> bool {
+        iterion_core::agent::READ_ONLY_TOOLS.contains(&self.name())
     }
 
     /// Parse a tool name.
@@ -145,6 +186,49 @@ impl Builtin {
                     "max_bytes": {"type": "integer", "description": "Maximum bytes to read (default 51200)"}},
                     "required": ["url"]}),
             ),
+            Self::ListFiles => (
+                "List the entries of a directory, one per line, directories with a trailing '/'.",
+                json!({"type": "object", "properties": {
+                    "path": {"type": "string", "description": "Directory to list (default: the workspace)"},
+                    "recursive": {"type": "boolean", "description": "List every file below the directory instead of its direct entries"}}}),
+            ),
+            Self::Tree => (
+                "Show a directory tree (directories first, .git skipped).",
+                json!({"type": "object", "properties": {
+                    "path": {"type": "string", "description": "Root of the tree (default: the workspace)"},
+                    "depth": {"type": "integer", "description": "Levels shown (default 3, at most 10)"}}}),
+            ),
+            Self::SearchCodebase => (
+                "Search the codebase for a regex. Returns matching lines as file:line:content.",
+                json!({"type": "object", "properties": {
+                    "query": {"type": "string", "description": "Regular expression to search for"},
+                    "path": {"type": "string", "description": "Directory or file to search in (default: the workspace)"},
+                    "glob": {"type": "string", "description": "File name filter (e.g. '*.go')"}},
+                    "required": ["query"]}),
+            ),
+            Self::GitDiff => (
+                "Show the git diff of the workspace: unstaged changes, staged ones, or against a revision.",
+                json!({"type": "object", "properties": {
+                    "staged": {"type": "boolean", "description": "Diff the index against HEAD instead of the working tree against the index"},
+                    "base": {"type": "string", "description": "Revision to diff the working tree against (e.g. 'main', 'HEAD~1')"},
+                    "paths": {"type": "array", "items": {"type": "string"}, "description": "Limit the diff to these paths"}}}),
+            ),
+            Self::GitStatus => (
+                "Show the git status of the workspace (short format, with the branch).",
+                json!({"type": "object", "properties": {}}),
+            ),
+            Self::Patch => (
+                "Apply a unified diff (one or more files, as `git diff` or `diff -u` print it). Every hunk must apply or nothing is written.",
+                json!({"type": "object", "properties": {
+                    "patch": {"type": "string", "description": "The unified diff"}},
+                    "required": ["patch"]}),
+            ),
+            Self::RunCommand => (
+                "Run a shell command and return a JSON object with its exit_code and combined output; a non-zero exit is reported, not an error.",
+                json!({"type": "object", "properties": {
+                    "command": {"type": "string", "description": "The shell command to run"}},
+                    "required": ["command"]}),
+            ),
         };
         ToolSpec {
             name: self.name().to_owned(),
@@ -191,6 +275,13 @@ pub async fn execute(builtin: Builtin, input: &Value, ctx: &ToolContext) -> Resu
         Builtin::Glob => blocking(ctx, input, glob).await,
         Builtin::Grep => blocking(ctx, input, grep).await,
         Builtin::WebFetch => web_fetch(input, ctx).await,
+        Builtin::ListFiles => blocking(ctx, input, list_files).await,
+        Builtin::Tree => blocking(ctx, input, tree).await,
+        Builtin::SearchCodebase => blocking(ctx, input, search_codebase).await,
+        Builtin::GitDiff => git_diff(input, ctx).await,
+        Builtin::GitStatus => git_status(ctx).await,
+        Builtin::Patch => blocking(ctx, input, patch).await,
+        Builtin::RunCommand => run_command(input, ctx).await,
     }
 }
 
@@ -276,17 +367,47 @@ fn resolve(ctx: &ToolContext, tool: &str, raw: &str) -> Result<PathBuf, String> 
 
 async fn bash(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     let command = str_arg(input, "bash", "command")?;
-    // bash as upstream; a bare image (busybox) has only sh.
+    let (code, out) = run_bounded(shell_command(command), ctx, "bash", BASH_OUTPUT_CAP).await?;
+    match code {
+        Some(0) => Ok(out),
+        Some(code) => Err(format!("{out}\ncommand exited with code {code}")),
+        None => Err(format!("{out}\ncommand killed by a signal")),
+    }
+}
+
+async fn run_command(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let command = str_arg(input, "run_command", "command")?;
+    let (code, out) =
+        run_bounded(shell_command(command), ctx, "run_command", BASH_OUTPUT_CAP).await?;
+    Ok(json!({"exit_code": code.unwrap_or(-1), "output": out}).to_string())
+}
+
+/// `bash -c command` as upstream; a bare image (busybox) has only sh.
+fn shell_command(command: &str) -> tokio::process::Command {
     let shell = ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .unwrap_or("/bin/sh");
-    let (reader, writer) = std::io::pipe().map_err(|e| format!("bash: pipe: {e}"))?;
-    let writer2 = writer.try_clone().map_err(|e| format!("bash: pipe: {e}"))?;
     let mut cmd = tokio::process::Command::new(shell);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(&ctx.workdir)
+    cmd.arg("-c").arg(command);
+    cmd
+}
+
+/// Run `cmd` in the workdir with stdout and stderr combined and bounded to
+/// `cap` bytes, killed (its whole process group) on the bash bound or the
+/// node's cancellation. `Ok((exit code, output))`, the code `None` when a
+/// signal ended it.
+async fn run_bounded(
+    mut cmd: tokio::process::Command,
+    ctx: &ToolContext,
+    tool: &str,
+    cap: usize,
+) -> Result<(Option<i32>, String), String> {
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("{tool}: pipe: {e}"))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| format!("{tool}: pipe: {e}"))?;
+    cmd.current_dir(&ctx.workdir)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(writer2))
@@ -296,13 +417,14 @@ async fn bash(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     for name in &ctx.scrub_env {
         cmd.env_remove(name);
     }
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("bash: cannot start {shell}: {e}"))?;
+        .map_err(|e| format!("{tool}: cannot start {program}: {e}"))?;
     // The command's pipe ends now live only in the child (and its children).
     drop(cmd);
     let pgid = child.id();
-    let collector = tokio::task::spawn_blocking(move || read_bounded(reader, BASH_OUTPUT_CAP));
+    let collector = tokio::task::spawn_blocking(move || read_bounded(reader, cap));
     let bound = ctx.bash_timeout;
     let waited = tokio::select! {
         status = child.wait() => Some(status),
@@ -310,7 +432,7 @@ async fn bash(input: &Value, ctx: &ToolContext) -> Result<String, String> {
         () = ctx.cancel.cancelled() => None,
     };
     let status = match waited {
-        Some(s) => s.map_err(|e| format!("bash: wait: {e}"))?,
+        Some(s) => s.map_err(|e| format!("{tool}: wait: {e}"))?,
         None => {
             kill_group(pgid);
             let _ = child.wait().await;
@@ -325,11 +447,7 @@ async fn bash(input: &Value, ctx: &ToolContext) -> Result<String, String> {
         }
     };
     let out = finish_collect(collector).await;
-    match status.code() {
-        Some(0) => Ok(out),
-        Some(code) => Err(format!("{out}\ncommand exited with code {code}")),
-        None => Err(format!("{out}\ncommand killed by a signal")),
-    }
+    Ok((status.code(), out))
 }
 
 async fn sleep_opt(bound: Option<Duration>) {
@@ -510,23 +628,46 @@ fn glob(input: &Value, ctx: &ToolContext) -> Result<String, String> {
 fn grep(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     let pattern = str_arg(input, "grep", "pattern")?;
     let raw = str_arg(input, "grep", "path")?;
-    let re = regex::Regex::new(pattern).map_err(|e| format!("grep: invalid regex: {e}"))?;
-    let root = resolve(ctx, "grep", raw)?;
-    let filter = match input
-        .get("glob")
+    search(ctx, "grep", pattern, raw, opt_str(input, "glob"))
+}
+
+fn search_codebase(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let pattern = str_arg(input, "search_codebase", "query")?;
+    let raw = opt_str(input, "path").unwrap_or(".");
+    search(ctx, "search_codebase", pattern, raw, opt_str(input, "glob"))
+}
+
+fn opt_str<'a>(input: &'a Value, key: &str) -> Option<&'a str> {
+    input
+        .get(key)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-    {
+}
+
+/// Lines matching `pattern` under `raw` (a file or a directory), as
+/// `path:line:content`.
+fn search(
+    ctx: &ToolContext,
+    tool: &str,
+    pattern: &str,
+    raw: &str,
+    glob: Option<&str>,
+) -> Result<String, String> {
+    let re = regex::Regex::new(pattern).map_err(|e| format!("{tool}: invalid regex: {e}"))?;
+    let root = resolve(ctx, tool, raw)?;
+    let filter = match glob {
         Some(g) => Some(
             globset::Glob::new(g)
-                .map_err(|e| format!("grep: invalid glob {g:?}: {e}"))?
+                .map_err(|e| format!("{tool}: invalid glob {g:?}: {e}"))?
                 .compile_matcher(),
         ),
         None => None,
     };
     let mut out = Vec::new();
+    // Sorted: the same tree gives the same answer (and the same cut).
     let walker = walkdir::WalkDir::new(&root)
         .follow_links(false)
+        .sort_by_file_name()
         .into_iter()
         .filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");
     'files: for entry in walker.filter_map(Result::ok) {
@@ -571,6 +712,262 @@ fn grep(input: &Value, ctx: &ToolContext) -> Result<String, String> {
         }
     }
     Ok(out.join("\n"))
+}
+
+// ---- listings -----------------------------------------------------------
+
+/// Entries `list_files` and `tree` print at most.
+pub const LIST_MAX_ENTRIES: usize = 1000;
+/// `tree` depth when the call names none, and the most it may ask.
+const TREE_DEFAULT_DEPTH: usize = 3;
+const TREE_MAX_DEPTH: usize = 10;
+
+fn list_files(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let raw = opt_str(input, "path").unwrap_or(".");
+    let root = resolve(ctx, "list_files", raw)?;
+    let recursive = input
+        .get("recursive")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !root.is_dir() {
+        return Err(format!("list_files: {raw} is not a directory"));
+    }
+    let mut walker = walkdir::WalkDir::new(&root)
+        .follow_links(false)
+        .min_depth(1);
+    if !recursive {
+        walker = walker.max_depth(1);
+    }
+    let mut out = Vec::new();
+    let mut truncated = false;
+    for entry in walker
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .filter_map(Result::ok)
+    {
+        let is_dir = entry.file_type().is_dir();
+        if recursive && is_dir {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&root) else {
+            continue;
+        };
+        if out.len() == LIST_MAX_ENTRIES {
+            truncated = true;
+            break;
+        }
+        let slash = if is_dir { "/" } else { "" };
+        out.push(format!("{}{slash}", rel.display()));
+    }
+    let mut text = out.join("\n");
+    if truncated {
+        text.push_str(TRUNCATED_MARK);
+    }
+    Ok(text)
+}
+
+fn tree(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let raw = opt_str(input, "path").unwrap_or(".");
+    let root = resolve(ctx, "tree", raw)?;
+    let depth = int_arg(input, "depth")
+        .and_then(|d| usize::try_from(d).ok())
+        .filter(|d| *d > 0)
+        .unwrap_or(TREE_DEFAULT_DEPTH)
+        .min(TREE_MAX_DEPTH);
+    if !root.is_dir() {
+        return Err(format!("tree: {raw} is not a directory"));
+    }
+    let mut out = vec![format!("{raw}/")];
+    let walker = walkdir::WalkDir::new(&root)
+        .follow_links(false)
+        .min_depth(1)
+        .max_depth(depth)
+        // Directories first, then by name, at every level.
+        .sort_by(|a, b| {
+            (!a.file_type().is_dir(), a.file_name()).cmp(&(!b.file_type().is_dir(), b.file_name()))
+        });
+    for entry in walker
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .filter_map(Result::ok)
+    {
+        if out.len() > LIST_MAX_ENTRIES {
+            out.push(TRUNCATED_MARK.trim_start().to_owned());
+            break;
+        }
+        let slash = if entry.file_type().is_dir() { "/" } else { "" };
+        out.push(format!(
+            "{}{}{slash}",
+            "  ".repeat(entry.depth()),
+            entry.file_name().to_string_lossy()
+        ));
+    }
+    Ok(out.join("\n"))
+}
+
+// ---- git ----------------------------------------------------------------
+
+/// Bytes of `git` output kept (a diff is worth more than a shell's noise;
+/// the loop's result cap still applies after).
+pub const GIT_OUTPUT_CAP: usize = 200_000;
+
+async fn git(args: Vec<String>, ctx: &ToolContext, tool: &str) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new("git");
+    // No pager, no prompt, no colours: the output is for a model.
+    cmd.args(["--no-pager", "-c", "color.ui=never"])
+        .args(&args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat");
+    let (code, out) = run_bounded(cmd, ctx, tool, GIT_OUTPUT_CAP).await?;
+    match code {
+        Some(0) => Ok(out),
+        Some(c) => Err(format!("{out}\n{tool}: git exited with code {c}")),
+        None => Err(format!("{out}\n{tool}: git killed by a signal")),
+    }
+}
+
+async fn git_diff(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let mut args = vec!["diff".to_owned()];
+    if input.get("staged").and_then(Value::as_bool) == Some(true) {
+        args.push("--cached".to_owned());
+    }
+    if let Some(base) = opt_str(input, "base") {
+        // A revision, never an option smuggled into git's argv.
+        if base.starts_with('-') {
+            return Err(format!("git_diff: base {base:?} is not a revision"));
+        }
+        args.push(base.to_owned());
+    }
+    args.push("--".to_owned());
+    if let Some(paths) = input.get("paths").and_then(Value::as_array) {
+        for p in paths {
+            let p = p
+                .as_str()
+                .ok_or("git_diff: 'paths' must be a list of strings")?;
+            // Confined like every file tool (a no-op inside the container).
+            resolve(ctx, "git_diff", p)?;
+            args.push(p.to_owned());
+        }
+    }
+    git(args, ctx, "git_diff").await
+}
+
+async fn git_status(ctx: &ToolContext) -> Result<String, String> {
+    git(
+        vec!["status".into(), "--short".into(), "--branch".into()],
+        ctx,
+        "git_status",
+    )
+    .await
+}
+
+// ---- patch --------------------------------------------------------------
+
+/// One file's part of a unified diff.
+struct FilePatch<'a> {
+    old: Option<String>,
+    new: Option<String>,
+    text: &'a str,
+}
+
+/// Split a multi-file unified diff at its `--- ` headers (a `diff --git`
+/// or `Index:` preamble is dropped); `a/`/`b/` prefixes are stripped and
+/// `/dev/null` is an absent side.
+fn split_patch(text: &str) -> Result<Vec<FilePatch<'_>>, String> {
+    let mut starts = Vec::new();
+    let mut offset = 0;
+    let mut lines = text.split_inclusive('\n').peekable();
+    while let Some(line) = lines.next() {
+        if line.starts_with("--- ") && lines.peek().is_some_and(|n| n.starts_with("+++ ")) {
+            starts.push(offset);
+        }
+        offset += line.len();
+    }
+    if starts.is_empty() {
+        return Err("patch: no `--- `/`+++ ` file header found; send a unified diff".to_owned());
+    }
+    let side = |header: &str, prefix: &str| -> Option<String> {
+        let name = header.strip_prefix(prefix)?.trim_end_matches(['\n', '\r']);
+        // `diff -u` appends a tab and a timestamp.
+        let name = name.split('\t').next().unwrap_or(name).trim();
+        if name == "/dev/null" {
+            return None;
+        }
+        Some(
+            name.strip_prefix("a/")
+                .or_else(|| name.strip_prefix("b/"))
+                .unwrap_or(name)
+                .to_owned(),
+        )
+    };
+    let mut out = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(text.len());
+        let chunk = &text[start..end];
+        // Drop a following file's preamble (`diff --git …`, `index …`).
+        let body_end = chunk
+            .match_indices("\ndiff --git ")
+            .map(|(i, _)| i + 1)
+            .next()
+            .unwrap_or(chunk.len());
+        let chunk = &chunk[..body_end];
+        let mut hl = chunk.lines();
+        let old = hl.next().and_then(|l| side(l, "--- "));
+        let new = hl.next().and_then(|l| side(l, "+++ "));
+        if old.is_none() && new.is_none() {
+            return Err("patch: a file header names /dev/null on both sides".to_owned());
+        }
+        out.push(FilePatch {
+            old,
+            new,
+            text: chunk,
+        });
+    }
+    Ok(out)
+}
+
+fn patch(input: &Value, ctx: &ToolContext) -> Result<String, String> {
+    let text = str_arg(input, "patch", "patch")?;
+    let files = split_patch(text)?;
+    // Every hunk is checked before anything is written: all or nothing.
+    let mut writes: Vec<(PathBuf, Option<String>, String)> = Vec::new();
+    for f in &files {
+        let target = f.new.as_deref().or(f.old.as_deref()).unwrap_or_default();
+        let parsed = diffy::Patch::from_str(f.text)
+            .map_err(|e| format!("patch: {target}: cannot parse the diff: {e}"))?;
+        let base = match &f.old {
+            None => String::new(),
+            Some(old) => {
+                let path = resolve(ctx, "patch", old)?;
+                std::fs::read_to_string(&path).map_err(|e| format!("patch: {old}: {e}"))?
+            }
+        };
+        let result = diffy::apply(&base, &parsed)
+            .map_err(|e| format!("patch: {target}: the diff does not apply: {e}"))?;
+        match &f.new {
+            Some(new) => writes.push((resolve(ctx, "patch", new)?, Some(result), new.clone())),
+            None => writes.push((resolve(ctx, "patch", target)?, None, target.to_owned())),
+        }
+    }
+    let mut done = Vec::new();
+    for (path, content, shown) in writes {
+        match content {
+            Some(c) => {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| format!("patch: {shown}: create directories: {e}"))?;
+                }
+                std::fs::write(&path, c).map_err(|e| format!("patch: {shown}: {e}"))?;
+                done.push(format!("patched {shown}"));
+            }
+            None => {
+                std::fs::remove_file(&path).map_err(|e| format!("patch: {shown}: {e}"))?;
+                done.push(format!("deleted {shown}"));
+            }
+        }
+    }
+    Ok(done.join("\n"))
 }
 
 // ---- web_fetch ----------------------------------------------------------
@@ -802,6 +1199,151 @@ mod tests {
             );
         }
         assert!(!outside.join("new").exists());
+    }
+
+    #[tokio::test]
+    async fn listings_and_search_codebase() {
+        let (_d, root) = tmp();
+        let c = ctx(&root, ToolArea::Confined(root.clone()));
+        std::fs::create_dir_all(root.join("src/deep/er")).expect("dirs");
+        std::fs::create_dir_all(root.join(".git")).expect("git dir");
+        std::fs::write(root.join(".git/HEAD"), "ref").expect("w");
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n// TODO: x\n").expect("w");
+        std::fs::write(root.join("src/deep/er/x.txt"), "TODO later").expect("w");
+        std::fs::write(root.join("README"), "hi").expect("w");
+        let l = execute(Builtin::ListFiles, &json!({}), &c)
+            .await
+            .expect("ls");
+        assert_eq!(l, "README\nsrc/");
+        let l = execute(
+            Builtin::ListFiles,
+            &json!({"path": "src", "recursive": true}),
+            &c,
+        )
+        .await
+        .expect("ls -R");
+        assert_eq!(l, "deep/er/x.txt\nmain.rs");
+        let t = execute(Builtin::Tree, &json!({"depth": 2}), &c)
+            .await
+            .expect("tree");
+        assert_eq!(t, "./\n  src/\n    deep/\n    main.rs\n  README");
+        let hits = execute(Builtin::SearchCodebase, &json!({"query": "TODO"}), &c)
+            .await
+            .expect("search");
+        assert_eq!(
+            hits,
+            "./src/deep/er/x.txt:1:TODO later\n./src/main.rs:2:// TODO: x"
+        );
+        let e = execute(Builtin::ListFiles, &json!({"path": ".."}), &c)
+            .await
+            .expect_err("outside");
+        assert!(e.contains("outside the workspace"), "{e}");
+        let e = execute(Builtin::SearchCodebase, &json!({}), &c)
+            .await
+            .expect_err("query");
+        assert!(e.contains("'query' is required"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn patch_applies_all_or_nothing() {
+        let (_d, root) = tmp();
+        let c = ctx(&root, ToolArea::Confined(root.clone()));
+        std::fs::write(root.join("a.txt"), "one\ntwo\nthree\n").expect("w");
+        std::fs::write(root.join("gone.txt"), "bye\n").expect("w");
+        let diff = "diff --git a/a.txt b/a.txt\nindex 1..2 100644\n--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n\
+diff --git a/new/b.txt b/new/b.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new/b.txt\n@@ -0,0 +1 @@\n+fresh\n\
+--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n";
+        let out = execute(Builtin::Patch, &json!({"patch": diff}), &c)
+            .await
+            .expect("apply");
+        assert_eq!(out, "patched a.txt\npatched new/b.txt\ndeleted gone.txt");
+        assert_eq!(
+            std::fs::read_to_string(root.join("a.txt")).expect("r"),
+            "one\n2\nthree\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("new/b.txt")).expect("r"),
+            "fresh\n"
+        );
+        assert!(!root.join("gone.txt").exists());
+        // The second file's hunk does not apply: the first is not written.
+        let bad = "--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n-2\n+two\n three\n\
+--- a/new/b.txt\n+++ b/new/b.txt\n@@ -1 +1 @@\n-not there\n+x\n";
+        let e = execute(Builtin::Patch, &json!({"patch": bad}), &c)
+            .await
+            .expect_err("conflict");
+        assert!(
+            e.contains("new/b.txt") && e.contains("does not apply"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("a.txt")).expect("r"),
+            "one\n2\nthree\n"
+        );
+        let e = execute(Builtin::Patch, &json!({"patch": "just text"}), &c)
+            .await
+            .expect_err("not a diff");
+        assert!(e.contains("unified diff"), "{e}");
+        let escape = "--- a/../x\n+++ b/../x\n@@ -0,0 +1 @@\n+x\n";
+        let e = execute(Builtin::Patch, &json!({"patch": escape}), &c)
+            .await
+            .expect_err("outside");
+        assert!(
+            e.contains("outside the workspace") || e.contains("no such"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn run_command_reports_the_exit_code_as_data() {
+        let (_d, root) = tmp();
+        let c = ctx(&root, ToolArea::Container);
+        let out = execute(
+            Builtin::RunCommand,
+            &json!({"command": "echo ok; exit 4"}),
+            &c,
+        )
+        .await
+        .expect("data");
+        let v: Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v, json!({"exit_code": 4, "output": "ok\n"}));
+    }
+
+    #[tokio::test]
+    async fn git_tools_show_status_and_diff() {
+        let (_d, root) = tmp();
+        let c = ctx(&root, ToolArea::Confined(root.clone()));
+        let e = execute(Builtin::GitStatus, &json!({}), &c)
+            .await
+            .expect_err("no repo");
+        assert!(e.contains("git exited with code"), "{e}");
+        let setup = "git init -q -b main . && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m init \
+            && printf 'a\\n' > f.txt && git add f.txt && git -c user.name=t -c user.email=t@t commit -q -m f \
+            && printf 'b\\n' > f.txt && printf 'n\\n' > new.txt";
+        execute(Builtin::Bash, &json!({"command": setup}), &c)
+            .await
+            .expect("repo");
+        let st = execute(Builtin::GitStatus, &json!({}), &c)
+            .await
+            .expect("status");
+        assert!(st.starts_with("## main"), "{st}");
+        assert!(st.contains(" M f.txt") && st.contains("?? new.txt"), "{st}");
+        let d = execute(Builtin::GitDiff, &json!({"paths": ["f.txt"]}), &c)
+            .await
+            .expect("diff");
+        assert!(d.contains("-a\n+b"), "{d}");
+        let staged = execute(Builtin::GitDiff, &json!({"staged": true}), &c)
+            .await
+            .expect("staged");
+        assert_eq!(staged, "");
+        let base = execute(Builtin::GitDiff, &json!({"base": "HEAD~1"}), &c)
+            .await
+            .expect("base");
+        assert!(base.contains("+b"), "{base}");
+        let e = execute(Builtin::GitDiff, &json!({"base": "--output=/tmp/x"}), &c)
+            .await
+            .expect_err("option");
+        assert!(e.contains("not a revision"), "{e}");
     }
 
     #[test]

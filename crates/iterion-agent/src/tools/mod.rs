@@ -1,20 +1,23 @@
 //! Agent tools: the placement table (the one home of "where does this tool
 //! run": facts §5.6, seed step 20, upstream `SandboxPlacementOf`), the
-//! registry a node's `tools:` list is resolved against, and the built-in
+//! registry a node's `tools:` list is resolved against, the names tools
+//! carry (qualified for policies, events and the runner channel; wire
+//! names for the model), the tool policy ([`policy`]) and the built-in
 //! implementations ([`builtin`]).
 //!
 //! | Tool | Class | Placement |
 //! |---|---|---|
-//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch` | built-in | sandbox (in the runner, in the container) |
+//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, `list_files`, `tree`, `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command` | built-in | sandbox (in the runner, in the container) |
 //! | `ask_user` | human input | launcher (host) |
-//! | `mcp.<server>.<tool>`, `mcp__<server>__<tool>` | MCP | launcher (host) |
+//! | `mcp.<server>.<tool>` (alias `mcp__<server>__<tool>`) | MCP | launcher (host) |
 //! | `iterion.<tool>` | engine | launcher (host) |
 //! | anything else | — | refused |
 //!
-//! The registry is keyed by name and classed by this table, so a later
-//! issue adds upstream's wider built-in set, MCP servers' tools and a
-//! per-node allow/deny policy by registering entries and filtering
-//! [`ToolRegistry::select`], without a new placement rule anywhere else.
+//! A qualified name (`mcp.github.create_issue`) is what a workflow, a
+//! policy and an event name; providers accept only `[A-Za-z0-9_-]{1,64}`,
+//! so the model sees the wire name (`mcp__github__create_issue`) and the
+//! registry maps it back. Two tools whose qualified or wire names meet are
+//! refused at registration, never shadowed.
 
 pub mod builtin;
 
@@ -23,7 +26,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod policy;
+
 pub use builtin::Builtin;
+pub use policy::{PolicyDenial, ToolPolicy};
 
 use crate::error::AgentError;
 
@@ -93,7 +99,8 @@ pub fn classify(name: &str) -> Option<ToolClass> {
     }
     let mcp = name
         .strip_prefix("mcp.")
-        .and_then(|rest| rest.rsplit_once('.'))
+        // Servers are DSL identifiers (no dot); a tool name may hold dots.
+        .and_then(|rest| rest.split_once('.'))
         .or_else(|| {
             name.strip_prefix("mcp__")
                 .and_then(|rest| rest.split_once("__"))
@@ -118,6 +125,66 @@ pub fn placement_of(name: &str) -> Placement {
     classify(name).map_or(Placement::Refused, |c| c.placement())
 }
 
+/// The canonical (qualified) form of a classified name: the
+/// `mcp__server__tool` alias becomes `mcp.server.tool`.
+pub fn qualify(name: &str) -> String {
+    match classify(name) {
+        Some(ToolClass::Mcp { server, tool }) => format!("mcp.{server}.{tool}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// Why a workflow's `tools:` name is unknown to the registry (the DSL's
+/// C322 hook), `None` when the placement table classes it. An MCP name is
+/// known by its shape: which tools a server has is learnt when it starts.
+pub fn unknown_tool_reason(name: &str) -> Option<String> {
+    (placement_of(name) == Placement::Refused).then(|| {
+        let builtins: Vec<&str> = Builtin::ALL.iter().map(|b| b.name()).collect();
+        format!(
+            "not a built-in ({}), ask_user, mcp.<server>.<tool> or iterion.<tool>",
+            builtins.join(", ")
+        )
+    })
+}
+
+/// Whether the tool never modifies the workspace (upstream
+/// `readOnlyTools`); any name that is not a read-only built-in may.
+pub fn is_read_only(name: &str) -> bool {
+    Builtin::parse(name).is_some_and(Builtin::read_only)
+}
+
+/// Longest tool name providers accept.
+pub const WIRE_NAME_MAX: usize = 64;
+
+/// The name the model sees for a qualified name: `.` becomes `__` between
+/// namespace, server and tool, any other character outside
+/// `[A-Za-z0-9_-]` becomes `_`. `None` when the result is empty or longer
+/// than [`WIRE_NAME_MAX`].
+pub fn wire_name(qualified: &str) -> Option<String> {
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let wire = match classify(qualified) {
+        Some(ToolClass::Mcp { server, tool }) => format!("mcp__{}__{}", safe(&server), safe(&tool)),
+        Some(ToolClass::Engine) => {
+            format!(
+                "iterion__{}",
+                safe(qualified.trim_start_matches("iterion."))
+            )
+        }
+        _ => safe(qualified),
+    };
+    (!wire.is_empty() && wire.len() <= WIRE_NAME_MAX).then_some(wire)
+}
+
 /// What a model is told about a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
@@ -129,10 +196,13 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
-/// A tool available to a node: its spec and its class.
+/// A tool available to a node: its names, spec and class.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolEntry {
-    /// What the model sees.
+    /// The qualified name (`read_file`, `mcp.github.create_issue`): what
+    /// policies, events and `tool_call` messages name.
+    pub name: String,
+    /// What the model sees; `spec.name` is the wire name.
     pub spec: ToolSpec,
     /// What it is (decides placement).
     pub class: ToolClass,
@@ -145,10 +215,12 @@ impl ToolEntry {
     }
 }
 
-/// Every tool a node may be given, by name.
+/// Every tool a node may be given, by qualified name.
 #[derive(Debug, Clone, Default)]
 pub struct ToolRegistry {
     entries: BTreeMap<String, ToolEntry>,
+    /// Wire name → qualified name.
+    wire: BTreeMap<String, String>,
 }
 
 impl ToolRegistry {
@@ -156,32 +228,62 @@ impl ToolRegistry {
     pub fn builtins() -> Self {
         let mut reg = Self::default();
         for b in Builtin::ALL {
-            reg.entries.insert(
-                b.name().to_owned(),
-                ToolEntry {
-                    spec: b.spec(),
-                    class: ToolClass::Builtin { builtin: *b },
-                },
-            );
+            let entry = ToolEntry {
+                name: b.name().to_owned(),
+                spec: b.spec(),
+                class: ToolClass::Builtin { builtin: *b },
+            };
+            reg.wire.insert(b.name().to_owned(), b.name().to_owned());
+            reg.entries.insert(b.name().to_owned(), entry);
         }
         reg
     }
 
     /// Add a launcher-side tool (ask_user, an MCP tool, an engine tool)
-    /// the launcher can serve. A name the placement table does not class
-    /// as launcher-side is refused.
+    /// the launcher can serve, `spec.name` being its qualified name. A
+    /// name the placement table does not class as launcher-side is
+    /// refused; so is one whose qualified or wire name is taken.
     pub fn register_launcher_tool(&mut self, spec: ToolSpec) -> Result<(), AgentError> {
+        let refused = |reason: &str| AgentError::ToolRefused {
+            tool: spec.name.clone(),
+            reason: reason.to_owned(),
+        };
         let class = classify(&spec.name)
             .filter(|c| c.placement() == Placement::Launcher)
-            .ok_or_else(|| AgentError::ToolRefused {
-                tool: spec.name.clone(),
-                reason:
-                    "not a launcher-side tool name (ask_user, mcp.<server>.<tool>, iterion.<tool>)"
-                        .to_owned(),
+            .ok_or_else(|| {
+                refused(
+                    "not a launcher-side tool name (ask_user, mcp.<server>.<tool>, iterion.<tool>)",
+                )
             })?;
+        let name = qualify(&spec.name);
+        let wire = wire_name(&name).ok_or_else(|| {
+            refused("its name does not fit a provider's tool name (at most 64 characters)")
+        })?;
+        let taken = self
+            .entries
+            .get(&name)
+            .map(|e| e.name.clone())
+            .or_else(|| self.wire.get(&wire).cloned());
+        if let Some(existing) = taken {
+            return Err(AgentError::ToolCollision {
+                tool: name,
+                existing,
+                wire,
+            });
+        }
+        let spec = ToolSpec {
+            name: wire.clone(),
+            ..spec
+        };
+        self.wire.insert(wire, name.clone());
         self.entries
-            .insert(spec.name.clone(), ToolEntry { spec, class });
+            .insert(name.clone(), ToolEntry { name, spec, class });
         Ok(())
+    }
+
+    /// The entry the model calls by `wire` name.
+    pub fn by_wire(&self, wire: &str) -> Option<&ToolEntry> {
+        self.wire.get(wire).and_then(|q| self.entries.get(q))
     }
 
     /// Resolve a node's `tools:` list, in order. An unclassified name, or a
@@ -190,7 +292,8 @@ impl ToolRegistry {
     pub fn select(&self, names: &[String]) -> Result<Vec<ToolEntry>, AgentError> {
         let mut out: Vec<ToolEntry> = Vec::with_capacity(names.len());
         for name in names {
-            if out.iter().any(|e| &e.spec.name == name) {
+            let name = &qualify(name);
+            if out.iter().any(|e| &e.name == name) {
                 continue;
             }
             if placement_of(name) == Placement::Refused {
@@ -258,6 +361,86 @@ mod tests {
         assert_eq!(err.code(), "AGENT_TOOL_REFUSED");
         let err = reg.select(&["ask_user".into()]).expect_err("unserved");
         assert!(err.to_string().contains("no launcher-side handler"));
+    }
+
+    #[test]
+    fn every_read_only_name_is_a_builtin() {
+        for t in iterion_core::agent::READ_ONLY_TOOLS {
+            assert!(Builtin::parse(t).is_some_and(Builtin::read_only), "{t}");
+        }
+    }
+
+    #[test]
+    fn read_only_set_is_upstreams() {
+        for t in [
+            "git_diff",
+            "git_status",
+            "read_file",
+            "list_files",
+            "search_codebase",
+            "tree",
+        ] {
+            assert!(is_read_only(t), "{t}");
+            assert_eq!(placement_of(t), Placement::Sandbox, "{t}");
+        }
+        for t in [
+            "write_file",
+            "patch",
+            "run_command",
+            "bash",
+            "file_edit",
+            "mcp.fs.read_file",
+            "edit_file",
+        ] {
+            assert!(!is_read_only(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn wire_names_are_provider_safe_and_map_back() {
+        let mut reg = ToolRegistry::builtins();
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+        };
+        reg.register_launcher_tool(spec("mcp.everything.get-sum"))
+            .expect("mcp");
+        reg.register_launcher_tool(spec("mcp.fs.dir.list"))
+            .expect("dotted tool");
+        assert_eq!(
+            wire_name("mcp.everything.get-sum").as_deref(),
+            Some("mcp__everything__get-sum")
+        );
+        let e = reg.by_wire("mcp__fs__dir_list").expect("mapped back");
+        assert_eq!(e.name, "mcp.fs.dir.list");
+        assert_eq!(e.spec.name, "mcp__fs__dir_list");
+        // The alias selects the same entry under its qualified name.
+        let sel = reg
+            .select(&["mcp__everything__get-sum".into(), "read_file".into()])
+            .expect("select");
+        assert_eq!(sel[0].name, "mcp.everything.get-sum");
+        assert_eq!(
+            reg.by_wire("read_file").map(|e| e.name.as_str()),
+            Some("read_file")
+        );
+        // Two names meeting on the wire, or twice the same: refused.
+        let err = reg
+            .register_launcher_tool(spec("mcp.fs.dir_list"))
+            .expect_err("wire collision");
+        assert_eq!(err.code(), "AGENT_TOOL_COLLISION");
+        assert!(err.to_string().contains("mcp.fs.dir.list"), "{err}");
+        let err = reg
+            .register_launcher_tool(spec("mcp__everything__get-sum"))
+            .expect_err("same tool twice");
+        assert_eq!(err.code(), "AGENT_TOOL_COLLISION");
+        let long = format!("mcp.s.{}", "x".repeat(80));
+        assert_eq!(
+            reg.register_launcher_tool(spec(&long))
+                .expect_err("too long")
+                .code(),
+            "AGENT_TOOL_REFUSED"
+        );
     }
 
     #[test]

@@ -472,3 +472,26 @@ async fn session_inherit_replays_the_previous_conversation() {
         .collect();
     assert_eq!(texts, vec!["Remember zebra-99.", "noted", "Which word?"]);
 }
+
+/// A `tool_policy` that leaves none of the node's tools is refused before
+/// any model call; one that denies a tool keeps it from the model.
+#[tokio::test]
+async fn tool_policy_denying_every_tool_is_refused_up_front() {
+    let p = ScriptedProvider::start(vec![Turn::text("unreachable")]).await;
+    let mut t = task(Wire::Anthropic, "x");
+    t.tools = vec!["read_file".into(), "mcp__gh__issue".into()];
+    t.tool_policy = Some(vec![]);
+    // The MCP name is refused first: nobody serves it here.
+    let HostRun { result, .. } = claw_on_host(&p, Wire::Anthropic, &t).await;
+    assert_eq!(result.expect_err("unserved").code(), "AGENT_TOOL_REFUSED");
+    t.tools = vec!["read_file".into(), "git_diff".into()];
+    for policy in [vec![], vec!["!*".to_owned()], vec!["mcp.*".to_owned()]] {
+        t.tool_policy = Some(policy.clone());
+        let HostRun { result, events, .. } = claw_on_host(&p, Wire::Anthropic, &t).await;
+        let err = result.expect_err("denies all");
+        assert_eq!(err.code(), "AGENT_TOOL_POLICY_DENIES_ALL", "{policy:?}");
+        assert!(err.to_string().contains("read_file"), "{err}");
+        assert_eq!(events.count("delegate_error"), 1);
+    }
+    assert!(p.requests().is_empty());
+}

@@ -15,3 +15,4 @@ mod claw_host;
 mod in_box;
 mod runner_process;
 mod support;
+mod tools_in_box;

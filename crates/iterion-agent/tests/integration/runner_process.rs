@@ -141,7 +141,8 @@ impl LauncherTools for BigTool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_launcher_result_is_truncated_with_a_marker() {
     let p = ScriptedProvider::start(vec![
-        Turn::tool("mcp.test.big", json!({})),
+        // The model calls the wire name; the host serves the qualified one.
+        Turn::tool("mcp__test__big", json!({})),
         Turn::text("got it"),
     ])
     .await;

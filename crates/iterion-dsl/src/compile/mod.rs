@@ -19,6 +19,7 @@ mod mcp;
 mod props;
 mod refs;
 pub(crate) mod sandbox;
+mod tools;
 mod workflow;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,7 +44,11 @@ struct Group<'a> {
 }
 
 /// Compile a line tree.
-pub(crate) fn compile(lines: &[Line], ctx: &mut Ctx<'_>) -> Vec<Workflow> {
+pub(crate) fn compile(
+    lines: &[Line],
+    ctx: &mut Ctx<'_>,
+    tool_check: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut prompts: HashSet<String> = HashSet::new();
@@ -366,6 +371,7 @@ pub(crate) fn compile(lines: &[Line], ctx: &mut Ctx<'_>) -> Vec<Workflow> {
     // node-level checks independent of the workflow
     for n in &nodes {
         check_node_refs(n, &schemas, &prompts, ctx);
+        tools::names(n, ctx, tool_check);
     }
 
     let mut out = Vec::new();

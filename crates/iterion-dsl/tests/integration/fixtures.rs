@@ -199,3 +199,29 @@ fn with_block_may_close_at_any_indentation() {
     assert!(!c.has_errors(), "{:?}", c.diagnostics);
     assert_eq!(c.workflows[0].edges[0].with["k"], "v");
 }
+
+#[test]
+fn tool_hook_reports_c322_at_the_entry() {
+    let text = "agent a:\n  model: \"anthropic/x\"\n  tools: [read_file, Bash, mcp.gh.create_issue]\n\njudge j:\n  model: \"anthropic/x\"\n  tools: [\"nuke\"]\n\nworkflow w:\n  entry: a\n  a -> j\n  j -> done\n";
+    let known = ["read_file", "mcp.gh.create_issue"];
+    let check = |name: &str| (!known.contains(&name)).then(|| "not a built-in".to_owned());
+    let c = iterion_dsl::compile_checked(
+        text,
+        Path::new("t.iter"),
+        &iterion_dsl::Checks { tool: &check },
+    );
+    let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C322").collect();
+    assert_eq!(d.len(), 2, "{:?}", c.diagnostics);
+    assert_eq!((d[0].line, d[0].column), (3, 22));
+    assert!(
+        d[0].message.contains("`a`: unknown tool `Bash`"),
+        "{}",
+        d[0].message
+    );
+    assert_eq!(d[0].severity, Severity::Error);
+    assert_eq!(d[1].line, 7);
+    assert!(d[1].message.contains("`nuke`"), "{}", d[1].message);
+    // Without the hook the grammar alone accepts any name.
+    let plain = iterion_dsl::compile_source(text, Path::new("t.iter"));
+    assert!(!plain.diagnostics.iter().any(|d| d.code == "C322"));
+}

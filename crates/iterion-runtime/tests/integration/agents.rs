@@ -132,6 +132,7 @@ agent fix:
   user: "Fix {{vars.repo}}."
   output: patch
   tools: [bash, read_file]
+  tool_policy: ["*", "!bash"]
   tool_max_steps: 7
 
 judge review:
@@ -144,6 +145,7 @@ judge review:
 workflow refine:
   entry: fix
   default_backend: "claw"
+  tool_policy: ["read_file"]
   fix -> review with { summary: "{{input.summary}}", _session_id: "{{outputs.fix._session_id}}" }
   review -> fix when not approved as refine(3)
   review -> done when approved
@@ -173,6 +175,8 @@ async fn a_judge_verdict_routes_a_refine_loop() {
     assert_eq!(fix.default_backend.as_deref(), Some("claw"));
     assert_eq!(fix.tools, ["bash", "read_file"]);
     assert_eq!(fix.tool_max_steps, Some(7));
+    // A node's tool_policy replaces the workflow's; without one it inherits.
+    assert_eq!(fix.tool_policy, Some(vec!["*".into(), "!bash".into()]));
     assert_eq!(fix.session, SessionMode::Fresh);
     assert_eq!(
         fix.output_schema,
@@ -188,6 +192,7 @@ async fn a_judge_verdict_routes_a_refine_loop() {
     assert_eq!(review.system_prompt.as_deref(), Some("Review strictly."));
     assert_eq!(review.user_prompt, "Check: patch 2");
     assert_eq!(review.session, SessionMode::Inherit);
+    assert_eq!(review.tool_policy, Some(vec!["read_file".to_owned()]));
     // The session handed on through `with`: fix's second call's session.
     assert_eq!(review.session_id.as_deref(), Some("sess-fix-2"));
 

@@ -54,6 +54,7 @@ fn inputs<'a>(spec: &'a Spec, host_state: HostState) -> PlanInputs<'a> {
         run_files_dir: Some("/store/runs/r1/artifact-files"),
         bundle_dir: Some("/store/bundle"),
         readback_cap: None,
+        untrusted: false,
     }
 }
 
@@ -134,7 +135,10 @@ fn docker_plan_host_state_auto() {
         "plan_host_state_auto_events",
         serde_json::to_value(&planned.events).expect("ser")
     );
-    assert_eq!(planned.plan.user.as_deref(), Some("1001:1001"));
+    assert_eq!(
+        planned.plan.user, None,
+        "who runs is decided after finalize (identity)"
+    );
     assert_eq!(
         planned.plan.workdir, WS,
         "default container path = host path"
@@ -204,27 +208,17 @@ fn host_state_skip_rules() {
 }
 
 #[test]
-fn uid_events() {
+fn the_spec_user_is_kept_as_written() {
     let mut s = spec();
     s.user = Some("1000:1000".into());
     let planned = plan_launch(&inputs(&s, HostState::Auto), &host()).expect("plan");
-    assert!(
-        planned
-            .events
-            .iter()
-            .any(|e| e.name() == "sandbox_uid_mismatch_warning")
-    );
     assert_eq!(planned.plan.user.as_deref(), Some("1000:1000"));
-    let mut root = host();
-    root.uid = 0;
-    let s = spec();
-    let planned = plan_launch(&inputs(&s, HostState::Auto), &root).expect("plan");
-    assert!(planned.plan.user.is_none());
     assert!(
         !planned
             .events
             .iter()
-            .any(|e| e.name() == "sandbox_user_remap")
+            .any(|e| e.name().starts_with("sandbox_u")),
+        "identity events are the identity decision's"
     );
 }
 
