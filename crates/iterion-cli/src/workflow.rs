@@ -1,8 +1,7 @@
 //! Loading a workflow file for the verbs: compiled by `iterion-dsl` (which
 //! parses egress rules with the grammar the proxy enforces, so a bad rule
-//! is a compile-time C313, not a run-time surprise), with the agent
-//! crate's tool registry hooked in so an unknown `tools:` name is one too
-//! (C322).
+//! is a compile-time C313, not a run-time surprise), with the agent crate's
+//! tool registry hooked in so an unknown `tools:` name is one too (C322).
 
 use std::path::Path;
 
