@@ -22,8 +22,9 @@ fn main() -> std::process::ExitCode {
         cli::Command::Resume(args) => args.log_level,
         _ => None,
     };
-    match logging::level(flag) {
-        Ok(level) => logging::install(level),
+    // Every verb gets the log, before it does anything (issue 16 item 5).
+    match logging::settings(flag, |name| std::env::var(name).ok()) {
+        Ok(settings) => logging::install(settings),
         Err(e) => return exit::report(Err(e.into())).into(),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -4,8 +4,28 @@
 //! [`Mode`]s, the desired sandbox [`Spec`] and the finalized [`LaunchPlan`] a
 //! driver consumes, [`Capabilities`], the [`Driver`]/[`SandboxRun`] seam, the
 //! [`RunStore`] seam, events, run statuses, failure codes and dispositions,
-//! size and duration parsing, and escaping run-supplied text for a terminal. It performs no IO and depends on no engine, database or
+//! size and duration parsing, the one parser of each sandbox-block rule
+//! (egress rules and presets in [`net`], container and read-back paths in
+//! [`path`]), and escaping run-supplied text for a terminal. It performs no IO and depends on no engine, database or
 //! HTTP crate: those live behind the traits, in their own crates.
+
+/// `serde` through the one parser of a parsed word or path: deserialising
+/// is its `FromStr`, serialising its `Display` (issue 16 item 2).
+macro_rules! serde_via_parser {
+    ($($t:ty),+ $(,)?) => {$(
+        impl TryFrom<String> for $t {
+            type Error = <$t as std::str::FromStr>::Err;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+        impl From<$t> for String {
+            fn from(v: $t) -> Self {
+                v.to_string()
+            }
+        }
+    )+};
+}
 
 pub mod agent;
 pub mod capabilities;

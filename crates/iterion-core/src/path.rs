@@ -131,19 +131,8 @@ impl FromStr for ReadBackPath {
     }
 }
 
-macro_rules! string_newtype {
+macro_rules! path_newtype {
     ($t:ty) => {
-        impl TryFrom<String> for $t {
-            type Error = ContainerPathError;
-            fn try_from(s: String) -> Result<Self, Self::Error> {
-                s.parse()
-            }
-        }
-        impl From<$t> for String {
-            fn from(p: $t) -> Self {
-                p.0
-            }
-        }
         impl fmt::Display for $t {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
@@ -156,8 +145,9 @@ macro_rules! string_newtype {
         }
     };
 }
-string_newtype!(ContainerPath);
-string_newtype!(ReadBackPath);
+path_newtype!(ContainerPath);
+path_newtype!(ReadBackPath);
+serde_via_parser!(ContainerPath, ReadBackPath);
 
 #[cfg(test)]
 mod tests {

@@ -149,19 +149,6 @@ impl FromStr for NetworkMode {
     }
 }
 
-impl TryFrom<String> for NetworkMode {
-    type Error = InvalidNetworkWord;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<NetworkMode> for String {
-    fn from(m: NetworkMode) -> Self {
-        m.as_str().to_owned()
-    }
-}
-
 /// How a node-level network block combines with its parent's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -185,6 +172,14 @@ impl NetworkInherit {
     }
 }
 
+impl fmt::Display for NetworkInherit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+serde_via_parser!(NetworkMode, NetworkInherit);
+
 /// Exact words, like [`NetworkMode`].
 impl FromStr for NetworkInherit {
     type Err = InvalidNetworkWord;
@@ -199,19 +194,6 @@ impl FromStr for NetworkInherit {
                 expected: "merge, replace or append",
             }),
         }
-    }
-}
-
-impl TryFrom<String> for NetworkInherit {
-    type Error = InvalidNetworkWord;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<NetworkInherit> for String {
-    fn from(m: NetworkInherit) -> Self {
-        m.as_str().to_owned()
     }
 }
 

@@ -152,3 +152,53 @@ fn no_background_reap_under_override_none() {
         );
     }
 }
+
+/// Issue 16 item 5: `ITERION_LOG_FORMAT=json` writes each record as one
+/// JSON object (as upstream), and the log is set up for every verb before
+/// it runs: a bad format or level variable is bad input naming it, whatever
+/// the verb. Without flag or variable the level is `warn`: no INFO record.
+#[test]
+fn log_format_json_and_bad_log_variables_for_every_verb() {
+    let sb = Sandbox::new(Engine::Docker).with_env("ITERION_LOG_FORMAT", "json");
+    let file = sb.write("hi.iter", &hello());
+    let r = sb.run(&file, &["--log-level", "info"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let records: Vec<serde_json::Value> = r
+        .stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        records.iter().any(|v| v["level"] == "INFO"
+            && v["fields"]["message"] == "run starting"
+            && v["fields"]["run"] == r.run_id()),
+        "{}",
+        r.stderr
+    );
+    let quiet = sb.run(&file, &[]);
+    assert_eq!(quiet.code, Some(0), "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("\"INFO\""), "{}", quiet.stderr);
+
+    let file = file.to_string_lossy().into_owned();
+    for (var, value) in [
+        ("ITERION_LOG_FORMAT", "xml"),
+        ("ITERION_LOG_LEVEL", "verbose"),
+    ] {
+        let bad = Sandbox::new(Engine::Docker).with_env(var, value);
+        for args in [
+            vec!["runs"],
+            vec!["validate", file.as_str()],
+            vec!["sandbox", "doctor"],
+            vec!["run", file.as_str()],
+        ] {
+            let out = bad.iterion(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{var}={value} {args:?}: {stderr}"
+            );
+            assert!(stderr.contains(var), "{var}={value} {args:?}: {stderr}");
+        }
+    }
+}

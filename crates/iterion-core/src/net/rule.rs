@@ -307,19 +307,6 @@ impl FromStr for NetRule {
     }
 }
 
-impl TryFrom<String> for NetRule {
-    type Error = NetRuleError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<NetRule> for String {
-    fn from(r: NetRule) -> Self {
-        r.text
-    }
-}
-
 impl fmt::Display for NetRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
@@ -383,18 +370,7 @@ impl FromStr for NetPreset {
     }
 }
 
-impl TryFrom<String> for NetPreset {
-    type Error = UnknownPreset;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<NetPreset> for String {
-    fn from(p: NetPreset) -> Self {
-        p.as_str().to_owned()
-    }
-}
+serde_via_parser!(NetRule, NetPreset);
 
 #[cfg(test)]
 mod tests {
