@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use iterion_core::{EventKind, ExecRequest, ExecSession, OutputStream, SandboxRun};
+use iterion_core::{ExecRequest, ExecSession, OutputStream, SandboxRun};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{
@@ -345,16 +345,10 @@ async fn serve_tool(
     if !allowed {
         return Err(format!("{name} is not a launcher-side tool of this node"));
     }
-    if let Err(denial) = launch.task.policy().check(name) {
-        launch.sink.emit(EventKind::ToolDenied {
-            tool: name.to_owned(),
-            tool_use_id: call_id.to_owned(),
-            rule: denial.rule,
-            reason: denial.reason.clone(),
-            placement: "host".to_owned(),
-        });
-        return Err(denial.reason);
-    }
+    launch
+        .task
+        .policy()
+        .admit_call(name, call_id, "host", launch.sink)?;
     let Some(launcher) = launch.launcher else {
         return Err(format!("no launcher serves {name}"));
     };
