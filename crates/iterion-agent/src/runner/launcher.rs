@@ -338,6 +338,12 @@ async fn serve_tool(
     name: &str,
     input: &serde_json::Value,
 ) -> Result<String, String> {
+    // The policy first: a denied tool is never among the node's tools, and
+    // a runner asking for one anyway is a denial on the record.
+    launch
+        .task
+        .policy()
+        .admit_call(name, call_id, "host", launch.sink)?;
     let allowed = launch
         .tools
         .iter()
@@ -345,10 +351,6 @@ async fn serve_tool(
     if !allowed {
         return Err(format!("{name} is not a launcher-side tool of this node"));
     }
-    launch
-        .task
-        .policy()
-        .admit_call(name, call_id, "host", launch.sink)?;
     let Some(launcher) = launch.launcher else {
         return Err(format!("no launcher serves {name}"));
     };
