@@ -104,7 +104,10 @@ async fn bench() {
     let policy = Policy::compile(&NetworkSpec {
         mode: Some(NetworkMode::Allowlist),
         preset: None,
-        rules: vec!["provider.test".into(), "127.0.0.1".into()],
+        rules: ["provider.test", "127.0.0.1"]
+            .iter()
+            .map(|r| r.parse().expect("rule"))
+            .collect(),
         inherit: None,
     })
     .unwrap();

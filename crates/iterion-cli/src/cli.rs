@@ -302,6 +302,10 @@ pub struct DoctorArgs {
     /// Same as `iterion run --sandbox-host-state`.
     #[arg(long, value_enum)]
     pub sandbox_host_state: Option<HostStateFlag>,
+    /// Same as `iterion run --trust` (with `--strict`): the bind verdicts
+    /// of an untrusted run.
+    #[arg(long, value_enum, requires = "strict")]
+    pub trust: Option<TrustFlag>,
     /// JSON output.
     #[arg(long)]
     pub json: bool,

@@ -156,6 +156,8 @@ pub fn containment() -> serde_json::Value {
             "init_reaps_zombies": true,
             "capabilities": iterion_driver_docker::SANDBOX_CAPABILITIES,
             "capabilities_dropped": "every other one (NET_RAW, MKNOD, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE included)",
+            // A sandbox run as a pinned non-root user (host_identity) keeps none.
+            "capabilities_non_root": [],
         }),
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
     }

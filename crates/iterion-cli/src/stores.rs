@@ -62,6 +62,15 @@ pub fn configured() -> StoreLocation {
     }
 }
 
+/// The directory of this process's store when it is a directory store,
+/// absolute (the sandbox must never see it: issue 19 item 3).
+pub fn store_dir() -> Option<PathBuf> {
+    match configured() {
+        StoreLocation::Directory(dir) => std::path::absolute(&dir).ok(),
+        StoreLocation::Postgres(_) => None,
+    }
+}
+
 /// Open this process's store ([`configured`]).
 pub async fn open_from_env() -> anyhow::Result<Arc<dyn RunStore>> {
     open(&configured()).await
@@ -140,6 +149,9 @@ pub fn hint(e: &StoreError) -> &'static str {
         }
         StoreError::RunNotFound(_) => "list the runs of this store with `iterion runs`",
         StoreError::FileNotFound(_) => "list the run's files with `iterion files RUN_ID`",
+        StoreError::Tampered { .. } => {
+            "the stored bytes changed after the drain recorded them: treat the store as compromised (check who can write ITERION_STORE) and re-run to obtain the file again"
+        }
         StoreError::UnsafePath { .. } => {
             "give the file's path relative to the run's file area, as `iterion files RUN_ID` lists it"
         }

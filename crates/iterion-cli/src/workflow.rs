@@ -1,12 +1,10 @@
-//! Loading a workflow file for the verbs: compiled by `iterion-dsl`, with
-//! the egress rule checks of `iterion-netproxy` hooked in so a rule the
-//! proxy would reject is a compile-time diagnostic (C313), not a run-time
-//! surprise, and the agent crate's tool registry so an unknown `tools:`
-//! name is one too (C322).
+//! Loading a workflow file for the verbs: compiled by `iterion-dsl` (which
+//! parses egress rules with the grammar the proxy enforces, so a bad rule
+//! is a compile-time C313, not a run-time surprise), with the agent crate's
+//! tool registry hooked in so an unknown `tools:` name is one too (C322).
 
 use std::path::Path;
 
-use iterion_core::NetworkSpec;
 use iterion_dsl::{Compiled, ir};
 
 use crate::exit::UserInputError;
@@ -19,18 +17,6 @@ pub struct Loaded {
     pub compiled: Compiled,
 }
 
-/// The proxy's verdict on a network block, as `(rule, message)` pairs.
-pub fn net_check(spec: &NetworkSpec) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = iterion_netproxy::check_rules(spec)
-        .into_iter()
-        .map(|e| (e.rule.clone(), e.to_string()))
-        .collect();
-    if let Some(err) = iterion_netproxy::check_preset(spec) {
-        out.push((spec.preset.clone().unwrap_or_default(), err.to_string()));
-    }
-    out
-}
-
 /// Read and compile a file.
 pub fn load(path: &Path) -> std::io::Result<Loaded> {
     let bytes = std::fs::read(path)?;
@@ -39,7 +25,6 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
         &source,
         path,
         &iterion_dsl::Checks {
-            network: &net_check,
             tool: &iterion_agent::tools::unknown_tool_reason,
         },
     );

@@ -406,32 +406,73 @@ impl LineSplitter {
     }
 }
 
+/// Variable bounding a sandbox's post-create commands (upstream #719/#823,
+/// every driver): a Go duration; empty, invalid or zero ⇒
+/// [`DEFAULT_POST_CREATE_TIMEOUT`], as for every sandbox bound (facts §4).
+/// Past it the start fails `SANDBOX_SETUP_TIMEOUT`.
+pub const POST_CREATE_TIMEOUT_ENV: &str = "ITERION_SANDBOX_POST_CREATE_TIMEOUT";
+/// Default post-create bound (upstream: 30m).
+pub const DEFAULT_POST_CREATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The post-create bound `env` sets ([`POST_CREATE_TIMEOUT_ENV`]).
+pub fn post_create_timeout(env: &BTreeMap<String, String>) -> Duration {
+    env.get(POST_CREATE_TIMEOUT_ENV)
+        .and_then(|raw| crate::duration::parse_go_duration(raw.trim()))
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_POST_CREATE_TIMEOUT)
+}
+
+/// How long `post_create` may take: the bound, and the driver's timer that
+/// fires when it has passed (this crate has no clock: the driver's runtime
+/// does, e.g. `tokio::time::sleep(timeout)`).
+pub struct PostCreateBound<T> {
+    /// The bound, for the error.
+    pub timeout: Duration,
+    /// Completes once `timeout` has passed.
+    pub expiry: T,
+}
+
 /// Run `post_create` once through `sh -c`, streaming its output line by
 /// line to `observer` with `secrets` masked; a non-zero exit is
-/// [`DriverError::PostCreateFailed`] with the last 4 KiB of output.
-pub async fn post_create(
+/// [`DriverError::PostCreateFailed`] with the last 4 KiB of output, a
+/// bound that expires first is [`DriverError::PhaseTimeout`]. On any error
+/// the caller removes the sandbox, which ends what the commands left
+/// running.
+pub async fn post_create<T: std::future::Future<Output = ()>>(
     run: &dyn SandboxRun,
     snippet: &str,
     observer: &dyn DriverObserver,
     secrets: Vec<String>,
+    bound: PostCreateBound<T>,
 ) -> Result<(), DriverError> {
-    let mut session = run.exec(ExecRequest::new(["sh", "-c", snippet])).await?;
-    let mut lines = LineSplitter::redacting(secrets);
-    let mut on_chunk = |chunk: &OutputChunk| {
-        lines.push(chunk.stream, &chunk.data, &mut |stream, line| {
-            observer.log(stream, line)
-        });
+    let expired = || DriverError::PhaseTimeout {
+        phase: "post_create",
+        timeout: bound.timeout,
+        variable: POST_CREATE_TIMEOUT_ENV,
     };
-    let out = collect_output(
-        session.as_mut(),
-        OutputLimits {
-            stdout: 4096,
-            stderr_tail: 4096,
-        },
-        &mut on_chunk,
-    )
-    .await?;
+    let mut expiry = std::pin::pin!(bound.expiry);
+    let mut lines = LineSplitter::redacting(secrets);
+    let work = async {
+        let mut session = run.exec(ExecRequest::new(["sh", "-c", snippet])).await?;
+        let mut on_chunk = |chunk: &OutputChunk| {
+            lines.push(chunk.stream, &chunk.data, &mut |stream, line| {
+                observer.log(stream, line)
+            });
+        };
+        collect_output(
+            session.as_mut(),
+            OutputLimits {
+                stdout: 4096,
+                stderr_tail: 4096,
+            },
+            &mut on_chunk,
+        )
+        .await
+    };
+    let raced = before(work, expiry.as_mut()).await;
+    // What it printed before it ended (or was cut short) reaches the log.
     lines.flush(&mut |stream, line| observer.log(stream, line));
+    let out = raced.ok_or_else(expired)??;
     if out.exit_code != 0 {
         let mut tail = String::from_utf8_lossy(&out.stdout).into_owned();
         tail.push_str(&String::from_utf8_lossy(&out.stderr_tail));
@@ -445,6 +486,23 @@ pub async fn post_create(
         });
     }
     Ok(())
+}
+
+/// `work`'s output, or `None` once `expiry` completes first. Hand-written
+/// (a dozen lines) because this crate depends on no async runtime or
+/// futures combinator crate.
+async fn before<W: std::future::Future>(
+    work: W,
+    mut expiry: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Option<W::Output> {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = work.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        expiry.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// A resource a driver created and labelled (`iterion.io/managed=true`).
@@ -496,6 +554,49 @@ pub struct EngineInfo {
     pub api_version: String,
     /// Whether binds of host paths work (local engine).
     pub local: bool,
+}
+
+/// What of the host an engine owns and how it maps container users
+/// (issue 19): the policy never binds these paths into a sandbox, and
+/// decides who a sandbox runs as from the mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFootprint {
+    /// The engine's socket and data root on this host (absolute paths).
+    pub paths: Vec<String>,
+    /// How container uids map to host uids.
+    pub uid_mapping: UidMapping,
+}
+
+/// How an engine maps container uids to host uids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UidMapping {
+    /// Container uid N is host uid N (a rootful engine without user
+    /// namespaces): container root writes host-root files on a bind. The
+    /// default, because it is the worst case.
+    #[default]
+    Identity,
+    /// The daemon runs every container in a user namespace (dockerd
+    /// `userns-remap`): container root is an unprivileged host uid.
+    Remapped,
+    /// A rootless engine: container root is the engine's own user.
+    Rootless,
+}
+
+impl UidMapping {
+    /// Whether container uid 0 is host uid 0.
+    pub fn root_is_host_root(self) -> bool {
+        self == Self::Identity
+    }
+
+    /// Stable name (doctor, events).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Identity => "identity",
+            Self::Remapped => "userns-remap",
+            Self::Rootless => "rootless",
+        }
+    }
 }
 
 /// Where a run's egress proxy listens, as its driver decides (seed step
@@ -577,6 +678,12 @@ pub trait Driver: Send + Sync {
     ) -> Result<Box<dyn SandboxRun>, DriverError>;
     /// Engine facts, bounded in time.
     async fn ping(&self) -> Result<EngineInfo, DriverError>;
+    /// The host paths this engine owns and how it maps users (asked of the
+    /// engine once, then remembered). A driver that binds no host path
+    /// keeps the default.
+    async fn host_footprint(&self) -> HostFootprint {
+        HostFootprint::default()
+    }
     /// Whether an image is present locally (no pull).
     async fn image_present(&self, image: &str) -> Result<bool, DriverError>;
     /// Every resource this driver created, across runs.
@@ -609,6 +716,13 @@ pub enum DriverError {
     #[error("sandbox spec refused: {reason}")]
     SpecRefused {
         /// Which guard and which value.
+        reason: String,
+    },
+    /// The host-root guard the plan asks for (issue 19 item 4) could not
+    /// be applied or was not in effect: refused, never run unguarded.
+    #[error("sandbox host-root guard unavailable: {reason}")]
+    GuardUnavailable {
+        /// What the engine refused or the sandbox showed.
         reason: String,
     },
     /// A prepared spec from another driver.
@@ -693,6 +807,7 @@ impl DriverError {
             Self::Unavailable { .. } => "SANDBOX_DRIVER_UNAVAILABLE",
             Self::Unsupported { .. } => "SANDBOX_UNSUPPORTED",
             Self::SpecRefused { .. } => "SANDBOX_SPEC_REFUSED",
+            Self::GuardUnavailable { .. } => "SANDBOX_GUARD_UNAVAILABLE",
             Self::ForeignPrepared { .. } => "SANDBOX_FOREIGN_PREPARED",
             Self::ImageUnavailable { .. } => "SANDBOX_IMAGE_UNAVAILABLE",
             Self::PhaseTimeout { .. } => "SANDBOX_SETUP_TIMEOUT",
@@ -787,6 +902,42 @@ mod tests {
     }
 
     /// Minimal executor so core stays free of a runtime dependency.
+    #[test]
+    fn before_yields_the_work_or_none_once_expired() {
+        let mut never = std::pin::pin!(std::future::pending::<()>());
+        assert_eq!(
+            futures_executor_block_on(before(async { 7 }, never.as_mut())),
+            Some(7)
+        );
+        let expired = std::pin::pin!(std::future::ready(()));
+        assert_eq!(
+            futures_executor_block_on(before(std::future::pending::<i32>(), expired)),
+            None
+        );
+    }
+
+    #[test]
+    fn post_create_timeout_is_a_go_duration_else_the_default() {
+        let env = |v: &str| BTreeMap::from([(POST_CREATE_TIMEOUT_ENV.to_owned(), v.to_owned())]);
+        assert_eq!(
+            post_create_timeout(&BTreeMap::new()),
+            DEFAULT_POST_CREATE_TIMEOUT
+        );
+        assert_eq!(DEFAULT_POST_CREATE_TIMEOUT, Duration::from_secs(1800));
+        assert_eq!(post_create_timeout(&env(" 90s ")), Duration::from_secs(90));
+        assert_eq!(
+            post_create_timeout(&env("1h30m")),
+            Duration::from_secs(5400)
+        );
+        for bad in ["", "soon", "0s", "-5m", "10"] {
+            assert_eq!(
+                post_create_timeout(&env(bad)),
+                DEFAULT_POST_CREATE_TIMEOUT,
+                "{bad:?}"
+            );
+        }
+    }
+
     fn futures_executor_block_on<F: std::future::Future>(fut: F) -> F::Output {
         use std::task::{Context, Poll, Waker};
         let mut fut = std::pin::pin!(fut);

@@ -17,6 +17,8 @@ pub mod failure;
 pub mod hostvars;
 pub mod id;
 pub mod mode;
+pub mod net;
+pub mod path;
 pub mod plan;
 pub mod size;
 pub mod spec;
@@ -31,9 +33,11 @@ pub use event::{EventDraft, EventKind, EventRecord};
 pub use failure::{Disposition, FailureCode, RunStatus};
 pub use id::{NodeId, RunId};
 pub use mode::{HostState, Mode, Trust};
+pub use net::{NetPreset, NetRule};
+pub use path::{ContainerPath, ReadBackPath};
 pub use plan::{LaunchPlan, Mount, MountKind, MountOrigin, ReadBackDecl};
 pub use size::{ByteSize, parse_size};
-pub use spec::{BuildSpec, NetworkMode, NetworkSpec, Spec};
+pub use spec::{BuildSpec, InvalidNetworkWord, NetworkInherit, NetworkMode, NetworkSpec, Spec};
 pub use store::{RunStore, StoreError};
 
 /// A boxed, sendable stream of byte chunks (tar archives, file contents, stdin).

@@ -157,6 +157,9 @@ pub enum MountOrigin {
     WorktreeGit,
     /// A per-run secret file.
     SecretFile,
+    /// An empty read-only directory laid over an iterion area (the run
+    /// store) that another bind would expose to the sandbox.
+    Mask,
     /// The `iterion` binary the claw runner execs, read-only at
     /// `/usr/local/bin/iterion` (facts §6.5).
     RunnerBinary,
@@ -208,6 +211,48 @@ pub struct Limits {
     pub writable_layer: Option<ByteSize>,
     /// `no-new-privileges` (always on; a field so events can show it).
     pub no_new_privileges: bool,
+    /// How the sandbox is kept from leaving host-root artefacts on its
+    /// writable host binds (issue 19 item 4), as the policy decided it
+    /// (`iterion_sandbox::identity`); the driver executes and verifies it.
+    #[serde(default, skip_serializing_if = "HostRootGuard::is_unneeded")]
+    pub host_root_guard: HostRootGuard,
+}
+
+/// How a sandbox whose writes could land on the host as host root is kept
+/// from leaving setuid/setgid files, device nodes and file capabilities
+/// there. Decided once by the policy; a driver that cannot execute it
+/// refuses the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostRootGuard {
+    /// Nothing the sandbox writes lands on the host as host root: no
+    /// writable host bind, or an engine that maps container users away
+    /// from host root.
+    #[default]
+    Unneeded,
+    /// It runs as a pinned non-root `uid:gid` holding no capability,
+    /// verified before the first command.
+    NonRootUser,
+    /// It runs as root (root's own root-owned checkout) with `MKNOD`,
+    /// `SETFCAP` and `FSETID` dropped and a seccomp profile that refuses
+    /// setuid/setgid modes with `EPERM`, verified before the first command.
+    RootSeccomp,
+}
+
+impl HostRootGuard {
+    /// Whether no guard is needed (the field is then left out of JSON).
+    pub fn is_unneeded(&self) -> bool {
+        *self == Self::Unneeded
+    }
+
+    /// Stable name (events, doctor).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unneeded => "unneeded",
+            Self::NonRootUser => "non_root_user",
+            Self::RootSeccomp => "root_seccomp",
+        }
+    }
 }
 
 impl Limits {
@@ -228,6 +273,7 @@ impl Default for Limits {
             nano_cpus: None,
             writable_layer: Some(DEFAULT_DISK_LIMIT),
             no_new_privileges: true,
+            host_root_guard: HostRootGuard::Unneeded,
         }
     }
 }

@@ -6,10 +6,14 @@
 //! policy crate turns it into a [`crate::LaunchPlan`] for one driver.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::mode::{HostState, Mode};
+use crate::net::{NetPreset, NetRule};
+use crate::path::ReadBackPath;
 
 /// The sandbox block of a workflow (or the spec fused from a devcontainer).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -36,7 +40,7 @@ pub struct Spec {
     pub network: Option<NetworkSpec>,
     /// Declared container paths the run reads back at teardown (ADR-143),
     /// in addition to the run-files directory the runtime always declares.
-    pub read_back: Vec<String>,
+    pub read_back: Vec<ReadBackPath>,
 }
 
 impl Spec {
@@ -70,17 +74,17 @@ pub struct BuildSpec {
 pub struct NetworkSpec {
     /// `None` when the block has no `mode:` (inert: resolves to open, C312).
     pub mode: Option<NetworkMode>,
-    /// Preset name (`iterion-default` is the one shipped).
-    pub preset: Option<String>,
+    /// The preset whose rules come first.
+    pub preset: Option<NetPreset>,
     /// Rules in order (preset rules are evaluated first, then these).
-    pub rules: Vec<String>,
+    pub rules: Vec<NetRule>,
     /// Node-scope merge strategy.
     pub inherit: Option<NetworkInherit>,
 }
 
 /// Egress policy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String", into = "String")]
 pub enum NetworkMode {
     /// Unmatched hosts are denied.
     Allowlist,
@@ -99,21 +103,68 @@ impl NetworkMode {
             NetworkMode::Open => "open",
         }
     }
+}
 
-    /// Parse a workflow word.
-    pub fn parse(word: &str) -> Option<Self> {
-        match word.trim().to_ascii_lowercase().as_str() {
-            "allowlist" => Some(Self::Allowlist),
-            "denylist" => Some(Self::Denylist),
-            "open" => Some(Self::Open),
-            _ => None,
+impl fmt::Display for NetworkMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A word of a `network:` block that is not one of its words (`mode:`,
+/// `inherit:`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid network {field} `{word}`")]
+pub struct InvalidNetworkWord {
+    /// `mode` or `inherit`.
+    pub field: &'static str,
+    /// The word as written.
+    pub word: String,
+    /// The words that exist (`a, b or c`).
+    pub expected: &'static str,
+}
+
+impl InvalidNetworkWord {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        "NETWORK_WORD_INVALID"
+    }
+}
+
+/// Exact words, as upstream's property registry (`mode: Allowlist` is
+/// C044): the same rule as the sandbox mode words.
+impl FromStr for NetworkMode {
+    type Err = InvalidNetworkWord;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allowlist" => Ok(Self::Allowlist),
+            "denylist" => Ok(Self::Denylist),
+            "open" => Ok(Self::Open),
+            _ => Err(InvalidNetworkWord {
+                field: "mode",
+                word: s.to_owned(),
+                expected: "allowlist, denylist or open",
+            }),
         }
+    }
+}
+
+impl TryFrom<String> for NetworkMode {
+    type Error = InvalidNetworkWord;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<NetworkMode> for String {
+    fn from(m: NetworkMode) -> Self {
+        m.as_str().to_owned()
     }
 }
 
 /// How a node-level network block combines with its parent's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String", into = "String")]
 pub enum NetworkInherit {
     /// Parent rules then node rules (the default).
     Merge,
@@ -124,13 +175,77 @@ pub enum NetworkInherit {
 }
 
 impl NetworkInherit {
-    /// Parse a workflow word.
-    pub fn parse(word: &str) -> Option<Self> {
-        match word.trim().to_ascii_lowercase().as_str() {
-            "merge" => Some(Self::Merge),
-            "replace" => Some(Self::Replace),
-            "append" => Some(Self::Append),
-            _ => None,
+    /// The spelling used in workflows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkInherit::Merge => "merge",
+            NetworkInherit::Replace => "replace",
+            NetworkInherit::Append => "append",
         }
+    }
+}
+
+/// Exact words, like [`NetworkMode`].
+impl FromStr for NetworkInherit {
+    type Err = InvalidNetworkWord;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "merge" => Ok(Self::Merge),
+            "replace" => Ok(Self::Replace),
+            "append" => Ok(Self::Append),
+            _ => Err(InvalidNetworkWord {
+                field: "inherit",
+                word: s.to_owned(),
+                expected: "merge, replace or append",
+            }),
+        }
+    }
+}
+
+impl TryFrom<String> for NetworkInherit {
+    type Error = InvalidNetworkWord;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<NetworkInherit> for String {
+    fn from(m: NetworkInherit) -> Self {
+        m.as_str().to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_words_are_exact_and_serde_agrees() {
+        assert_eq!("denylist".parse(), Ok(NetworkMode::Denylist));
+        for bad in ["Allowlist", " open", "deny", ""] {
+            assert!(bad.parse::<NetworkMode>().is_err(), "{bad:?}");
+            let json = serde_json::to_string(bad).unwrap();
+            assert!(
+                serde_json::from_str::<NetworkMode>(&json).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert_eq!("append".parse(), Ok(NetworkInherit::Append));
+        assert!("MERGE".parse::<NetworkInherit>().is_err());
+        let spec: NetworkSpec = serde_json::from_str(
+            r#"{"mode":"allowlist","preset":"iterion-default","rules":["a.com","!10.0.0.0/8"],"inherit":"replace"}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.rules.len(), 2);
+        assert_eq!(
+            serde_json::to_value(&spec).unwrap(),
+            serde_json::json!({"mode":"allowlist","preset":"iterion-default","rules":["a.com","!10.0.0.0/8"],"inherit":"replace"})
+        );
+        assert!(
+            serde_json::from_str::<NetworkSpec>(
+                r#"{"mode":null,"preset":null,"rules":["a*b"],"inherit":null}"#
+            )
+            .is_err()
+        );
     }
 }

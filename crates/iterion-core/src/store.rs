@@ -412,6 +412,23 @@ pub enum StoreError {
     /// No such file.
     #[error("run file {0} not found")]
     FileNotFound(String),
+    /// A stored run file whose bytes no longer match the size and sha256
+    /// recorded when it was stored: served by nobody (issue 19 item 3).
+    #[error(
+        "run file {path} does not match its record (expected {expected_size} bytes with sha256 {expected_sha256}, found {actual_size} bytes with sha256 {actual_sha256}): refusing to serve it"
+    )]
+    Tampered {
+        /// The file.
+        path: String,
+        /// Size recorded at store time.
+        expected_size: u64,
+        /// Digest recorded at store time.
+        expected_sha256: String,
+        /// Size of what the store holds now.
+        actual_size: u64,
+        /// Digest of what the store holds now.
+        actual_sha256: String,
+    },
     /// A bad cursor.
     #[error("invalid page cursor")]
     InvalidCursor,
@@ -475,6 +492,7 @@ impl StoreError {
             Self::InvalidPayload { .. } => "STORE_INVALID_PAYLOAD",
             Self::UnsafePath { .. } => "STORE_UNSAFE_PATH",
             Self::FileNotFound(_) => "STORE_FILE_NOT_FOUND",
+            Self::Tampered { .. } => "STORE_FILE_TAMPERED",
             Self::InvalidCursor => "STORE_INVALID_CURSOR",
             Self::SchemaTooNew { .. } => "STORE_SCHEMA_TOO_NEW",
             Self::Corrupt { .. } => "STORE_CORRUPT",

@@ -2,7 +2,8 @@
 //! same image (busybox): (a) sandbox start to first exec done vs
 //! `docker run -d` + `docker exec`; (b) exec round trip of `true` vs
 //! `docker exec` and vs a raw bollard exec; (c) archive-out throughput of
-//! 200 MB vs `docker cp`. Prints each ratio; asserts nothing (STYLE: no
+//! 200 MB vs `docker cp`; (d) what the host guards of issue 19 add to a
+//! start (bind re-check, identity resolved and verified) vs a plain start. Prints each ratio; asserts nothing (STYLE: no
 //! timed assertions). Run: `source scripts/lib.sh && cargo bench -p
 //! iterion-driver-docker --bench engine`.
 //!
@@ -62,6 +63,27 @@ fn plan() -> LaunchPlan {
 }
 
 async fn start(driver: &DockerDriver, tag: &str) -> Box<dyn SandboxRun> {
+    start_plan(driver, tag, plan()).await
+}
+
+/// The plan of (d): a writable workspace bind and an unprivileged `user`,
+/// so the host guards of issue 19 run (bind re-check before create, the
+/// identity resolved, handed the storage and verified before the first exec).
+fn guarded_plan(ws: &std::path::Path, user: &str) -> LaunchPlan {
+    let mut p = plan();
+    p.user = Some(user.to_owned());
+    p.mounts.push(iterion_core::Mount {
+        kind: iterion_core::MountKind::Bind,
+        source: Some(ws.display().to_string()),
+        target: "/work".to_owned(),
+        readonly: false,
+        size: None,
+        origin: iterion_core::MountOrigin::Workspace,
+    });
+    p
+}
+
+async fn start_plan(driver: &DockerDriver, tag: &str, plan: LaunchPlan) -> Box<dyn SandboxRun> {
     let n: u32 = rand::random();
     let info = RunInfo {
         run_id: RunId::parse(format!("bench-{tag}-{n:08x}")).unwrap(),
@@ -71,7 +93,7 @@ async fn start(driver: &DockerDriver, tag: &str) -> Box<dyn SandboxRun> {
     };
     let prepared = Prepared {
         driver: driver.name(),
-        plan: plan(),
+        plan,
     };
     driver
         .start(prepared, &info, &NullObserver)
@@ -147,6 +169,42 @@ async fn main() {
         ms(o),
         ms(c),
         o.as_secs_f64() / c.as_secs_f64()
+    );
+
+    // (d) what the host guards add to a start: the plain start of (a) vs a
+    // writable bind with a numeric user, vs the same with a user name
+    // resolved in the image (busybox has no /etc/passwd: a uid alone).
+    let ws = tempfile::tempdir().expect("ws");
+    std::os::unix::fs::chown(ws.path(), Some(4242), Some(4242)).expect("chown ws");
+    driver.host_footprint().await;
+    let mut plain = Vec::new();
+    let mut numeric = Vec::new();
+    let mut named = Vec::new();
+    for i in 0..STARTS {
+        for (samples, plan) in [
+            (&mut plain, plan()),
+            (&mut numeric, guarded_plan(ws.path(), "4242:4242")),
+            (&mut named, guarded_plan(ws.path(), "4242")),
+        ] {
+            let t = Instant::now();
+            let run = start_plan(&driver, &format!("g{i}"), plan).await;
+            exec_true(&*run).await;
+            samples.push(t.elapsed());
+            run.cleanup().await.expect("cleanup");
+        }
+    }
+    let (p, n, r) = (
+        pct(&mut plain, 0.5),
+        pct(&mut numeric, 0.5),
+        pct(&mut named, 0.5),
+    );
+    println!(
+        "guarded start      p50: plain {:7.1} ms | bind + uid:gid {:7.1} ms (ratio {:.2}) | bind + uid looked up {:7.1} ms (ratio {:.2})",
+        ms(p),
+        ms(n),
+        n.as_secs_f64() / p.as_secs_f64(),
+        ms(r),
+        r.as_secs_f64() / p.as_secs_f64()
     );
 
     // (b) exec round trip of `true`.

@@ -151,6 +151,9 @@ pub struct DockerDriver {
     egress_supported: bool,
     pub(crate) reporter: Arc<dyn DriverObserver>,
     store_scope: Option<String>,
+    /// Asked once, when first needed: Podman's /info takes seconds, so
+    /// connecting (every `iterion` verb) does not ask it.
+    footprint: Arc<tokio::sync::OnceCell<iterion_core::driver::HostFootprint>>,
 }
 
 impl std::fmt::Debug for DockerDriver {
@@ -286,6 +289,7 @@ impl DockerDriver {
             egress_supported,
             reporter: Arc::new(NullObserver),
             store_scope: None,
+            footprint: Arc::new(tokio::sync::OnceCell::new()),
         })
     }
 
@@ -483,11 +487,23 @@ impl DockerDriver {
         info: &RunInfo,
         observer: &dyn DriverObserver,
         res: &mut RunResources,
-    ) -> Result<(), DriverError> {
+    ) -> Result<Option<crate::identity::Identity>, DriverError> {
         let image = plan.image.clone().ok_or_else(|| DriverError::SpecRefused {
             reason: "the plan names no image".to_owned(),
         })?;
         let labels = self.run_labels(info);
+        // The host-root guard the policy decided (issue 19 item 4): a
+        // pinned non-root identity, or root under the seccomp profile.
+        let resolved = crate::identity::resolve(self, &image, plan, &labels).await?;
+        if let Some(id) = resolved.runs_as {
+            crate::identity::hand_over_host(plan, id)?;
+        }
+        let identity = resolved.pinned;
+        let non_root_user = resolved.runs_as.is_some();
+        let guard = plan.limits.host_root_guard;
+        let seccomp = crate::security::seccomp_option(guard, self.name)?;
+        let mut security_opt = vec!["no-new-privileges".to_owned()];
+        security_opt.extend(seccomp.as_ref().map(|s| s.value.clone()));
         let run = info.run_id.as_str();
 
         let mut env = plan.env.clone();
@@ -613,7 +629,7 @@ impl DockerDriver {
         let host_config = |init: bool, disk: Option<iterion_core::ByteSize>| HostConfig {
             mounts: Some(mounts.clone()),
             init: Some(init),
-            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            security_opt: Some(security_opt.clone()),
             // -1: unlimited, only when the operator asked for it.
             pids_limit: Some(plan.limits.pids.unwrap_or(-1)),
             storage_opt: disk.map(|d| HashMap::from([("size".to_owned(), d.0.to_string())])),
@@ -622,7 +638,7 @@ impl DockerDriver {
             nano_cpus: plan.limits.nano_cpus,
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".to_owned()]),
-            cap_add: Some(crate::security::capabilities()),
+            cap_add: Some(crate::security::capabilities(guard, non_root_user)),
             sysctls: sysctls.clone(),
             extra_hosts: (!extra_hosts.is_empty()).then(|| extra_hosts.clone()),
             network_mode: network_mode.clone(),
@@ -630,7 +646,7 @@ impl DockerDriver {
         };
         let body = |init: bool, disk: Option<iterion_core::ByteSize>| ContainerCreateBody {
             image: Some(image.clone()),
-            user: plan.user.clone(),
+            user: identity.map(|i| i.user()).or_else(|| plan.user.clone()),
             working_dir: Some(plan.workdir.clone()),
             env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels.clone()),
@@ -644,6 +660,9 @@ impl DockerDriver {
             networking_config: networking.clone(),
             ..ContainerCreateBody::default()
         };
+        // Immediately before create: a source swapped since the judgement
+        // cannot win (issue 19 item 1).
+        crate::footprint::recheck_binds(plan, &self.host_footprint().await)?;
         let name = container_name(run);
         res.container = Some(name.clone());
         let use_init = !self.init_missing.load(Ordering::Relaxed);
@@ -670,6 +689,16 @@ impl DockerDriver {
             first = self
                 .create_container(&name, body(use_init, disk), observer)
                 .await;
+        }
+        // An engine that refuses the guard's profile refuses the run: it
+        // never runs without it.
+        if seccomp.is_some()
+            && let Err(e) = &first
+            && e.to_string().contains("seccomp")
+        {
+            return Err(DriverError::GuardUnavailable {
+                reason: format!("the engine refused the seccomp profile: {e}"),
+            });
         }
         let first = match first {
             Ok(()) => self
@@ -710,7 +739,7 @@ impl DockerDriver {
             OutputStream::System,
             &format!("started sandbox container {name} from {image}"),
         );
-        Ok(())
+        Ok(identity)
     }
 
     async fn create_container(
@@ -915,6 +944,7 @@ impl Driver for DockerDriver {
         iterion_sandbox::guards::check_launch_plan(plan).map_err(|v| DriverError::SpecRefused {
             reason: v.to_string(),
         })?;
+        crate::footprint::recheck_binds(plan, &self.host_footprint().await)?;
         if self.bindless()
             && let Some(m) = plan.mounts.iter().find(|m| m.is_host_bind())
         {
@@ -928,8 +958,13 @@ impl Driver for DockerDriver {
         // The prepared plan carries the effective limits (the product
         // defaults after the operator's variables), so `sandbox_started`
         // shows what the container really gets.
+        // The host-root guard is the policy's decision, not a limit the
+        // operator sets: it rides through.
         let mut effective = plan.clone();
-        effective.limits = self.settings.limits.clone();
+        effective.limits = iterion_core::plan::Limits {
+            host_root_guard: plan.limits.host_root_guard,
+            ..self.settings.limits.clone()
+        };
         let plan = &effective;
         if plan.build.is_some() {
             if !self.build_supported {
@@ -1117,7 +1152,11 @@ impl Driver for DockerDriver {
         let mut res = RunResources::default();
         let started = self.start_inner(&plan, info, observer, &mut res).await;
         let run = DockerRun::new(self.clone(), res, plan.workdir.clone());
-        if let Err(e) = started {
+        let settled = match started {
+            Ok(pinned) => crate::identity::settle(&run, &plan, pinned).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
             let _ = run.cleanup().await;
             return Err(e);
         }
@@ -1127,6 +1166,10 @@ impl Driver for DockerDriver {
                 snippet,
                 observer,
                 plan.egress.iter().map(|e| e.token.clone()).collect(),
+                iterion_core::driver::PostCreateBound {
+                    timeout: self.settings.post_create_timeout,
+                    expiry: tokio::time::sleep(self.settings.post_create_timeout),
+                },
             )
             .await
         {
@@ -1148,6 +1191,13 @@ impl Driver for DockerDriver {
             ),
             local: !self.bindless(),
         })
+    }
+
+    async fn host_footprint(&self) -> iterion_core::driver::HostFootprint {
+        self.footprint
+            .get_or_init(|| crate::footprint::probe(&self.docker, &self.endpoint))
+            .await
+            .clone()
     }
 
     async fn image_present(&self, image: &str) -> Result<bool, DriverError> {

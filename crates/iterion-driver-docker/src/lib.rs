@@ -15,18 +15,24 @@
 //! Containment defaults of every sandbox: `no-new-privileges`, pids limit
 //! (plan, default 4096), never privileged, every capability dropped but
 //! [`SANDBOX_CAPABILITIES`] (`security.rs`), no engine socket, memory/CPU
-//! from the plan or else from the settings below; PID 1 is the engine's
-//! init (docker-init / catatonit) in front of a long sleep, or — on a
-//! Podman without catatonit — a shell whose `wait` reaps orphans. With
-//! enforced egress the container sits only on a per-run `--internal`
-//! network with IPv6 off inside it, and per-run nftables tables on this
-//! host (`firewall.rs`) let it reach the proxy's port on the gateway and
+//! from the plan or else from the settings below; every bind source
+//! re-checked by real path immediately before create (`footprint.rs`);
+//! with a writable host bind on an engine where container root is host
+//! root, a numeric unprivileged user, resolved in the image and verified
+//! before the first exec (`identity.rs`); PID 1 is the engine's init
+//! (docker-init / catatonit) in front of a long sleep, or — on a Podman
+//! without catatonit — a shell whose `wait` reaps orphans. With enforced
+//! egress the container sits only on a per-run `--internal` network with
+//! IPv6 off inside it, and per-run nftables tables on this host
+//! (`firewall.rs`) let it reach the proxy's port on the gateway and
 //! nothing else, IPv6 and non-IP frames included; the proxy listens on
 //! that gateway only ([`Driver::egress_binding`](iterion_core::Driver::egress_binding)).
 //!
 //! Environment (read by [`DockerSettings::from_env`]):
 //! - `DOCKER_HOST`: engine endpoint (`unix://`, `tcp://`); remote ⇒ bindless.
 //! - `ITERION_SANDBOX_PULL_TIMEOUT`: Go duration bounding a pull (default `10m`).
+//! - `ITERION_SANDBOX_POST_CREATE_TIMEOUT`: Go duration bounding the
+//!   post-create commands (default `30m`; past it `SANDBOX_SETUP_TIMEOUT`).
 //! - `ITERION_SANDBOX_MEMORY`: default memory limit (`512MiB`, `2G`…).
 //! - `ITERION_SANDBOX_CPUS`: default CPU limit (`1.5`).
 //! - `ITERION_SANDBOX_DOCKER_BINDS=none`: force bindless mode on a local engine.
@@ -35,6 +41,8 @@ mod build;
 mod driver;
 mod exec;
 mod firewall;
+mod footprint;
+mod identity;
 mod rawlist;
 mod run;
 mod security;

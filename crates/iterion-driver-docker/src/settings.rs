@@ -46,9 +46,11 @@ pub const BINDS_ENV: &str = "ITERION_SANDBOX_DOCKER_BINDS";
 pub const EGRESS_ENFORCE_ENV: &str = "ITERION_SANDBOX_EGRESS_ENFORCE";
 /// Default pull bound.
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Bound of one discovery probe. Podman 4.3 answers `/version` in 2–3.5 s
-/// on a loaded 2-core host (measured while the test suite ran): 3 s made
-/// discovery report "no engine answered" for a healthy engine.
+/// Bound of one discovery probe. Podman 4.3 computes host facts for every
+/// `/version` (2–6 s on a loaded two-core host, measured while the test
+/// suite ran: 3 s made discovery report "no engine answered" for a healthy
+/// engine); a dead socket answers at once, so only a hung engine waits
+/// this long.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether host paths may be bound into the sandbox.
@@ -74,6 +76,9 @@ pub struct DockerSettings {
     pub binds: BindsMode,
     /// Bound of one engine probe (discovery, ping).
     pub probe_timeout: Duration,
+    /// Bound of the post-create commands
+    /// (`iterion_core::driver::POST_CREATE_TIMEOUT_ENV`).
+    pub post_create_timeout: Duration,
     /// Whether to confine egress when the engine allows it (`false` only
     /// through [`EGRESS_ENFORCE_ENV`]`=off`).
     pub egress_enforce: bool,
@@ -86,6 +91,7 @@ impl Default for DockerSettings {
             limits: Limits::default(),
             binds: BindsMode::Auto,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            post_create_timeout: iterion_core::driver::DEFAULT_POST_CREATE_TIMEOUT,
             egress_enforce: true,
         }
     }
@@ -122,6 +128,7 @@ impl DockerSettings {
         {
             settings.pull_timeout = d;
         }
+        settings.post_create_timeout = iterion_core::driver::post_create_timeout(env);
         if let Some(raw) = env.get(MEMORY_ENV).filter(|v| !v.trim().is_empty()) {
             let memory = match is_unlimited(raw) {
                 true => None,
@@ -246,6 +253,17 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn post_create_timeout_is_read_from_its_variable() {
+        let var = iterion_core::driver::POST_CREATE_TIMEOUT_ENV;
+        let s = DockerSettings::from_env(&env(&[])).expect("ok");
+        assert_eq!(s.post_create_timeout, Duration::from_secs(1800));
+        let s = DockerSettings::from_env(&env(&[(var, "45s")])).expect("ok");
+        assert_eq!(s.post_create_timeout, Duration::from_secs(45));
+        let s = DockerSettings::from_env(&env(&[(var, "soon")])).expect("ok");
+        assert_eq!(s.post_create_timeout, Duration::from_secs(1800));
     }
 
     #[test]

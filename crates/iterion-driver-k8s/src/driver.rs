@@ -28,9 +28,7 @@ use crate::manifest::{
     SecretFileValues, pod_name, pod_user, render,
 };
 use crate::run::{Cluster, KubeRun};
-use crate::settings::{
-    K8sSettings, POD_IP_ENV, POST_CREATE_TIMEOUT_ENV, WORKSPACE_COPY_TIMEOUT_ENV,
-};
+use crate::settings::{K8sSettings, POD_IP_ENV, WORKSPACE_COPY_TIMEOUT_ENV};
 
 /// Largest secret file the driver reads (a Secret holds at most 1 MiB).
 const MAX_SECRET_FILE: u64 = 1024 * 1024;
@@ -277,16 +275,11 @@ impl KubeDriver {
         }
         if let Some(snippet) = plan.post_create.as_deref() {
             let secrets = plan.egress.iter().map(|e| e.token.clone()).collect();
-            tokio::time::timeout(
-                settings.post_create_timeout,
-                iterion_core::driver::post_create(run, snippet, observer, secrets),
-            )
-            .await
-            .map_err(|_| DriverError::PhaseTimeout {
-                phase: "post_create",
+            let bound = iterion_core::driver::PostCreateBound {
                 timeout: settings.post_create_timeout,
-                variable: POST_CREATE_TIMEOUT_ENV,
-            })??;
+                expiry: tokio::time::sleep(settings.post_create_timeout),
+            };
+            iterion_core::driver::post_create(run, snippet, observer, secrets, bound).await?;
         }
         Ok(())
     }

@@ -29,8 +29,8 @@ pub const POD_READY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_K8S_POD_READY_TIMEOUT";
 pub const APPLY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_K8S_APPLY_TIMEOUT";
 /// Bound of the workspace copy into the pod.
 pub const WORKSPACE_COPY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT";
-/// Bound of `post_create`.
-pub const POST_CREATE_TIMEOUT_ENV: &str = "ITERION_SANDBOX_POST_CREATE_TIMEOUT";
+/// Bound of `post_create`: every driver's, in `iterion_core::driver`.
+pub use iterion_core::driver::{DEFAULT_POST_CREATE_TIMEOUT, POST_CREATE_TIMEOUT_ENV};
 /// Bound of the discovery probe and of doctor's checks.
 pub const DOCTOR_TIMEOUT_ENV: &str = "ITERION_SANDBOX_DOCTOR_TIMEOUT";
 /// CPU request of the sandbox pod.
@@ -54,8 +54,6 @@ pub const DEFAULT_POD_READY_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_APPLY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default workspace copy bound.
 pub const DEFAULT_WORKSPACE_COPY_TIMEOUT: Duration = Duration::from_secs(900);
-/// Default post_create bound.
-pub const DEFAULT_POST_CREATE_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Default probe bound.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -236,12 +234,7 @@ impl K8sSettings {
                 DEFAULT_WORKSPACE_COPY_TIMEOUT,
                 Duration::from_millis(1),
             ),
-            post_create_timeout: bound(
-                env,
-                POST_CREATE_TIMEOUT_ENV,
-                DEFAULT_POST_CREATE_TIMEOUT,
-                Duration::from_millis(1),
-            ),
+            post_create_timeout: iterion_core::driver::post_create_timeout(env),
             probe_timeout: bound(
                 env,
                 DOCTOR_TIMEOUT_ENV,

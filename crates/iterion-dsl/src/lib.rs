@@ -17,7 +17,6 @@ mod compile;
 
 use std::path::Path;
 
-pub use compile::sandbox::read_back_problem;
 pub use diag::{Diagnostic, Omitted, Severity, codes, render_human, render_omitted};
 pub use iterion_core::NetworkSpec;
 
@@ -46,32 +45,12 @@ impl Compiled {
 
 /// Compile source text. `file` is only used in diagnostics.
 pub fn compile_source(text: &str, file: &Path) -> Compiled {
-    compile_with(text, file, &|_| Vec::new())
-}
-
-/// Compile with a network-rule checker: for each `network:` block the hook
-/// returns `(rule, message)` pairs for the rules it rejects; each becomes a
-/// `C313` error positioned at the rule.
-pub fn compile_with(
-    text: &str,
-    file: &Path,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Compiled {
-    compile_checked(
-        text,
-        file,
-        &Checks {
-            network: net_check,
-            tool: &|_| None,
-        },
-    )
+    compile_checked(text, file, &Checks { tool: &|_| None })
 }
 
 /// What a compile asks of the components that own a decision this crate
 /// only parses.
 pub struct Checks<'a> {
-    /// Network rules: `(rule, message)` for each rule rejected (`C313`).
-    pub network: &'a dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
     /// An agent's or judge's `tools:` name: why it is unknown, `None` when
     /// the tool registry knows it (`C322` at the entry).
     pub tool: &'a dyn Fn(&str) -> Option<String>,
@@ -79,7 +58,6 @@ pub struct Checks<'a> {
 
 /// Compile with every hook of [`Checks`].
 pub fn compile_checked(text: &str, file: &Path, checks: &Checks<'_>) -> Compiled {
-    let net_check = checks.network;
     let fname = file.display().to_string();
     let mut diags = diag::Sink::default();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -89,7 +67,7 @@ pub fn compile_checked(text: &str, file: &Path, checks: &Checks<'_>) -> Compiled
         file: &fname,
         diags,
     };
-    let workflows = compile::compile(&lines, &mut ctx, net_check, checks.tool);
+    let workflows = compile::compile(&lines, &mut ctx, checks.tool);
     let diag::Sink {
         kept: mut diagnostics,
         omitted,

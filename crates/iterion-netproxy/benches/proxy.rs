@@ -207,7 +207,10 @@ fn report_latency(direct: &mut [Duration], proxied: &mut [Duration]) {
 async fn start_proxy() -> (ProxyHandle, ProxyToken) {
     let policy = Policy::compile(&NetworkSpec {
         mode: Some(NetworkMode::Allowlist),
-        rules: vec!["bench.test".into(), "127.0.0.1".into()],
+        rules: ["bench.test", "127.0.0.1"]
+            .iter()
+            .map(|r| r.parse().expect("rule"))
+            .collect(),
         ..NetworkSpec::default()
     })
     .unwrap();

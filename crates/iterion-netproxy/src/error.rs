@@ -2,24 +2,20 @@
 
 use std::net::SocketAddr;
 
-use crate::policy::RuleError;
+use iterion_core::net::NetRuleError;
 
 /// Errors of policy compilation and proxy start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum NetproxyError {
-    /// One or more rules of the `network:` block are malformed.
-    #[error("invalid network rules: {}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    InvalidRules {
-        /// Every malformed rule, with its index.
-        errors: Vec<RuleError>,
-    },
-    /// The block names a preset that does not exist. Upstream resolves an
-    /// unknown preset to nothing; we refuse it so a typo cannot silently
-    /// drop the allow rules the author meant (deny wins, loudly).
-    #[error("unknown network preset `{name}` (known: iterion-default)")]
-    UnknownPreset {
-        /// The name as written.
-        name: String,
+    /// A shipped preset holds a rule the grammar refuses: a bug in this
+    /// crate (its test parses every preset), refused rather than skipped.
+    #[error("network preset `{preset}` holds a bad rule")]
+    PresetRule {
+        /// The preset.
+        preset: &'static str,
+        /// The parse failure.
+        #[source]
+        source: NetRuleError,
     },
     /// The proxy listener could not bind.
     #[error("egress proxy cannot bind {addr}")]
@@ -36,8 +32,7 @@ impl NetproxyError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::InvalidRules { .. } => "NETWORK_RULE_INVALID",
-            Self::UnknownPreset { .. } => "NETWORK_PRESET_UNKNOWN",
+            Self::PresetRule { .. } => "NETWORK_PRESET_INVALID",
             Self::Bind { .. } => "EGRESS_PROXY_BIND",
         }
     }

@@ -1,7 +1,7 @@
 //! iterion-netproxy owns a run's egress policy and the proxy enforcing it:
 //! compiling a `network:` block ([`NetworkSpec`](iterion_core::NetworkSpec))
-//! into a [`Policy`] (pattern language, presets, last-match-wins, address
-//! vetting), the per-run [`ProxyToken`] and per-exec [`ExecCredential`]s
+//! into a [`Policy`] (presets, last-match-wins, address vetting; the
+//! rule grammar itself is `iterion_core::net`'s), the per-run [`ProxyToken`] and per-exec [`ExecCredential`]s
 //! (which exec asked), and the token-authenticated CONNECT/HTTP
 //! [`EgressProxy`] that reports every denial, attributed, through a
 //! callback. It does not decide when a proxy runs (the runtime asks
@@ -10,7 +10,6 @@
 
 mod credentials;
 mod error;
-mod literal;
 mod policy;
 pub mod preset;
 mod proxy;
@@ -19,10 +18,7 @@ mod token;
 
 pub use credentials::{CredentialBook, ExecCredential};
 pub use error::NetproxyError;
-pub use policy::{
-    AddressRefusal, Decision, Policy, RuleError, RuleErrorKind, canonical_host, check_preset,
-    check_rules,
-};
+pub use policy::{AddressRefusal, Decision, Policy, canonical_host};
 pub use proxy::{
     BlockReason, BlockedCallback, BlockedRequest, DEFAULT_DIAL_TIMEOUT,
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, EGRESS_HEADER, EgressProxy,

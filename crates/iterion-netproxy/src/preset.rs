@@ -2,6 +2,8 @@
 //! host list is copied verbatim from upstream. Preset rules are evaluated
 //! before the block's own rules, so a block can still deny a preset host.
 
+use iterion_core::NetPreset;
+
 /// The `iterion-default` preset: LLM APIs, package registries, forges,
 /// Debian and Nix mirrors (facts §7.4).
 pub const ITERION_DEFAULT: &[&str] = &[
@@ -46,16 +48,10 @@ pub const ITERION_DEFAULT: &[&str] = &[
     "get.jetify.com",
 ];
 
-/// The name of the one shipped preset.
-pub const ITERION_DEFAULT_NAME: &str = "iterion-default";
-
-/// The rules of a preset, `None` for an unknown name. Names compare
-/// case-insensitively (workflows may write the ident in any case).
-pub fn rules(name: &str) -> Option<&'static [&'static str]> {
-    if name.trim().eq_ignore_ascii_case(ITERION_DEFAULT_NAME) {
-        Some(ITERION_DEFAULT)
-    } else {
-        None
+/// The rules of a preset (its name is parsed by [`NetPreset`]).
+pub fn rules(preset: NetPreset) -> &'static [&'static str] {
+    match preset {
+        NetPreset::IterionDefault => ITERION_DEFAULT,
     }
 }
 
@@ -64,14 +60,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_preset_compiles_and_has_facts_list() {
-        let spec = iterion_core::NetworkSpec {
-            rules: ITERION_DEFAULT.iter().map(|s| (*s).to_owned()).collect(),
-            ..Default::default()
-        };
-        assert!(crate::check_rules(&spec).is_empty());
+    fn default_preset_parses_and_has_facts_list() {
+        for rule in rules(NetPreset::IterionDefault) {
+            assert!(rule.parse::<iterion_core::NetRule>().is_ok(), "{rule}");
+        }
         assert_eq!(ITERION_DEFAULT.len(), 31);
-        assert!(rules("iterion-default").is_some());
-        assert!(rules("nope").is_none());
     }
 }

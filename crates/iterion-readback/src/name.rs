@@ -51,7 +51,11 @@ pub fn key_prefix(decl: &ReadBackDecl) -> String {
         return String::new();
     }
     let mut key = String::from(RESERVED_PREFIX);
-    for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+    // No `.` to drop: a declared path is an `iterion_core::ReadBackPath`
+    // (normalised as written), and `check_launch_plan` runs that parser on
+    // every declaration a driver prepares. Were one to arrive anyway, the
+    // dots-only encoding below keys it apart instead of merging it.
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
         key.push('/');
         for b in comp.bytes() {
             if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {

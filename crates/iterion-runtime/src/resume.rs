@@ -11,6 +11,9 @@
 //!
 //! A fork under way when the run stopped restarts at its router (its
 //! branches run again), as upstream; what finished before it does not.
+//! The run's bounds (its recorded `--timeout`, the workflow's budget)
+//! apply again from the resume, on a fresh clock, as upstream resets its
+//! budget on resume.
 
 use std::collections::BTreeMap;
 

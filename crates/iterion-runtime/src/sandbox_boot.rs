@@ -10,27 +10,31 @@
 //! runtime never names an engine.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use iterion_core::driver::{ManagedResource, ResourceKind};
+use iterion_core::driver::{HostFootprint, ManagedResource, ResourceKind};
 use iterion_core::plan::EgressAttachment;
 use iterion_core::{
     Driver, DriverError, DriverName, EventKind, FailureCode, HostState, LaunchPlan, Mode,
-    MountOrigin, NodeId, RunInfo, RunStore,
+    MountOrigin, NodeId, RunInfo, RunStore, Trust,
 };
 use iterion_netproxy::{
     BlockedRequest, EgressProxy, LimitNotice, Policy, ProxyHandle, ProxyOptions, ProxyToken,
 };
 use iterion_readback::DrainOptions;
 use iterion_sandbox::admission::admit;
+use iterion_sandbox::binds::{BindScope, HostBindSettings, resolve_plan_binds, run_settings};
 use iterion_sandbox::devbox::{self, DevboxProject};
 use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::guards::check_noop_file_secrets;
 use iterion_sandbox::host::{DriverProbe, detect_host, select_driver};
+use iterion_sandbox::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
 use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
 use iterion_sandbox::precedence::{
     PrecedenceInputs, ResolvedMode, resolve_default_image, resolve_host_state, resolve_mode,
@@ -131,6 +135,7 @@ pub struct PolicyBooter {
     store: Arc<dyn RunStore>,
     state_dir: PathBuf,
     drain: DrainOptions,
+    store_dir: Option<PathBuf>,
     extra_mounts: Vec<iterion_core::plan::Mount>,
 }
 
@@ -151,8 +156,28 @@ impl PolicyBooter {
             store,
             state_dir,
             drain: DrainOptions::default(),
+            store_dir: None,
             extra_mounts: Vec::new(),
         }
+    }
+
+    /// The directory of the run store, when it is one: no bind may expose
+    /// it, and one that contains it gets it masked (issue 19 item 3).
+    pub fn with_store_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.store_dir = dir;
+        self
+    }
+
+    /// What a bind is judged with for this run (issue 19 item 1): the host
+    /// facts (which name every engine socket discovery could reach), the
+    /// selected engine's reported paths, the store and the state dir.
+    fn bind_settings(&self, footprint: &HostFootprint) -> HostBindSettings {
+        run_settings(
+            |k| self.local_env.get(k).cloned(),
+            footprint.paths.iter().cloned(),
+            self.store_dir.as_deref(),
+            &private_state_dirs(&self.state_dir, &self.local_env),
+        )
     }
 
     /// Host binds every sandbox of this booter gets where the driver keeps
@@ -194,13 +219,21 @@ impl PolicyBooter {
     }
 
     fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
-        let dir = self.state_dir.join("sandboxes").join(ctx.run_id.as_str());
+        use std::os::unix::fs::PermissionsExt;
+        let sandboxes = self.state_dir.join("sandboxes");
+        ensure_private_dir(&self.state_dir)?;
+        ensure_private_dir(&sandboxes)?;
+        let dir = sandboxes.join(ctx.run_id.as_str());
         let io = |source| BootError::Io {
             operation: format!("create {}", dir.display()),
             source,
         };
         std::fs::create_dir_all(dir.join("artifact-files")).map_err(io)?;
         crate::reap::mark_owner(&dir).map_err(io)?;
+        // The run's files live here during the run: no other local user
+        // reads them (the engine binds them as root; the sandbox sees only
+        // the bind).
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         Ok(dir)
     }
 }
@@ -209,6 +242,19 @@ impl PolicyBooter {
 /// the temp dir, so a reboot clears what the reaper has not.
 pub fn default_state_dir() -> PathBuf {
     std::env::temp_dir().join("iterion")
+}
+
+/// iterion's private per-run areas: the state dir and this user's
+/// file-secret dir (when a memory filesystem for it exists). Bind sources
+/// of iterion's own (run files, secret files) must lie under one; no other
+/// bind may expose one.
+pub fn private_state_dirs(
+    state_dir: &std::path::Path,
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut dirs = vec![state_dir.to_path_buf()];
+    dirs.extend(crate::secrets::secrets_root(env).ok());
+    dirs
 }
 
 /// Every directory whose children are per-run host directories the reaper
@@ -221,6 +267,54 @@ pub fn host_state_roots(
     let mut roots = vec![state_dir.join("sandboxes")];
     roots.extend(crate::secrets::secrets_root(env).ok());
     roots
+}
+
+/// Make `dir` exist and hold it to be iterion's own: the state dir sits in
+/// the shared temp dir by default, where another local user could have
+/// made it first — or a symlink of theirs — and would then control the
+/// parent of every run's secret files and run files (rename them aside,
+/// plant a bind source). Refused unless it is a real directory owned by
+/// this process's user (in a sticky temp dir no one else can then replace
+/// it); made 0700.
+fn ensure_private_dir(dir: &std::path::Path) -> Result<(), BootError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| BootError::Io {
+        operation: format!("use {} as iterion's private state dir", dir.display()),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let meta = std::fs::symlink_metadata(dir).map_err(io)?;
+    let me = std::fs::metadata("/proc/self").map_err(io)?.uid();
+    let kind = meta.file_type();
+    if kind.is_symlink() || !kind.is_dir() || meta.uid() != me {
+        let what = if kind.is_symlink() {
+            "a symlink"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a directory"
+        };
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "it is {what} owned by uid {}, not a directory of uid {me} (another user made it first?)",
+                meta.uid()
+            ),
+        )));
+    }
+    if meta.permissions().mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The empty, read-only directory a mask binds over a private area.
+fn mask_dir(host_dir: &std::path::Path) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = host_dir.join("mask");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))?;
+    Ok(dir.to_string_lossy().into_owned())
 }
 
 /// A per-run host directory removed when dropped, unless disarmed.
@@ -424,6 +518,7 @@ impl SandboxBooter for PolicyBooter {
                 run_files_dir: Some(&run_files),
                 bundle_dir: None,
                 readback_cap: self.env.readback_cap.as_deref(),
+                untrusted: ctx.trust == Trust::Untrusted,
             },
             &snapshot,
         )
@@ -486,6 +581,46 @@ impl SandboxBooter for PolicyBooter {
             }
         }
         let mut plan = finalized.plan;
+        // Every kept bind judged by its real path, the store masked where a
+        // bind would expose it (issue 19 items 1 and 3); the driver checks
+        // the sources again immediately before create.
+        let mask = mask_dir(&host_dir)
+            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        let workspace_real = ctx
+            .workspace
+            .canonicalize()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| workspace.clone());
+        let footprint = driver.host_footprint().await;
+        resolve_plan_binds(
+            &mut plan,
+            &self.bind_settings(&footprint),
+            &BindScope {
+                workspace: Some(&workspace_real),
+                untrusted: ctx.trust == Trust::Untrusted,
+            },
+            Some(&mask),
+        )
+        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        // Who the sandbox runs as and what keeps host-root artefacts off
+        // its writable host binds, now that they are known (issue 19 item
+        // 4); the driver applies it and verifies it before the first exec.
+        let identity = decide_identity(&IdentityInputs {
+            spec_user: plan.user.as_deref(),
+            invoker: (snapshot.uid, snapshot.gid),
+            workspace_owner: std::fs::metadata(ctx.workspace)
+                .ok()
+                .map(|m| (m.uid(), m.gid())),
+            mapping: footprint.uid_mapping,
+            writable_host_binds: has_writable_host_bind(&plan),
+            host_state_auto: host_state == HostState::Auto,
+        })
+        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        plan.user = identity.user;
+        plan.limits.host_root_guard = identity.guard;
+        for event in identity.events {
+            events.emit(event);
+        }
         plan.host_gateway_alias = true;
         // The run-files dir a kept bind serves gets its bound: a tmpfs of
         // its read-back cap (issue 19 #5), or an event saying it has none.
@@ -751,9 +886,14 @@ impl PolicyBooter {
             Some(e) if e.enforce => "proxy (enforced)".to_owned(),
             Some(_) => "proxy (advisory)".to_owned(),
         };
+        let start = driver.start(prepared, info, &observer);
+        tokio::pin!(start);
         let run = tokio::select! {
-            r = driver.start(prepared, info, &observer) => r.map_err(|e| driver_error(e, ctx))?,
-            () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
+            r = &mut start => r.map_err(|e| driver_error(e, ctx))?,
+            () = ctx.cancel.cancelled() => {
+                abandon_start(driver, ctx, start).await;
+                return Err(BootError::Cancelled);
+            }
         };
         let run: Arc<dyn iterion_core::SandboxRun> = Arc::from(run);
         // What the sandbox runs without is said, and left out of what
@@ -779,6 +919,51 @@ impl PolicyBooter {
             egress,
         });
         Ok(run)
+    }
+}
+
+/// How long a cancelled run lets a start in flight finish so its own
+/// cleanup removes what it made (a start is create, start, the identity
+/// check and post_create).
+const ABANDONED_START_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A run cancelled while its sandbox starts: dropping the start midway
+/// left the container it had just created behind (the identity check
+/// before the first exec widened that window). The start is let finish —
+/// a failed one cleans up after itself, a finished one is cleaned here —
+/// and past the grace whatever carries the run's label is removed.
+async fn abandon_start<F>(driver: &Arc<dyn Driver>, ctx: &BootContext<'_>, start: Pin<&mut F>)
+where
+    F: std::future::Future<Output = Result<Box<dyn iterion_core::SandboxRun>, DriverError>>,
+{
+    match tokio::time::timeout(ABANDONED_START_GRACE, start).await {
+        Ok(Ok(run)) => {
+            if let Err(e) = run.cleanup().await {
+                ctx.events.system_log(
+                    None,
+                    format!("removing the sandbox of a cancelled start failed: {e}"),
+                );
+            }
+        }
+        Ok(Err(_)) => {}
+        Err(_) => {
+            let mut resources: Vec<ManagedResource> = driver
+                .list_managed()
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| r.run_id == ctx.run_id.as_str())
+                .collect();
+            // The container first: its volumes and network are in use until
+            // it is gone.
+            resources.sort_by_key(|r| r.kind != ResourceKind::Container);
+            for r in &resources {
+                if let Err(e) = driver.remove_managed(r).await {
+                    ctx.events
+                        .system_log(None, format!("removing {} failed: {e}", r.name));
+                }
+            }
+        }
     }
 }
 
@@ -860,4 +1045,53 @@ fn blocked_reason(a: &Availability) -> String {
 
 fn host(ctx: &BootContext<'_>, reason: String) -> Result<Booted, BootError> {
     crate::boot::host_booted(ctx, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::ensure_private_dir;
+
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::symlink_metadata(p)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn the_state_dir_is_made_private() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fresh = tmp.path().join("iterion");
+        ensure_private_dir(&fresh).expect("fresh");
+        assert_eq!(mode(&fresh), 0o700);
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        ensure_private_dir(&open).expect("ours");
+        assert_eq!(mode(&open), 0o700);
+    }
+
+    #[test]
+    fn a_state_dir_planted_by_someone_else_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let theirs = tmp.path().join("theirs");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        let link = tmp.path().join("iterion");
+        std::os::unix::fs::symlink(&theirs, &link).expect("symlink");
+        let e = ensure_private_dir(&link).expect_err("a symlink");
+        assert!(e.to_string().contains("a symlink"), "{e}");
+        assert_eq!(e.code(), "SANDBOX_START_FAILED");
+        // Another user's directory (the suite runs as root, as CI does).
+        let me = std::fs::metadata("/proc/self").expect("self").uid();
+        assert_eq!(me, 0, "this test gives a directory away: run it as root");
+        std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).expect("chown");
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = ensure_private_dir(&theirs).expect_err("another user's");
+        assert!(e.to_string().contains("owned by uid 4242"), "{e}");
+        // Left as it was: nothing of theirs is touched.
+        assert_eq!(mode(&theirs), 0o777);
+    }
 }

@@ -45,6 +45,13 @@ pub enum PolicyError {
         /// Container path.
         path: String,
     },
+    /// The host-root guard's seccomp profile could not be built from its
+    /// embedded base (`crate::seccomp`).
+    #[error("the host-root guard's seccomp profile cannot be built: {reason}")]
+    GuardProfile {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl PolicyError {
@@ -56,6 +63,7 @@ impl PolicyError {
             Self::Devcontainer { .. } => "SANDBOX_DEVCONTAINER_INVALID",
             Self::InvalidSpec { .. } => "SANDBOX_SPEC_INVALID",
             Self::ReadBackUnservable { .. } => "SANDBOX_READBACK_UNSERVABLE",
+            Self::GuardProfile { .. } => "SANDBOX_GUARD_PROFILE_INVALID",
         }
     }
 

@@ -5,9 +5,11 @@
 //!
 //! Every check here is lexical: paths are normalised as strings
 //! (`/proc/../proc`, `//`, `/./`, trailing slashes) and never resolved
-//! through the filesystem, so a hostile spelling cannot race a check
-//! (facts §6.7). The one exception is [`check_build_context_symlinks`],
-//! a separate opt-in helper that canonicalises existing paths.
+//! through the filesystem (facts §6.7). A spelling is only the first
+//! gate: bind sources are judged again by their real path in
+//! [`crate::binds`]. The one exception here is
+//! [`check_build_context_symlinks`], a separate opt-in helper that
+//! canonicalises existing paths.
 //!
 //! CONTRACT (drivers call this in `prepare`): keep the signature of
 //! [`check_launch_plan`].
@@ -15,7 +17,11 @@
 use std::path::{Path, PathBuf};
 
 use iterion_core::plan::path_is_under;
-use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin, Spec, parse_size};
+use iterion_core::{
+    ContainerPath, LaunchPlan, Mount, MountKind, MountOrigin, ReadBackPath, Spec, parse_size,
+};
+
+use crate::binds::{BindRole, HostBindSettings, check_spelling};
 
 /// A guard refused a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,27 +49,6 @@ impl GuardViolation {
         }
     }
 }
-
-/// Host paths a bind may never have as source, nor lie under (facts §6.7).
-pub const SENSITIVE_BIND_ROOTS: &[&str] = &[
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/var/run/podman/podman.sock",
-    "/run/podman/podman.sock",
-    "/proc",
-    "/sys",
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/root",
-    "/boot",
-];
-
-/// Credential directories/files refused as any path component (facts §6.7).
-pub const SENSITIVE_COMPONENTS: &[&str] = &[
-    ".aws", ".ssh", ".gnupg", ".docker", ".kube", ".gcloud", ".azure", ".npmrc", ".pypirc",
-];
 
 /// Lexically normalise a path: collapse `//`, drop `.`, resolve `..`
 /// against the preceding component (never above `/` for absolute paths),
@@ -114,54 +99,10 @@ pub fn check_token(field: &str, value: &str) -> Result<(), GuardViolation> {
     Ok(())
 }
 
-/// Refuse a bind source that is, or lies under, a sensitive host path, or
-/// has a credential directory as any component — whatever its spelling.
+/// Refuse a declared bind source whose spelling names a sensitive host
+/// path (lexical only; [`crate::binds::judge_bind`] judges the real path).
 pub fn check_bind_source(source: &str) -> Result<(), GuardViolation> {
-    check_token("mount source", source)?;
-    let trimmed = source.trim();
-    if trimmed.is_empty() {
-        return Err(GuardViolation::new("mount source", source, "empty source"));
-    }
-    let normalized = normalize_lexical(trimmed);
-    // A relative source is resolved by the engine against an unknown cwd:
-    // judge it as if rooted at `/` so `proc/..//proc` cannot slip through.
-    let rooted = if normalized.starts_with('/') {
-        normalized.clone()
-    } else {
-        normalize_lexical(&format!("/{normalized}"))
-    };
-    for root in SENSITIVE_BIND_ROOTS {
-        if path_is_under(&rooted, root) {
-            return Err(GuardViolation::new(
-                "mount source",
-                source,
-                format!("sensitive host path {root}"),
-            ));
-        }
-    }
-    // Components are checked on the raw spelling too, so a `.ssh` that a
-    // `..` later walks out of still refuses (deny wins).
-    let raw: Vec<&str> = trimmed.split('/').filter(|c| !c.is_empty()).collect();
-    let clean: Vec<&str> = rooted.split('/').filter(|c| !c.is_empty()).collect();
-    for comps in [&raw, &clean] {
-        for (i, comp) in comps.iter().enumerate() {
-            if SENSITIVE_COMPONENTS.contains(comp) {
-                return Err(GuardViolation::new(
-                    "mount source",
-                    source,
-                    format!("credential path component {comp}"),
-                ));
-            }
-            if *comp == ".config" && comps.get(i + 1) == Some(&"gcloud") {
-                return Err(GuardViolation::new(
-                    "mount source",
-                    source,
-                    "credential path component .config/gcloud",
-                ));
-            }
-        }
-    }
-    Ok(())
+    check_spelling(source, BindRole::Declared, &HostBindSettings::default()).map(|_| ())
 }
 
 /// Env names may not be empty nor contain `=`, CR, LF, NUL; values may not
@@ -185,11 +126,9 @@ pub fn check_env(name: &str, value: &str) -> Result<(), GuardViolation> {
 }
 
 fn check_container_path(field: &str, path: &str) -> Result<(), GuardViolation> {
-    check_token(field, path)?;
-    if !path.starts_with('/') {
-        return Err(GuardViolation::new(field, path, "not an absolute path"));
-    }
-    Ok(())
+    path.parse::<ContainerPath>().map(drop).map_err(|e| {
+        GuardViolation::new(field, &path.escape_debug().to_string(), e.kind.to_string())
+    })
 }
 
 /// Parse one docker `--mount` CSV string (`type=bind,source=/a,target=/b,readonly`)
@@ -312,9 +251,7 @@ pub fn check_spec(spec: &Spec) -> Result<(), GuardViolation> {
     for (k, v) in &spec.env {
         check_env(k, v)?;
     }
-    for path in &spec.read_back {
-        check_read_back_path(path)?;
-    }
+    // `spec.read_back` holds `ReadBackPath`s: parsed where the block was read.
     Ok(())
 }
 
@@ -329,24 +266,17 @@ fn check_image(image: &str) -> Result<(), GuardViolation> {
     Ok(())
 }
 
-/// A declared read-back path: absolute, normalised, never under `/proc`,
-/// `/sys`, `/dev` (shared/SPEC.md §4). Returns the normalised path.
+/// A declared read-back path, judged by the one parser
+/// ([`ReadBackPath`]: absolute, normalised as written, never `/` nor under
+/// `/proc`, `/sys`, `/dev`; shared/SPEC.md §4). Returns the path.
 pub fn check_read_back_path(path: &str) -> Result<String, GuardViolation> {
-    check_container_path("read_back", path)?;
-    let norm = normalize_lexical(path);
-    if norm == "/" {
-        return Err(GuardViolation::new("read_back", path, "the container root"));
-    }
-    for root in ["/proc", "/sys", "/dev"] {
-        if path_is_under(&norm, root) {
-            return Err(GuardViolation::new(
-                "read_back",
-                path,
-                format!("under {root}"),
-            ));
-        }
-    }
-    Ok(norm)
+    path.parse::<ReadBackPath>().map(String::from).map_err(|e| {
+        GuardViolation::new(
+            "read_back",
+            &path.escape_debug().to_string(),
+            e.kind.to_string(),
+        )
+    })
 }
 
 /// Check every guard on a finalized plan.
@@ -364,8 +294,12 @@ pub fn check_launch_plan(plan: &LaunchPlan) -> Result<(), GuardViolation> {
     for m in &plan.mounts {
         check_container_path("mount target", &m.target)?;
         match m.kind {
+            // Judged by its role: the workspace may live under /root
+            // (issue 14), a declared mount may not.
             MountKind::Bind => match &m.source {
-                Some(s) => check_bind_source(s)?,
+                Some(s) => {
+                    check_spelling(s, BindRole::of(m.origin), &HostBindSettings::default())?;
+                }
                 None => {
                     return Err(GuardViolation::new(
                         "mount",
@@ -551,17 +485,24 @@ mod tests {
     #[test]
     fn sensitive_sources_refused_in_every_spelling() {
         for src in [
+            "/",
+            "//",
             "/var/run/docker.sock",
             "/run/docker.sock/",
             "/var//run/podman/podman.sock",
+            "/var/run/other.sock",
             "/proc",
             "/proc/../proc",
             "/proc/1/root",
             "/sys/",
+            "/dev/sda",
+            "/etc",
+            "/etc/hosts",
             "/etc/shadow",
             "/etc/./gshadow",
             "/etc/sudoers.d/x",
             "/root",
+            "/root/.ssh/id_rsa",
             "/boot//",
             "/home/u/.ssh",
             "/home/u/.ssh/id_rsa",
@@ -574,7 +515,15 @@ mod tests {
             "/x/.gnupg",
             "/x/.gcloud",
             "/x/.azure",
+            "/var",
+            "/var/lib",
+            "/var/lib/docker/volumes",
+            "/var/lib/containers/storage",
+            "/tmp",
+            "/tmp/../tmp",
+            "/var/tmp",
             "proc",
+            "relative/dir",
             "",
             "-v/etc",
             "/tmp\n/proc",
@@ -588,12 +537,51 @@ mod tests {
         for src in [
             "/home/u/project",
             "/tmp/x",
-            "/var/run/other.sock",
-            "/etc/hosts",
+            "/srv/cache",
+            "/opt/tools/bin",
             "/procfs",
             "/home/u/.sshx",
+            "/root/project",
         ] {
             assert_eq!(check_bind_source(src), Ok(()), "{src}");
+        }
+    }
+
+    #[test]
+    fn the_workspace_is_judged_as_a_workspace() {
+        let ws = |src: &str| {
+            let mut p = plan();
+            p.mounts.push(Mount {
+                kind: MountKind::Bind,
+                source: Some(src.into()),
+                target: "/work".into(),
+                readonly: false,
+                size: None,
+                origin: MountOrigin::Workspace,
+            });
+            check_launch_plan(&p)
+        };
+        // Issue 14: a project under /root, /etc or /run is still a project.
+        for ok in [
+            "/root/proj",
+            "/etc/myproj",
+            "/run/user/1000/proj",
+            "/tmp/ws",
+        ] {
+            assert_eq!(ws(ok), Ok(()), "{ok}");
+        }
+        // `/home` is refused by the real-path judge, which knows the homes.
+        for bad in [
+            "/",
+            "/root",
+            "/etc",
+            "/var",
+            "/tmp",
+            "/proc/self/cwd",
+            "/root/.ssh/proj",
+            "/var/lib/docker/x",
+        ] {
+            assert!(ws(bad).is_err(), "{bad} must be refused as a workspace");
         }
     }
 
@@ -748,7 +736,10 @@ mod tests {
         use proptest::prelude::*;
 
         fn spelling() -> impl Strategy<Value = String> {
-            let root = prop::sample::select(SENSITIVE_BIND_ROOTS.to_vec());
+            let mut roots = crate::binds::SEALED_AREAS.to_vec();
+            roots.extend_from_slice(crate::binds::ENGINE_AREAS);
+            roots.extend_from_slice(&["/root/.ssh", "/root/.aws"]);
+            let root = prop::sample::select(roots);
             let noise = prop::collection::vec(
                 prop::sample::select(vec!["", "/", "/.", "//", "/x/..", "/./", "/a/b/../.."]),
                 0..4,
@@ -781,7 +772,7 @@ mod tests {
             #[test]
             fn credential_component_anywhere_refused(
                 pre in "(/[a-z]{1,6}){0,3}",
-                comp in prop::sample::select(SENSITIVE_COMPONENTS.to_vec()),
+                comp in prop::sample::select(crate::binds::CREDENTIAL_NAMES.to_vec()),
                 post in "(/[a-z]{1,6}){0,3}/?",
             ) {
                 let src = format!("{pre}/{comp}{post}");

@@ -27,11 +27,11 @@ use iterion_core::{
     MountOrigin, ReadBackDecl, Spec, parse_size,
 };
 
+use crate::binds::{BindRole, HostBindSettings, check_spelling};
 use crate::env::EnvSnapshot;
 use crate::error::PolicyError;
 use crate::guards::{
-    check_bind_source, check_build_path, check_read_back_path, normalize_lexical,
-    parse_docker_mount,
+    check_build_path, check_read_back_path, normalize_lexical, parse_docker_mount,
 };
 
 /// Container path of the per-run scratch area (the sources leave it open).
@@ -163,6 +163,9 @@ pub struct PlanInputs<'a> {
     pub bundle_dir: Option<&'a str>,
     /// Raw `ITERION_SANDBOX_READBACK_CAP`.
     pub readback_cap: Option<&'a str>,
+    /// `--trust untrusted`: host_state candidates outside the workspace
+    /// are skipped (a declared bind outside it is refused by the judge).
+    pub untrusted: bool,
 }
 
 /// A plan and the events planning produced.
@@ -170,7 +173,7 @@ pub struct PlanInputs<'a> {
 pub struct PlannedLaunch {
     /// The plan (all mounts, before the driver's capabilities speak).
     pub plan: LaunchPlan,
-    /// `sandbox_host_state_mounted`, `sandbox_user_remap`, `sandbox_uid_mismatch_warning`.
+    /// `sandbox_host_state_mounted`.
     pub events: Vec<EventKind>,
 }
 
@@ -208,7 +211,6 @@ pub fn plan_launch(
     let mut events = Vec::new();
     let mut env: BTreeMap<String, String> = spec.env.clone();
     let mut mounts = Vec::new();
-    let mut user = spec.user.clone();
     let env_cap = match inputs.readback_cap.map(str::trim).filter(|s| !s.is_empty()) {
         Some(raw) => Some(parse_size(raw).map_err(|_| PolicyError::InvalidEnv {
             name: "ITERION_SANDBOX_READBACK_CAP",
@@ -230,13 +232,17 @@ pub fn plan_launch(
             let mut binds = Vec::new();
             for cand in host.host_state_candidates() {
                 let cand = normalize_lexical(&cand);
-                // Skip rules (facts §6.2), plus: a candidate the bind guard
-                // would refuse (e.g. under /root, or a credential dir) is
-                // skipped rather than failing the whole run at Start.
+                // Skip rules (facts §6.2), plus: a candidate whose spelling
+                // the bind judge refuses (a credential dir) is skipped rather
+                // than failing the whole run, and so is every candidate of an
+                // untrusted run (none lies in the workspace, by the rule
+                // above). The judge still sees the real path of the rest.
                 if !host.exists(&cand)
                     || path_is_under(&cand, &workspace)
                     || path_is_under(&workspace, &cand)
-                    || check_bind_source(&cand).is_err()
+                    || inputs.untrusted
+                    || check_spelling(&cand, BindRole::Declared, &HostBindSettings::default())
+                        .is_err()
                 {
                     continue;
                 }
@@ -254,28 +260,6 @@ pub fn plan_launch(
             mounts.extend(parents.iter().map(|p| tmpfs(p, MountOrigin::HostState)));
             mounts.extend(binds);
             env.entry("HOME".to_owned()).or_insert(home);
-        }
-        match spec.user.as_deref() {
-            None if host.uid != 0 => {
-                user = Some(format!("{}:{}", host.uid, host.gid));
-                events.push(EventKind::SandboxUserRemap {
-                    uid: host.uid,
-                    gid: host.gid,
-                    reason:
-                        "spec names no user; run as the host uid so host_state binds stay writable"
-                            .into(),
-                });
-            }
-            Some(u) if host.uid != 0 => {
-                let uid = u.split(':').next().and_then(|s| s.parse::<u32>().ok());
-                if uid.is_some_and(|uid| uid != host.uid) {
-                    events.push(EventKind::SandboxUidMismatchWarning {
-                        spec_user: u.to_owned(),
-                        host_uid: host.uid,
-                    });
-                }
-            }
-            _ => {}
         }
     } else {
         for (var, value) in [
@@ -340,7 +324,7 @@ pub fn plan_launch(
         });
     }
     for path in &spec.read_back {
-        let path = check_read_back_path(path)?;
+        let path = check_read_back_path(path.as_str())?;
         if read_back
             .iter()
             .any(|d: &ReadBackDecl| d.container_path == path)
@@ -402,7 +386,9 @@ pub fn plan_launch(
         plan: LaunchPlan {
             image: spec.image.clone(),
             build,
-            user,
+            // Who the sandbox runs as is decided once the driver's binds
+            // are known (`crate::identity::decide_identity`).
+            user: spec.user.clone(),
             workdir,
             env,
             mounts,

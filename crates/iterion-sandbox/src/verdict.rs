@@ -167,9 +167,9 @@ pub fn setup_failure_status(
             DriverError::Capacity { .. } => FailureCode::SandboxCapacity,
             DriverError::ImageUnavailable { .. } => FailureCode::SandboxImageUnavailable,
             DriverError::BuildFailed { .. } => FailureCode::SandboxBuildFailed,
-            DriverError::SpecRefused { .. } | DriverError::Unsupported { .. } => {
-                FailureCode::SandboxSpecRefused
-            }
+            DriverError::SpecRefused { .. }
+            | DriverError::Unsupported { .. }
+            | DriverError::GuardUnavailable { .. } => FailureCode::SandboxSpecRefused,
             DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
             DriverError::Cancelled => FailureCode::Cancelled,
             DriverError::PostCreateFailed { .. }
@@ -303,6 +303,13 @@ mod tests {
             ),
             (
                 DriverError::SpecRefused { reason: "x".into() },
+                alive,
+                S::Failed,
+                F::SandboxSpecRefused,
+                Disposition::Deterministic,
+            ),
+            (
+                DriverError::GuardUnavailable { reason: "x".into() },
                 alive,
                 S::Failed,
                 F::SandboxSpecRefused,

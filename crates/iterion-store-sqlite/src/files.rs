@@ -20,6 +20,46 @@ use iterion_core::id::RunId;
 use iterion_core::store::RunFilePath;
 use iterion_core::{ByteStream, StoreError};
 
+/// Mode of every directory the store creates: the store holds other runs'
+/// outputs and their sha256 records, so no other local user reads it
+/// (issue 19 item 3).
+pub(crate) const DIR_MODE: u32 = 0o700;
+/// Mode of every file the store creates (database, run files).
+pub(crate) const FILE_MODE: u32 = 0o600;
+
+/// Create one directory, private to its owner.
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(DIR_MODE).create(dir)
+}
+
+/// Create a directory and its missing parents, each private to its owner
+/// (existing ones are left as they are).
+pub(crate) fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Create `path` empty with [`FILE_MODE`] unless it exists, so SQLite (which
+/// gives its `-wal` and `-shm` files the database file's mode) never makes
+/// a world-readable database.
+pub(crate) fn ensure_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn io(operation: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
     let operation = operation.into();
     move |source| StoreError::Io { operation, source }
@@ -78,7 +118,7 @@ fn real_dir_under(store: &Path, rel: &Path) -> Result<(), StoreError> {
                         .to_owned(),
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match create_private_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(format!("create {}", dir.display()))(e)),
@@ -144,6 +184,7 @@ impl RunArea {
         let mut file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(FILE_MODE)
             .open(&tmp)
             .await
             .map_err(io(format!("create {}", tmp.display())))?;
@@ -252,7 +293,7 @@ fn commit_blocking(files: &Path, tmp: &Path, path: &RunFilePath) -> Result<(), S
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(unsafe_path("a parent component is not a directory")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir(&next).map_err(io(format!("create {}", next.display())))?;
+                create_private_dir(&next).map_err(io(format!("create {}", next.display())))?;
                 fsync_dir(&dir)?;
             }
             Err(e) => return Err(io(format!("stat {}", next.display()))(e)),

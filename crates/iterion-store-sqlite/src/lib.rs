@@ -2,6 +2,9 @@
 //! default `.iterion/`) holding `iterion.db` — SQLite in WAL mode for runs,
 //! events, logs, file records and drain records — and `runs/<RUN_ID>/files/`,
 //! the run file area, where drained file contents live as plain files.
+//! Everything it creates is private to its owner (directories 0700, files
+//! 0600): a store holds every run's outputs and the digests that vouch for
+//! them.
 //!
 //! It owns the on-disk layout and its migrations ([`schema`]); it does not
 //! decide what is drained or capped (the read-back layer does) nor interpret
@@ -100,12 +103,16 @@ impl SqliteStore {
     /// ([`StoreError::SchemaTooNew`]).
     pub fn open(dir: &Path) -> Result<SqliteStore, StoreError> {
         let location = dir.display().to_string();
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        files::create_private_dir_all(dir).map_err(|source| StoreError::Io {
             operation: format!("create store directory {location}"),
             source,
         })?;
         let db = dir.join(DB_FILE);
         files::check_sqlite_header(&db, &location)?;
+        files::ensure_private_file(&db).map_err(|source| StoreError::Io {
+            operation: format!("create {}", db.display()),
+            source,
+        })?;
         let mut conn = Connection::open_with_flags(
             &db,
             OpenFlags::SQLITE_OPEN_READ_WRITE

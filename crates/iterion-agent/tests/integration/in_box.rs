@@ -66,10 +66,11 @@ pub async fn driver(engine: Engine, binds: BindsMode) -> Arc<DockerDriver> {
 /// nothing, with `allow: false`), and the hosts it blocked.
 pub async fn proxy(allow: bool) -> (ProxyHandle, ProxyToken, Arc<Mutex<Vec<BlockedRequest>>>) {
     let rules = if allow {
-        vec![PROVIDER_HOST.to_owned(), "127.0.0.1".to_owned()]
+        vec![PROVIDER_HOST, "127.0.0.1"]
     } else {
-        vec!["api.anthropic.com".to_owned()]
+        vec!["api.anthropic.com"]
     };
+    let rules = rules.iter().map(|r| r.parse().expect("rule")).collect();
     let policy = Policy::compile(&NetworkSpec {
         mode: Some(NetworkMode::Allowlist),
         preset: None,

@@ -2,17 +2,19 @@
 //! sha256, status) and the drain status of the set — complete, partial with
 //! its declined members, failed, stale (ADR-143 R7); `--get PATH [-o OUT]`
 //! streams one file to OUT (written beside it and renamed, so a half-written
-//! OUT never appears) or to stdout.
+//! OUT never appears) or to stdout, and only once its bytes match the size
+//! and sha256 recorded when it was drained.
 
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use anyhow::Context as _;
 use futures_util::StreamExt;
 use iterion_core::display::printable;
 use iterion_core::store::{DrainRecord, DrainStatus, RunFilePath, RunFileRecord};
-use iterion_core::{RunId, RunStore};
+use iterion_core::{RunId, RunStore, StoreError};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use crate::cli::FilesArgs;
 use crate::cmd::store_views::{parse_run_id, require_run, table};
@@ -156,7 +158,11 @@ pub(crate) fn files_json(
     })
 }
 
-/// Stream one file to `output` (atomically) or to `out`.
+/// Stream one file to `output` (atomically) or to `out`, after checking
+/// its bytes against the size and sha256 its record holds: the bytes are
+/// spooled to a temp file first (beside OUT, or an anonymous one for
+/// stdout), and nothing reaches OUT or stdout unless they match (issue 19
+/// item 3: a forged file is refused, typed, exit 1).
 pub(crate) async fn fetch(
     store: &dyn RunStore,
     run: &RunId,
@@ -165,33 +171,84 @@ pub(crate) async fn fetch(
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     require_run(store, run).await?;
+    let record = store
+        .list_files(run)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .find(|f| f.path == *path)
+        .ok_or_else(|| store_error(StoreError::FileNotFound(path.to_string())))?;
     let mut stream = store.get_file(run, path).await.map_err(store_error)?;
-    match output {
-        None => {
-            while let Some(chunk) = stream.next().await {
-                out.write_all(&chunk.with_context(|| format!("reading {path} from the store"))?)?;
-            }
-            out.flush()?;
-        }
+    let mut spool = match output {
+        None => Spool::Anonymous(
+            tempfile::tempfile().context("creating a temp file to check the file in")?,
+        ),
         Some(target) => {
             let dir = match target.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
                 _ => std::path::PathBuf::from("."),
             };
-            let mut tmp = tempfile::NamedTempFile::new_in(&dir)
-                .with_context(|| format!("creating a temp file in {}", dir.display()))?;
-            while let Some(chunk) = stream.next().await {
-                tmp.write_all(&chunk.with_context(|| format!("reading {path} from the store"))?)
-                    .with_context(|| format!("writing {}", target.display()))?;
-            }
+            Spool::Named(
+                tempfile::NamedTempFile::new_in(&dir)
+                    .with_context(|| format!("creating a temp file in {}", dir.display()))?,
+            )
+        }
+    };
+    let mut hasher = Sha256::new();
+    let mut size: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.with_context(|| format!("reading {path} from the store"))?;
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+        spool
+            .file()
+            .write_all(&chunk)
+            .context("spooling the file to check it")?;
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    if size != record.size || sha256 != record.sha256 {
+        return Err(store_error(StoreError::Tampered {
+            path: path.to_string(),
+            expected_size: record.size,
+            expected_sha256: record.sha256,
+            actual_size: size,
+            actual_sha256: sha256,
+        }));
+    }
+    match (spool, output) {
+        (Spool::Named(tmp), Some(target)) => {
             tmp.as_file()
                 .sync_all()
                 .with_context(|| format!("writing {}", target.display()))?;
             tmp.persist(target)
                 .with_context(|| format!("writing {}", target.display()))?;
         }
+        (mut spool, _) => {
+            let file = spool.file();
+            file.seek(SeekFrom::Start(0))
+                .context("rewinding the checked file")?;
+            std::io::copy(file, out)?;
+            out.flush()?;
+        }
     }
     Ok(Exit::Success)
+}
+
+/// Where `--get` holds the bytes until they are checked.
+enum Spool {
+    /// Beside OUT, renamed over it once checked.
+    Named(tempfile::NamedTempFile),
+    /// For stdout, removed when dropped.
+    Anonymous(std::fs::File),
+}
+
+impl Spool {
+    fn file(&mut self) -> &mut std::fs::File {
+        match self {
+            Self::Named(t) => t.as_file_mut(),
+            Self::Anonymous(f) => f,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -341,6 +398,34 @@ mod tests {
             .expect_err("missing file");
         assert!(format!("{err:#}").contains("STORE_FILE_NOT_FOUND"));
         assert_eq!(crate::exit::report(Err(err)), Exit::Failure);
+        // A stored file rewritten behind the store's back (the attack of
+        // issue 19 item 3): refused, typed, exit 1, and nothing written.
+        let stored = dir.path().join("store/runs/r1/files/out/a.txt");
+        std::fs::write(&stored, b"hello w0rld").unwrap();
+        let forged = dir.path().join("forged.txt");
+        let mut out = Vec::new();
+        let err = fetch(&store, &run.id, &p, Some(&forged), &mut out)
+            .await
+            .expect_err("tampered");
+        assert!(
+            format!("{err:#}").contains("STORE_FILE_TAMPERED"),
+            "{err:#}"
+        );
+        assert_eq!(crate::exit::report(Err(err)), Exit::Failure);
+        assert!(!forged.exists(), "nothing written to -o");
+        let err = fetch(&store, &run.id, &p, None, &mut out)
+            .await
+            .expect_err("tampered");
+        assert!(
+            format!("{err:#}").contains("does not match its record"),
+            "{err:#}"
+        );
+        assert!(out.is_empty(), "nothing written to stdout");
+        // Same bytes, other length: refused too.
+        std::fs::write(&stored, b"hello world!").unwrap();
+        assert!(fetch(&store, &run.id, &p, None, &mut out).await.is_err());
+        assert!(out.is_empty());
+
         let ghost = RunId::parse("ghost").unwrap();
         let err = list(&store, &ghost, false, &mut Vec::new())
             .await

@@ -95,6 +95,8 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
             run_files_dir: Some(&run_files),
             bundle_dir: None,
             readback_cap: env.readback_cap.as_deref(),
+            // No host_state and no host path on a pod: nothing to confine.
+            untrusted: false,
         },
         &snapshot,
     )

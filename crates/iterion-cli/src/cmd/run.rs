@@ -255,6 +255,7 @@ impl Session {
             store.clone(),
             state_dir,
         )
+        .with_store_dir(stores::store_dir())
         .with_mounts(agents.mounts);
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store, Arc::new(booter))
@@ -419,6 +420,7 @@ async fn preflight(args: &RunArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
         sandbox: args.sandbox,
         default_image: args.sandbox_default_image.clone(),
         host_state: args.sandbox_host_state,
+        untrusted: args.trust == TrustFlag::Untrusted,
     };
     let report = super::sandbox::strict_report(&opts, env).await?;
     if report.failed() {

@@ -16,11 +16,11 @@ use iterion_sandbox::host::{HostKind, detect_host, select_driver};
 use iterion_sandbox::precedence::{
     PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
 };
-use iterion_sandbox::spec::{SpecInputs, build_spec, check_network_syntax, source_label};
+use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
 use iterion_sandbox::verdict::{EgressVerdict, egress_verdict};
 use serde::Serialize;
 
-use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag};
+use crate::cli::{DoctorArgs, HostStateFlag, ReapArgs, SandboxFlag, TargetFlag, TrustFlag};
 use crate::drivers;
 use crate::exit::{Exit, UserInputError};
 
@@ -72,6 +72,8 @@ pub struct StrictOptions {
     pub default_image: Option<String>,
     /// `--sandbox-host-state`.
     pub host_state: Option<HostStateFlag>,
+    /// `--trust untrusted`.
+    pub untrusted: bool,
 }
 
 /// The strict report (SPEC §2 JSON shape).
@@ -120,6 +122,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<Exit> {
         sandbox: args.sandbox,
         default_image: args.sandbox_default_image.clone(),
         host_state: args.sandbox_host_state,
+        untrusted: args.trust == Some(TrustFlag::Untrusted),
     };
     let report = strict_report(&opts, &env).await?;
     let text = render_strict(&report);
@@ -153,6 +156,84 @@ struct PlainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
     containment: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_identity: Option<IdentityPosture>,
+}
+
+/// Who a sandbox would run as here and why, and what protects the host's
+/// files from it (issue 19 item 4): the decision a run in this directory
+/// gets from `iterion_sandbox::identity`, with the selected engine's uid
+/// mapping.
+#[derive(Debug, Serialize)]
+struct IdentityPosture {
+    /// `identity`, `userns-remap` or `rootless`.
+    uid_mapping: &'static str,
+    /// `uid:gid` the sandbox runs as, or null for the image's own user.
+    sandbox_user: Option<String>,
+    /// Why.
+    reason: String,
+    /// What keeps host-root files off the binds.
+    protection: &'static str,
+    /// The guard the run gets (`unneeded`, `non_root_user`,
+    /// `root_seccomp`), as `sandbox_started.limits.host_root_guard` says.
+    guard: &'static str,
+    /// Whether that user can write this directory (the workspace).
+    workspace_writable: bool,
+}
+
+impl IdentityPosture {
+    /// The decision for a run in `workspace` with `spec_user`, on `driver`.
+    async fn of(
+        driver: &Arc<dyn Driver>,
+        spec_user: Option<&str>,
+        host_state_auto: bool,
+        workspace: &Path,
+    ) -> Result<Self, iterion_sandbox::guards::GuardViolation> {
+        use iterion_sandbox::identity::{IdentityInputs, decide_identity};
+        use std::os::unix::fs::MetadataExt;
+        let mapping = driver.host_footprint().await.uid_mapping;
+        let binds = driver.capabilities().host_bind_mounts;
+        let me = std::fs::metadata("/proc/self")
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((0, 0));
+        let ws = std::fs::metadata(workspace).ok();
+        let decision = decide_identity(&IdentityInputs {
+            spec_user,
+            invoker: me,
+            workspace_owner: ws.as_ref().map(|m| (m.uid(), m.gid())),
+            mapping,
+            // The workspace bind is writable wherever binds exist.
+            writable_host_binds: binds,
+            host_state_auto,
+        })?;
+        let reason = decision
+            .events
+            .iter()
+            .find_map(|e| match e {
+                iterion_core::EventKind::SandboxUserRemap { reason, .. } => Some(reason.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| decision.reason.to_owned());
+        let protection = iterion_sandbox::identity::protection(decision.guard, binds);
+        let uid = decision
+            .user
+            .as_deref()
+            .and_then(|u| u.split(':').next())
+            .and_then(|u| u.parse::<u32>().ok());
+        let workspace_writable = match (ws, uid) {
+            (Some(m), Some(uid)) => m.uid() == uid || m.mode() & 0o002 != 0,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        Ok(Self {
+            uid_mapping: mapping.as_str(),
+            sandbox_user: decision.user,
+            reason,
+            protection,
+            guard: decision.guard.as_str(),
+            workspace_writable,
+        })
+    }
 }
 
 /// Whether the selected driver can confine a sandbox to the egress proxy,
@@ -201,6 +282,14 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
         ),
         Err(e) => ("noop".to_owned(), Some(e.to_string()), None),
     };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let host_identity = match select_driver(host, Mode::Auto, &probes)
+        .ok()
+        .and_then(|n| driver_named(&all, n))
+    {
+        Some(d) => IdentityPosture::of(d, None, false, &cwd).await.ok(),
+        None => None,
+    };
     let note = (selected == "noop").then(|| {
         let mut n = "no container driver: auto runs degrade to the host with sandbox_skipped; inline runs are refused and park with SANDBOX_DRIVER_UNAVAILABLE".to_owned();
         if host == HostKind::Cloud {
@@ -236,6 +325,7 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             }
             c
         },
+        host_identity,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -282,6 +372,20 @@ async fn plain_doctor(args: &DoctorArgs, env: &EnvSnapshot) -> anyhow::Result<Ex
             println!("capabilities:      {}", serde_json::to_string(c)?);
         }
         println!("containment:       {}", report.containment);
+        if let Some(p) = &report.host_identity {
+            println!(
+                "host_identity:     runs as {} ({}); {}; uid mapping {}; workspace {}",
+                p.sandbox_user.as_deref().unwrap_or("the image's user"),
+                p.reason,
+                p.protection,
+                p.uid_mapping,
+                if p.workspace_writable {
+                    "writable"
+                } else {
+                    "read-only to the sandbox"
+                }
+            );
+        }
         if let Some(e) = &report.driver_error {
             println!("driver_error:      {e}");
         }
@@ -462,6 +566,47 @@ pub async fn strict_report(
         },
     });
 
+    // host binds: the run's own verdicts (issue 19 item 1)
+    checks.push(match &spec_for_checks {
+        None => check("host binds", CheckStatus::Skip, "no sandbox spec"),
+        Some(s) => host_binds_check(s, &workspace, opts.untrusted, selected).await,
+    });
+
+    // host identity: who the run would run as (issue 19 item 4)
+    checks.push(match (&spec, selected) {
+        (None, _) => check("host identity", CheckStatus::Skip, "no active sandbox"),
+        (Some(_), None) => check(
+            "host identity",
+            CheckStatus::Unavailable,
+            "no driver selected",
+        ),
+        (Some(s), Some(d)) => {
+            let ws = PathBuf::from(&workspace);
+            match IdentityPosture::of(d, s.user.as_deref(), host_state == HostState::Auto, &ws)
+                .await
+            {
+                Err(e) => check("host identity", CheckStatus::Fail, e.to_string()),
+                Ok(p) => {
+                    let detail = format!(
+                        "runs as {} ({}); {}",
+                        p.sandbox_user.as_deref().unwrap_or("the image's user"),
+                        p.reason,
+                        p.protection
+                    );
+                    if p.workspace_writable {
+                        check("host identity", CheckStatus::Pass, detail)
+                    } else {
+                        check(
+                            "host identity",
+                            CheckStatus::Warn,
+                            format!("{detail}; the workspace is read-only to that user"),
+                        )
+                    }
+                }
+            }
+        }
+    });
+
     // image resolvable
     let image = spec_for_checks.as_ref().and_then(|s| {
         s.image
@@ -553,13 +698,15 @@ pub async fn strict_report(
                 CheckStatus::Pass,
                 "no network: block (open, no proxy)",
             ),
-            Some(net) => match check_network_syntax(net) {
-                Ok(()) => check(
+            // The rules were parsed with the workflow (a bad one is C313 and
+            // never reaches here); what remains is the proxy's own compile.
+            Some(net) => match iterion_netproxy::Policy::compile(net) {
+                Ok(_) => check(
                     "network allowlist syntax",
                     CheckStatus::Pass,
                     format!("{} rule(s) compile", net.rules.len()),
                 ),
-                Err(e) => check("network allowlist syntax", CheckStatus::Fail, e),
+                Err(e) => check("network allowlist syntax", CheckStatus::Fail, e.to_string()),
             },
         },
     );
@@ -643,6 +790,81 @@ pub async fn strict_report(
         capabilities: selected.map(|d| d.capabilities()),
         checks,
     })
+}
+
+/// The workspace and every declared bind judged exactly as a run judges
+/// them (`iterion_sandbox::binds`, with the same settings), including
+/// whether the run store would be masked.
+async fn host_binds_check(
+    spec: &Spec,
+    workspace: &str,
+    untrusted: bool,
+    selected: Option<&Arc<dyn Driver>>,
+) -> Check {
+    use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin};
+    use iterion_sandbox::binds::{BindScope, resolve_plan_binds, run_settings};
+    // The selected engine's paths, as the run's booter asks them.
+    let engine_paths = match selected {
+        Some(d) => d.host_footprint().await.paths,
+        None => Vec::new(),
+    };
+    let settings = run_settings(
+        |k| std::env::var(k).ok(),
+        engine_paths,
+        crate::stores::store_dir().as_deref(),
+        &iterion_runtime::sandbox_boot::private_state_dirs(
+            &iterion_runtime::sandbox_boot::default_state_dir(),
+            &std::env::vars().collect(),
+        ),
+    );
+    let mut plan = LaunchPlan::default();
+    plan.mounts.push(Mount {
+        kind: MountKind::Bind,
+        source: Some(workspace.to_owned()),
+        target: workspace.to_owned(),
+        readonly: false,
+        size: None,
+        origin: MountOrigin::Workspace,
+    });
+    for raw in &spec.mounts {
+        match iterion_sandbox::guards::parse_docker_mount(raw) {
+            Ok(m) if m.kind == MountKind::Bind => plan.mounts.push(m),
+            Ok(_) => {}
+            Err(e) => return check("host binds", CheckStatus::Fail, e.to_string()),
+        }
+    }
+    let declared = plan.mounts.len() - 1;
+    let real_ws = std::fs::canonicalize(workspace)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| workspace.to_owned());
+    let scope = BindScope {
+        workspace: Some(&real_ws),
+        untrusted,
+    };
+    // A placeholder mask: the doctor only reports that one would be laid.
+    match resolve_plan_binds(&mut plan, &settings, &scope, Some("/")) {
+        Err(e) => check("host binds", CheckStatus::Fail, e.to_string()),
+        Ok(()) => {
+            let masked: Vec<&str> = plan
+                .mounts
+                .iter()
+                .filter(|m| m.origin == MountOrigin::Mask)
+                .map(|m| m.target.as_str())
+                .collect();
+            let mut detail = format!(
+                "workspace {real_ws} and {declared} declared bind(s) pass the real-path judge{}",
+                if untrusted {
+                    " (untrusted: workspace only)"
+                } else {
+                    ""
+                }
+            );
+            if !masked.is_empty() {
+                detail.push_str(&format!("; masked from the sandbox: {}", masked.join(", ")));
+            }
+            check("host binds", CheckStatus::Pass, detail)
+        }
+    }
 }
 
 /// The strict row for issue 19's egress protections, from the booter's own

@@ -508,3 +508,103 @@ fn dockerd_workflow_budget_spans_the_agent_nodes() {
     assert_eq!(prov.p.model_calls().len(), 4);
     assert!(!container_exists(Engine::Docker, &run_id));
 }
+
+/// An agent node after a human node runs on `iterion resume` exactly as on
+/// `run`: through the same backends (the operator's key on its own wire
+/// only), claw's runner bound into the fresh sandbox, the human's answer in
+/// its prompt; nothing reached the provider before the answer.
+#[test]
+fn dockerd_an_agent_after_a_human_node_runs_on_resume() {
+    let prov = Provider::start(vec![
+        Turn::tool("bash", json!({"command": "hostname"})),
+        Turn::text("{\"summary\": \"done\"}"),
+    ]);
+    let sb = prov.sandbox(Engine::Docker);
+    let text = format!(
+        r#"
+schema verdict:
+  approved: bool
+  note: string
+
+schema work_out:
+  summary: string
+
+human gate:
+  output: verdict
+  instructions: "go on?"
+
+agent work:
+  model: "anthropic/claude-sonnet-4-6"
+  backend: "claw"
+  system: "You work in the sandbox."
+  user: "Note: {{{{outputs.gate.note}}}}"
+  output: work_out
+  tools: [bash]
+  tool_max_steps: 4
+
+workflow gated_agent:
+  entry: gate
+  sandbox:
+    image: "{}"
+    host_state: none
+    network:
+      mode: allowlist
+      rules: ["{}"]
+  gate -> work when approved
+  gate -> fail when not approved
+  work -> done
+"#,
+        slim(),
+        host_ip()
+    );
+    let file = sb.write("gated.iter", &text);
+    let res = sb.run(&file, &["--no-interactive"]);
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "paused_waiting_human"),
+        "{}",
+        res.stderr
+    );
+    assert!(
+        prov.p.requests().is_empty(),
+        "the agent ran before the answer"
+    );
+
+    let r = sb.resume(
+        &run_id,
+        &[
+            "--answer",
+            "approved=true",
+            "--answer",
+            "note=from-the-human",
+        ],
+    );
+    let events = sb.events(&run_id);
+    assert_eq!(
+        (r.code, r.status()),
+        (Some(0), "finished"),
+        "{}\n{}",
+        r.stderr,
+        serde_json::to_string_pretty(&events).unwrap()
+    );
+    assert_eq!(prov.p.remaining(), 0, "every scripted turn was played");
+    let calls = prov.p.model_calls();
+    assert!(calls[0].raw.contains("from-the-human"), "{}", calls[0].raw);
+    // bash ran in the resumed run's container, not on this host.
+    let tool_host = calls[1].tool_results().join("\n");
+    assert!(!tool_host.trim().is_empty());
+    assert_ne!(
+        tool_host.trim(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim()
+    );
+    let work = output_of(&events, "work");
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(
+        (&work[0]["summary"], &work[0]["_backend"]),
+        (&json!("done"), &json!("claw"))
+    );
+    assert_clean(Engine::Docker, &prov, &run_id, &events);
+}

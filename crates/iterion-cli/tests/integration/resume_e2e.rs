@@ -2,12 +2,19 @@
 //! `iterion run` / `iterion resume`, on dockerd, on Podman and on the host
 //! (`--sandbox none`): a human node pauses a non-interactive run; resume
 //! answers it in a fresh sandbox, a failed run resumes at its failed node,
-//! finished nodes never run again, and bad input exits 2 with its code.
+//! finished nodes never run again, and bad input exits 2 with its code. A
+//! resumed run keeps what it was launched with and obeys what `run` obeys:
+//! its store (`--store-dir`), its `--timeout` (on a fresh clock), SIGTERM.
 
 // Helpers outside `#[test]` fns fail the test by panicking, like the tests.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use crate::support::{Engine, Sandbox, busybox, container_exists, of_type};
+use std::time::Duration;
+
+use crate::support::{
+    Engine, Sandbox, busybox, container_exists, force_remove, leftovers, of_type, signal,
+    spawn_until_node, wait_child,
+};
 
 fn workflow(sandboxed: bool) -> String {
     let sandbox = if sandboxed {
@@ -226,4 +233,143 @@ fn host_human_asks_on_a_terminal() {
         std::fs::read_to_string(sb.workspace().join("after.log")).unwrap(),
         "from the tty\n"
     );
+}
+
+/// `warm`, then a human gate, then `work`, which hangs while the workspace
+/// holds a `hang` file.
+fn bounded_workflow() -> String {
+    format!(
+        r#"
+schema verdict:
+  approved: bool
+
+tool warm:
+  command: "echo x >> warm.count"
+
+human gate:
+  output: verdict
+  instructions: "go on?"
+
+tool work:
+  command: "if [ -e hang ]; then echo hanging; sleep 300; fi; echo done >> work.log"
+
+workflow bounded:
+  entry: warm
+  sandbox:
+    image: "{}"
+    host_state: none
+  warm -> gate
+  gate -> work when approved
+  gate -> fail when not approved
+  work -> done
+"#,
+        busybox()
+    )
+}
+
+/// A run launched with `--store-dir` and `--timeout` resumes from that
+/// store only; a SIGTERM cancels the resumed run and leaves nothing; the
+/// launch's `--timeout` bounds every resumed run again, each on its own
+/// clock (upstream resets its budget on resume).
+fn resume_keeps_store_timeout_and_signals(engine: Engine) {
+    let sb = Sandbox::new(engine);
+    let store = sb.dir.path().join("alt-store");
+    let store_arg = store.to_string_lossy().into_owned();
+    let file = sb.write("bounded.iter", &bounded_workflow());
+    let ctx = format!("{engine:?}");
+    let res = sb.run(
+        &file,
+        &[
+            "--no-interactive",
+            "--timeout",
+            "12s",
+            "--store-dir",
+            &store_arg,
+        ],
+    );
+    let run_id = res.run_id();
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "paused_waiting_human"),
+        "{ctx}: {}",
+        res.stderr
+    );
+    // The run lives in the store it was launched with, and only there.
+    let r = sb.resume(&run_id, &["--answer", "approved=true"]);
+    assert_eq!(r.code, Some(2), "{ctx}: {}", r.stderr);
+    assert!(r.stderr.contains("resume_unknown_run"), "{}", r.stderr);
+
+    // SIGTERM mid-resume: cancelled, its sandbox gone, resumable again.
+    std::fs::write(sb.workspace().join("hang"), "").unwrap();
+    let args = [
+        "resume",
+        "--run-id",
+        &run_id,
+        "--json",
+        "--no-interactive",
+        "--answer",
+        "approved=true",
+        "--store-dir",
+        &store_arg,
+    ];
+    let child = spawn_until_node(&sb, &args, &store, &run_id, "work");
+    signal(&child, "-TERM");
+    let r = wait_child(child, Duration::from_secs(90));
+    let left = leftovers(engine, &run_id);
+    force_remove(engine, &run_id);
+    assert_eq!(
+        (r.code, r.status(), r.failure_code()),
+        (Some(1), "cancelled", Some("CANCELLED")),
+        "{ctx}: {}",
+        r.stderr
+    );
+    assert!(left.is_empty(), "{ctx}: left behind: {left:?}");
+
+    // The launch's --timeout bounds the resumed run: `work` hangs.
+    let r = sb.resume(&run_id, &["--store-dir", &store_arg]);
+    assert_eq!(
+        (r.code, r.status(), r.failure_code()),
+        (Some(1), "failed", Some("TIMEOUT")),
+        "{ctx}: {}",
+        r.stderr
+    );
+    assert!(leftovers(engine, &run_id).is_empty(), "{ctx}: sandbox left");
+
+    // Each resume has its own clock: the run began well over 12 s ago (the
+    // last resume alone ran 12 s), and still runs to its end.
+    std::fs::remove_file(sb.workspace().join("hang")).unwrap();
+    let r = sb.resume(&run_id, &["--store-dir", &store_arg]);
+    assert_eq!(
+        (r.code, r.status()),
+        (Some(0), "finished"),
+        "{ctx}: {}",
+        r.stderr
+    );
+    assert_eq!(lines(&sb, "warm.count"), 1, "{ctx}");
+    assert_eq!(lines(&sb, "work.log"), 1, "{ctx}");
+    let events = sb.events_in(&store, &run_id);
+    let resumed: Vec<&str> = of_type(&events, "run_resumed")
+        .iter()
+        .map(|e| e["data"]["resumed_from"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        resumed,
+        ["paused_waiting_human", "cancelled", "failed"],
+        "{ctx}"
+    );
+    let failed = of_type(&events, "run_failed");
+    assert_eq!(failed.len(), 1, "{ctx}");
+    let error = failed[0]["data"]["error"].as_str().unwrap_or("");
+    assert!(error.contains("--timeout 12s"), "{ctx}: {error}");
+    assert!(!container_exists(engine, &run_id), "{ctx}: container left");
+}
+
+#[test]
+fn docker_resume_keeps_store_timeout_and_signals() {
+    resume_keeps_store_timeout_and_signals(Engine::Docker);
+}
+
+#[test]
+fn podman_resume_keeps_store_timeout_and_signals() {
+    resume_keeps_store_timeout_and_signals(Engine::Podman);
 }

@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    Engine, RunResult, Sandbox, busybox, container_exists, force_remove, node_output, of_type, one,
-    run_record, runs, signal, spawn_until_node_started, types, wait_child, wait_until,
+    Engine, RunResult, Sandbox, busybox, container_exists, force_remove, leftovers, node_output,
+    of_type, one, run_record, runs, signal, spawn_until_node_started, types, wait_child,
+    wait_until,
 };
 
 /// One tool node printing where it ran (the kernel hostname: the
@@ -603,6 +604,50 @@ fn failing_post_create_is_a_start_failure_and_removes_the_container() {
     }
 }
 
+/// `ITERION_SANDBOX_POST_CREATE_TIMEOUT` bounds the post-create commands
+/// (issue 14 item 7, upstream #719): past it the run fails
+/// `SANDBOX_SETUP_TIMEOUT` (resumable: an infrastructure failure), what
+/// they printed is in the log, nothing is left.
+#[test]
+fn post_create_past_its_bound_is_a_setup_timeout() {
+    for engine in Engine::ALL {
+        let sb = Sandbox::new(engine).with_env("ITERION_SANDBOX_POST_CREATE_TIMEOUT", "3s");
+        let file = sb.write(
+            "w.iter",
+            &where_workflow(&format!(
+                "  sandbox:\n    image: \"{}\"\n    host_state: none\n    post_create: \"echo setting up; sleep 300; echo slept-through\"\n",
+                busybox()
+            )),
+        );
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.code, Some(1), "{engine:?}: {}", r.stderr);
+        assert_eq!(
+            (r.status(), r.failure_code()),
+            ("failed_resumable", Some("SANDBOX_SETUP_TIMEOUT")),
+            "{engine:?}: {}",
+            r.stderr
+        );
+        let run_id = r.run_id();
+        assert!(
+            leftovers(engine, &run_id).is_empty(),
+            "{engine:?}: sandbox left"
+        );
+        let events = sb.events(&run_id);
+        assert!(of_type(&events, "node_started").is_empty());
+        let error = one(&events, "run_failed")["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            error.contains("ITERION_SANDBOX_POST_CREATE_TIMEOUT"),
+            "{engine:?}: {error}"
+        );
+        let logs = String::from_utf8_lossy(&sb.iterion(&["logs", &run_id]).stdout).into_owned();
+        assert!(logs.contains("setting up"), "{engine:?}: {logs}");
+        assert!(!logs.contains("slept-through"), "{engine:?}: {logs}");
+    }
+}
+
 #[test]
 fn a_node_printing_100_mb_finishes_with_its_log_capped() {
     for engine in Engine::ALL {
@@ -885,6 +930,8 @@ fn repo_devbox_is_provisioned_in_the_sandbox() {
         .expect("fake devbox");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // A user's checkout: the sandbox runs as its owner and may write it.
+        sb.own_workspace(4242, 4242);
         let file = sb.write(
             "devbox.iter",
             &format!(

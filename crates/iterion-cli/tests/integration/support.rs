@@ -115,6 +115,22 @@ impl Sandbox {
         path
     }
 
+    /// Give the workspace and everything in it to `uid:gid`, as a user's
+    /// checkout is: a sandbox of iterion running as root then runs as that
+    /// user and can write it (a root-owned checkout is read-only to the
+    /// sandbox, issue 19 item 4).
+    pub fn own_workspace(&self, uid: u32, gid: u32) {
+        fn walk(p: &Path, uid: u32, gid: u32) {
+            std::os::unix::fs::lchown(p, Some(uid), Some(gid)).expect("chown");
+            if p.is_dir() && !p.is_symlink() {
+                for e in std::fs::read_dir(p).expect("read dir").flatten() {
+                    walk(&e.path(), uid, gid);
+                }
+            }
+        }
+        walk(&self.workspace(), uid, gid);
+    }
+
     /// Add an env var to every command.
     pub fn with_env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.to_owned(), v.to_owned()));
@@ -163,7 +179,18 @@ impl Sandbox {
 
     /// The run's events (`iterion events RUN --json`).
     pub fn events(&self, run_id: &str) -> Vec<Value> {
-        let out = self.iterion(&["events", run_id, "--json"]);
+        Self::events_of(self.command(&["events", run_id, "--json"]))
+    }
+
+    /// The events of a run held by the directory store `store`.
+    pub fn events_in(&self, store: &Path, run_id: &str) -> Vec<Value> {
+        let mut cmd = self.command(&["events", run_id, "--json"]);
+        cmd.env("ITERION_STORE", store);
+        Self::events_of(cmd)
+    }
+
+    fn events_of(mut cmd: Command) -> Vec<Value> {
+        let out = cmd.output().expect("spawn iterion events");
         assert!(
             out.status.success(),
             "events failed: {}",
@@ -190,19 +217,7 @@ impl Sandbox {
 
 /// Parse what `iterion run|resume --json` printed: the last JSON line.
 fn run_result(out: Output) -> RunResult {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
-    RunResult {
-        code: out.status.code(),
-        doc,
-        stdout,
-        stderr,
-    }
+    parse_run_output(&out)
 }
 
 /// What `iterion run|resume --json` said.
@@ -471,6 +486,44 @@ pub fn spawn_until_node_started(sb: &Sandbox, file: &Path) -> Spawned {
     Spawned { child, run_id }
 }
 
+/// Spawn `iterion ARGS` (a `run` or `resume` of `run_id`, whose events
+/// the directory store `store` holds) and wait (bounded) until its node
+/// `node` has started.
+pub fn spawn_until_node(
+    sb: &Sandbox,
+    args: &[&str],
+    store: &Path,
+    run_id: &str,
+    node: &str,
+) -> Child {
+    let mut child = sb
+        .command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iterion");
+    let mut exited = false;
+    let started = wait_until(Duration::from_secs(60), || {
+        if child.try_wait().ok().flatten().is_some() {
+            exited = true;
+            return true;
+        }
+        sb.events_in(store, run_id)
+            .iter()
+            .any(|e| e["type"] == "node_started" && e["node_id"] == node)
+    });
+    if exited {
+        let out = child.wait_with_output().expect("output");
+        panic!(
+            "iterion {args:?} exited before {node} started: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(started, "{node} of run {run_id} never started");
+    child
+}
+
 /// Send `sig` (`-INT`, `-TERM`…) to `child` with kill(1).
 pub fn signal(child: &Child, sig: &str) {
     let status = Command::new("kill")
@@ -487,18 +540,7 @@ pub fn wait_child(mut child: Child, limit: Duration) -> RunResult {
         let _ = child.kill();
         panic!("iterion did not exit within {limit:?}");
     }
-    let out = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    RunResult {
-        code: out.status.code(),
-        doc: stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    parse_run_output(&child.wait_with_output().expect("output"))
 }
 
 /// Force-remove a run's container (cleanup after a failed assertion).

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use iterion_core::driver::{DriverObserver, NullObserver, Progress};
 use iterion_core::plan::{EgressAttachment, ResolvedBuild};
@@ -171,14 +172,66 @@ async fn post_create_streams_and_fails_cleanly(engine: Engine) {
         }
         other => panic!("{other}"),
     }
-    let left: Vec<_> = d
-        .list_managed()
+    let left = managed_of(&*d, &info).await;
+    assert!(left.is_empty(), "failed start left {left:?}");
+}
+
+/// What the engine still holds for `info`'s run.
+async fn managed_of(d: &dyn Driver, info: &RunInfo) -> Vec<iterion_core::driver::ManagedResource> {
+    d.list_managed()
         .await
         .expect("list")
         .into_iter()
         .filter(|r| r.run_id == info.run_id.as_str())
-        .collect();
-    assert!(left.is_empty(), "failed start left {left:?}");
+        .collect()
+}
+
+/// A post_create past `post_create_timeout` fails the start with
+/// `SANDBOX_SETUP_TIMEOUT` naming its variable, its output so far logged,
+/// nothing left on the engine.
+async fn post_create_past_its_bound_times_out(engine: Engine) {
+    let settings = DockerSettings {
+        post_create_timeout: Duration::from_secs(2),
+        ..DockerSettings::default()
+    };
+    let d = driver(engine, settings).await;
+    let mut plan = base_plan(BUSYBOX);
+    plan.post_create = Some("echo started; sleep 300; echo slept-through".to_owned());
+    let rec = Recorder::default();
+    let info = info_with("pctimeout");
+    let err = d
+        .start(prepare(&*d, &plan).await, &info, &rec)
+        .await
+        .err()
+        .expect("a post_create past its bound fails the start");
+    assert_eq!(err.code(), "SANDBOX_SETUP_TIMEOUT", "{engine:?}: {err}");
+    match &err {
+        DriverError::PhaseTimeout {
+            phase,
+            timeout,
+            variable,
+        } => {
+            assert_eq!(*phase, "post_create");
+            assert_eq!(*timeout, Duration::from_secs(2));
+            assert_eq!(*variable, "ITERION_SANDBOX_POST_CREATE_TIMEOUT");
+        }
+        other => panic!("{engine:?}: {other}"),
+    }
+    let lines = rec.lines();
+    assert!(lines.iter().any(|l| l == "stdout: started"), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("slept-through")));
+    let left = managed_of(&*d, &info).await;
+    assert!(left.is_empty(), "{engine:?}: timed-out start left {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_post_create_timeout() {
+    post_create_past_its_bound_times_out(Engine::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_post_create_timeout() {
+    post_create_past_its_bound_times_out(Engine::Podman).await;
 }
 
 fn info(tag: &str) -> RunInfo {

@@ -115,7 +115,7 @@ fn confined_run_with_every_mount_kind() {
     );
     s.user = Some("1001:1001".into());
     s.workspace_folder = Some("/workspace".into());
-    s.read_back = vec!["/out".into()];
+    s.read_back = vec!["/out".parse().expect("path")];
     s.env = BTreeMap::from([
         ("LANG".to_owned(), "C.UTF-8".to_owned()),
         (

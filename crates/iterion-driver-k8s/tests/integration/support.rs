@@ -47,6 +47,7 @@ pub fn policy_plan(spec: &Spec, workspace: &str) -> LaunchPlan {
             run_files_dir: Some(run_files),
             bundle_dir: None,
             readback_cap: None,
+            untrusted: false,
         },
         &host,
     )

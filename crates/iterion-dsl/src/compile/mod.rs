@@ -47,7 +47,6 @@ struct Group<'a> {
 pub(crate) fn compile(
     lines: &[Line],
     ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&iterion_core::NetworkSpec) -> Vec<(String, String)>,
     tool_check: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
@@ -377,16 +376,9 @@ pub(crate) fn compile(
 
     let mut out = Vec::new();
     for wline in workflows {
-        if let Some(w) = compile_workflow(
-            wline,
-            &nodes,
-            &extra_edges,
-            &vars,
-            &schemas,
-            &secrets,
-            ctx,
-            net_check,
-        ) {
+        if let Some(w) =
+            compile_workflow(wline, &nodes, &extra_edges, &vars, &schemas, &secrets, ctx)
+        {
             let mut declared = attachment_blocks.clone();
             declared.push(blocks::workflow_entries(wline, "attachments"));
             let attachments = blocks::attachments(&declared, &w.vars, ctx);

@@ -4,14 +4,17 @@
 //! the dedicated message for a network mode word written as the sandbox
 //! mode — facts §2.5 — and a bad `network.mode`/`inherit` word, as
 //! upstream's property registry does), C312 (`network:` without `mode:`),
-//! C320 (`read_back:` paths, ADR-143) and the network-rule hook (C313). A block without
+//! C320 (`read_back:` paths, ADR-143) and C313 (a network rule or preset
+//! the core grammar, `iterion_core::net`, refuses). A block without
 //! `mode:` is `inline` (facts §2.2). Host-side variables stay unexpanded
 //! here; [`crate::expand`] does that at run time.
 
 use std::collections::BTreeMap;
 
-use iterion_core::spec::NetworkInherit;
-use iterion_core::{BuildSpec, HostState, Mode, NetworkMode, NetworkSpec, Spec};
+use iterion_core::{
+    BuildSpec, ContainerPath, HostState, Mode, NetPreset, NetRule, NetworkInherit, NetworkMode,
+    NetworkSpec, ReadBackPath, Spec,
+};
 
 use super::ctx::Ctx;
 use super::props::{K, Prop};
@@ -41,12 +44,7 @@ const NETWORK: &[(&str, K)] = &[
 ];
 
 /// Read a `sandbox:` property (workflow or node level).
-pub(crate) fn read(
-    p: &Prop<'_>,
-    ctx: &mut Ctx<'_>,
-    _workflow_level: bool,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Option<SandboxDecl> {
+pub(crate) fn read(p: &Prop<'_>, ctx: &mut Ctx<'_>, _workflow_level: bool) -> Option<SandboxDecl> {
     match &p.value {
         Some(v) => {
             let Some(word) = v.text() else {
@@ -68,7 +66,7 @@ pub(crate) fn read(
                 pos: p.value_pos,
             })
         }
-        None => block(p.line, p.pos, ctx, net_check),
+        None => block(p.line, p.pos, ctx),
     }
 }
 
@@ -83,7 +81,9 @@ fn inline_needs_recipe(pos: Pos, ctx: &mut Ctx<'_>) {
 }
 
 fn parse_mode(word: &str, pos: Pos, ctx: &mut Ctx<'_>) -> Option<Mode> {
-    if let Some(nm) = NetworkMode::parse(word) {
+    // Only for the hint (facts §2.5): `sandbox: Allowlist` is still C044,
+    // but the message points at the `network:` block whatever the case.
+    if let Ok(nm) = word.trim().to_ascii_lowercase().parse::<NetworkMode>() {
         ctx.push(
             codes::C044,
             Severity::Error,
@@ -168,12 +168,7 @@ fn string_list(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> Vec<(String, Pos)> {
     out
 }
 
-fn block(
-    line: &Line,
-    pos: Pos,
-    ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> Option<SandboxDecl> {
+fn block(line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Option<SandboxDecl> {
     let props = ctx.props(&line.children, Some(SANDBOX), "sandbox");
     let mut spec = Spec {
         mode: Mode::Inline,
@@ -196,12 +191,14 @@ fn block(
             "user" => spec.user = p.text().map(str::to_owned),
             "workspace_folder" => {
                 let w = p.text().unwrap_or_default();
-                if !w.starts_with('/') && !w.starts_with("${") {
+                // `${localWorkspaceFolder}…` is expanded at run time; the
+                // guards judge the expanded path with the same parser.
+                if let (false, Err(e)) = (w.starts_with("${"), w.parse::<ContainerPath>()) {
                     ctx.push(
                         codes::C044,
                         Severity::Error,
                         p.value_pos,
-                        format!("workspace_folder `{w}` is not an absolute container path"),
+                        format!("workspace_folder `{w}`: {}", e.kind),
                         Some("write an absolute path such as \"/workspace\""),
                     );
                 }
@@ -232,18 +229,18 @@ fn block(
                 }
                 spec.build = Some(b);
             }
-            "network" => spec.network = Some(network(p, ctx, net_check)),
+            "network" => spec.network = Some(network(p, ctx)),
             "read_back" => {
                 for (path, ppos) in string_list(p, ctx) {
-                    match read_back_problem(&path) {
-                        Some(why) => ctx.push(
+                    match path.parse::<ReadBackPath>() {
+                        Err(e) => ctx.push(
                             codes::C320,
                             Severity::Error,
                             ppos,
-                            format!("invalid read_back path `{path}`: {why}"),
+                            e.to_string(),
                             Some("declare an absolute, normalized container path outside /proc, /sys and /dev, e.g. \"/workspace/out\""),
                         ),
-                        None => spec.read_back.push(path),
+                        Ok(path) => spec.read_back.push(path),
                     }
                 }
             }
@@ -282,51 +279,53 @@ fn spec_mode_is_none(props: &[Prop<'_>]) -> bool {
         .any(|p| p.key == "mode" && p.text() == Some("none"))
 }
 
-fn network(
-    p: &Prop<'_>,
-    ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&NetworkSpec) -> Vec<(String, String)>,
-) -> NetworkSpec {
+fn network(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> NetworkSpec {
     let mut n = NetworkSpec::default();
-    let mut rule_pos: Vec<(String, Pos)> = Vec::new();
     let mut mode_written = false;
     for np in ctx.props(&p.line.children, Some(NETWORK), "sandbox.network") {
         mode_written |= np.key == "mode";
         match np.key.as_str() {
-            "mode" => match np
-                .text()
-                .and_then(|w| NetworkMode::parse(w).filter(|m| m.as_str() == w))
-            {
-                Some(m) => n.mode = Some(m),
-                None => ctx.push(
+            "mode" => match np.text().unwrap_or_default().parse::<NetworkMode>() {
+                Ok(m) => n.mode = Some(m),
+                Err(e) => ctx.push(
                     codes::C044,
                     Severity::Error,
                     np.value_pos,
-                    format!("invalid network mode `{}`", np.text().unwrap_or_default()),
-                    Some("use allowlist, denylist or open"),
+                    e.to_string(),
+                    Some(&format!("use {}", e.expected)),
                 ),
             },
-            "preset" => n.preset = np.text().map(str::to_owned),
-            "inherit" => match np
-                .text()
-                .filter(|w| matches!(*w, "merge" | "replace" | "append"))
-                .and_then(NetworkInherit::parse)
-            {
-                Some(i) => n.inherit = Some(i),
-                None => ctx.push(
+            // An empty preset is no preset, as the proxy always read it.
+            "preset" => match np.text().map(str::trim).filter(|t| !t.is_empty()) {
+                None => {}
+                Some(name) => match name.parse::<NetPreset>() {
+                    Ok(preset) => n.preset = Some(preset),
+                    Err(e) => ctx.push(
+                        codes::C313,
+                        Severity::Error,
+                        np.value_pos,
+                        e.to_string(),
+                        None,
+                    ),
+                },
+            },
+            "inherit" => match np.text().unwrap_or_default().parse::<NetworkInherit>() {
+                Ok(i) => n.inherit = Some(i),
+                Err(e) => ctx.push(
                     codes::C044,
                     Severity::Error,
                     np.value_pos,
-                    format!(
-                        "invalid network inherit `{}`",
-                        np.text().unwrap_or_default()
-                    ),
-                    Some("use merge, replace or append"),
+                    e.to_string(),
+                    Some(&format!("use {}", e.expected)),
                 ),
             },
             "rules" => {
-                rule_pos = string_list(&np, ctx);
-                n.rules = rule_pos.iter().map(|(r, _)| r.clone()).collect();
+                for (rule, pos) in string_list(&np, ctx) {
+                    match rule.parse::<NetRule>() {
+                        Ok(rule) => n.rules.push(rule),
+                        Err(e) => ctx.push(codes::C313, Severity::Error, pos, e.to_string(), None),
+                    }
+                }
             }
             _ => {}
         }
@@ -340,60 +339,5 @@ fn network(
             Some("add `mode: allowlist` (or `denylist` / `open`) to the network block"),
         );
     }
-    for (rule, message) in net_check(&n) {
-        let pos = rule_pos
-            .iter()
-            .find(|(r, _)| *r == rule)
-            .map_or(p.pos, |(_, pos)| *pos);
-        ctx.push(
-            codes::C313,
-            Severity::Error,
-            pos,
-            format!("network rule `{rule}`: {message}"),
-            None,
-        );
-    }
     n
-}
-
-/// Why a `read_back:` path is refused (ADR-143; SPEC §4), if it is.
-pub fn read_back_problem(path: &str) -> Option<&'static str> {
-    if !path.starts_with('/') {
-        return Some("not an absolute container path");
-    }
-    if path.contains('\0') {
-        return Some("contains a NUL byte");
-    }
-    if path == "/" {
-        return Some("the container root cannot be read back");
-    }
-    let body = path.strip_suffix('/').unwrap_or(path);
-    if body.contains("//") || body.split('/').any(|c| c == "." || c == "..") || path.ends_with('/')
-    {
-        return Some("not normalized (no `.`, `..`, `//` or trailing `/`)");
-    }
-    for bad in ["/proc", "/sys", "/dev"] {
-        if body == bad || body.starts_with(&format!("{bad}/")) {
-            return Some("under /proc, /sys or /dev");
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::read_back_problem;
-
-    #[test]
-    fn read_back_paths() {
-        assert_eq!(read_back_problem("/workspace/out"), None);
-        assert!(read_back_problem("out").is_some());
-        assert!(read_back_problem("/a/../b").is_some());
-        assert!(read_back_problem("/a//b").is_some());
-        assert!(read_back_problem("/a/").is_some());
-        assert!(read_back_problem("/proc/self").is_some());
-        assert!(read_back_problem("/dev").is_some());
-        assert_eq!(read_back_problem("/device"), None);
-        assert!(read_back_problem("/").is_some());
-    }
 }

@@ -52,7 +52,6 @@ pub(crate) fn compile_workflow(
     schemas: &BTreeMap<String, Schema>,
     file_secrets: &[SecretDecl],
     ctx: &mut Ctx<'_>,
-    net_check: &dyn Fn(&iterion_core::NetworkSpec) -> Vec<(String, String)>,
 ) -> Option<Workflow> {
     let name = match wline.toks.get(1).map(|t| &t.tok) {
         Some(Tok::Word(n)) => n.clone(),
@@ -123,7 +122,7 @@ pub(crate) fn compile_workflow(
                 }
             }
             "sandbox" => {
-                sandbox_decl = sandbox::read(&p, ctx, true, net_check);
+                sandbox_decl = sandbox::read(&p, ctx, true);
             }
             "mcp" => {
                 let _ = ctx.props(&l.children, Some(super::mcp::MCP_CONFIG), "mcp");
@@ -167,7 +166,7 @@ pub(crate) fn compile_workflow(
         let mut node_sandbox = None;
         for p in &n.props {
             if p.key == "sandbox" {
-                node_sandbox = sandbox::read(p, ctx, false, net_check);
+                node_sandbox = sandbox::read(p, ctx, false);
                 if let Some(d) = &node_sandbox
                     && d.spec.mode == iterion_core::Mode::None
                 {

@@ -89,10 +89,9 @@ fn sandbox_block_reaches_the_spec() {
     assert!(sb.mode_written);
     assert_eq!(
         sb.spec.read_back,
-        vec![
-            "/workspace/out".to_string(),
-            "/iterion/artifact-files".to_string()
-        ]
+        ["/workspace/out", "/iterion/artifact-files"]
+            .map(|p| p.parse::<iterion_core::ReadBackPath>().expect("path"))
+            .to_vec()
     );
     let net = sb.spec.network.as_ref().expect("network");
     assert_eq!(net.mode, Some(iterion_core::NetworkMode::Denylist));
@@ -137,19 +136,28 @@ fn escapes_follow_the_directive() {
 }
 
 #[test]
-fn network_rule_hook_reports_c313() {
-    let text = "tool a:\n  command: \"x\"\n\nworkflow w:\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      rules: [\"ok.com\", \"a*b.com\"]\n  entry: a\n  a -> done\n";
-    let c = iterion_dsl::compile_with(text, Path::new("t.iter"), &|n| {
-        n.rules
-            .iter()
-            .filter(|r| r.contains("a*b"))
-            .map(|r| (r.clone(), "wildcard not in leading label".to_string()))
-            .collect()
-    });
+fn a_bad_network_rule_or_preset_is_c313_at_it() {
+    let text = "tool a:\n  command: \"x\"\n\nworkflow w:\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: corp\n      rules: [\"ok.com\", \"a*b.com\"]\n  entry: a\n  a -> done\n";
+    let c = compile_source(text, Path::new("t.iter"));
     let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C313").collect();
-    assert_eq!(d.len(), 1);
-    assert_eq!((d[0].line, d[0].column), (9, 25));
-    assert_eq!(d[0].severity, Severity::Error);
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0].line, d[0].column), (9, 15));
+    assert_eq!(
+        d[0].message,
+        "unknown network preset `corp` (known: iterion-default)"
+    );
+    assert_eq!((d[1].line, d[1].column), (10, 25));
+    assert_eq!(d[1].severity, Severity::Error);
+    assert_eq!(
+        d[1].message,
+        "network rule `a*b.com`: a wildcard is only allowed as the whole leading label (`*.x`, `**.x`)"
+    );
+    let net = c.workflows[0]
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.spec.network.as_ref())
+        .expect("network");
+    assert_eq!(net.rules.len(), 1, "the bad rule is reported, not kept");
 }
 
 #[test]
@@ -200,10 +208,7 @@ fn tool_hook_reports_c322_at_the_entry() {
     let c = iterion_dsl::compile_checked(
         text,
         Path::new("t.iter"),
-        &iterion_dsl::Checks {
-            network: &|_| Vec::new(),
-            tool: &check,
-        },
+        &iterion_dsl::Checks { tool: &check },
     );
     let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C322").collect();
     assert_eq!(d.len(), 2, "{:?}", c.diagnostics);

@@ -60,7 +60,7 @@ impl TestProxy {
 pub fn policy(mode: NetworkMode, rules: &[&str]) -> Policy {
     Policy::compile(&NetworkSpec {
         mode: Some(mode),
-        rules: rules.iter().map(|s| (*s).to_owned()).collect(),
+        rules: rules.iter().map(|s| s.parse().expect("rule")).collect(),
         ..NetworkSpec::default()
     })
     .unwrap()

@@ -49,7 +49,7 @@ fn auto_run_from_a_repo_devcontainer_to_a_guarded_plan() {
 
     let block = Spec {
         mode: Mode::Auto,
-        read_back: vec!["/out".into()],
+        read_back: vec!["/out".parse().expect("path")],
         ..Spec::default()
     };
     let inputs = PrecedenceInputs {
@@ -121,6 +121,7 @@ fn auto_run_from_a_repo_devcontainer_to_a_guarded_plan() {
             run_files_dir: Some(&rf),
             bundle_dir: None,
             readback_cap: None,
+            untrusted: false,
         },
         &host,
     )

@@ -5,3 +5,4 @@
 
 mod bad_input;
 mod conformance;
+mod private;

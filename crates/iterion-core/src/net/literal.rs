@@ -10,8 +10,8 @@
 //! IPv4 literal in any `inet_aton` shape, and one that looks numeric but
 //! is no valid address is refused: it is never a name. The rule is the
 //! WHATWG URL host parser's "ends in a number", which browsers use for the
-//! same reason. This module owns the classification only; matching lives
-//! in `policy`.
+//! same reason. This module owns the classification only; rules live in
+//! `super::rule`, the host a request names in `super::host`.
 
 use std::net::{IpAddr, Ipv4Addr};
 
