@@ -230,18 +230,11 @@ impl ClawLoop<'_> {
         let qualified = entry.map_or_else(|| qualify(wire), |e| e.name.clone());
         let name = qualified.as_str();
         let here = if self.in_sandbox { "container" } else { "host" };
-        if let Err(denial) = self.task.policy().check(name) {
-            // Refused before it runs anywhere, offered or not.
-            self.sink.emit(EventKind::ToolDenied {
-                tool: name.to_owned(),
-                tool_use_id: id.to_owned(),
-                rule: denial.rule,
-                reason: denial.reason.clone(),
-                placement: here.to_owned(),
-            });
+        // Refused before it runs anywhere, offered or not.
+        if let Err(reason) = self.task.policy().admit_call(name, id, here, self.sink) {
             return Ok(Block::ToolResult {
                 tool_use_id: id.to_owned(),
-                content: denial.reason,
+                content: reason,
                 is_error: true,
             });
         }

@@ -169,7 +169,8 @@ impl AgentBackends {
     }
 
     /// Check one node before anything of its run exists, from its
-    /// properties as written (`backend:`, `model:`, `provider:`, `tools:`)
+    /// properties as written (`backend:`, `model:`, `provider:`, `tools:`,
+    /// its effective `tool_policy:`)
     /// and the workflow's `default_backend:`: its backend resolves, its
     /// model names a known provider, the credentials that backend needs
     /// are in the environment (named, never shown), its tools are
@@ -229,7 +230,7 @@ fn admission_request(
         default_backend: default_backend.map(str::to_owned),
         provider: text("provider"),
         tools: names("tools").unwrap_or_default(),
-        // The node's own; the workflow's is the engine's to merge at run time.
+        // The effective one: the caller merges the workflow's in.
         tool_policy: names("tool_policy"),
         output_schema: None,
         session: SessionMode::Fresh,

@@ -40,6 +40,23 @@ pub fn is_agent_node(node: &ir::Node) -> bool {
         || (node.kind == NodeKind::Router && node.router_mode.as_deref() == Some("llm"))
 }
 
+/// A node's effective `tool_policy:` patterns: its own when written (it
+/// replaces the workflow's; upstream: nil inherits), else the workflow's;
+/// `None` when neither is (open).
+pub fn effective_tool_policy(workflow: &ir::Workflow, node: &ir::Node) -> Option<Vec<String>> {
+    string_list(node.properties.get("tool_policy"))
+        .or_else(|| string_list(workflow.properties.get("tool_policy")))
+}
+
+fn string_list(v: Option<&Value>) -> Option<Vec<String>> {
+    v.and_then(Value::as_array).map(|a| {
+        a.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
 /// The JSON Schema of a DSL schema (upstream `SchemaToJSON`): an object,
 /// every field required, nothing else allowed; `json` fields accept any
 /// value; a `string[]` enum constrains its items.
@@ -189,18 +206,8 @@ pub(crate) fn build_request(
             .map(str::to_owned),
         SessionMode::Fresh | SessionMode::ArtifactsOnly => None,
     };
-    let names = |v: Option<&Value>| -> Option<Vec<String>> {
-        v.and_then(Value::as_array).map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-    };
-    let tools = names(node.properties.get("tools")).unwrap_or_default();
-    // A node's policy replaces the workflow's (upstream: nil inherits).
-    let tool_policy = names(node.properties.get("tool_policy"))
-        .or_else(|| names(workflow.properties.get("tool_policy")));
+    let tools = string_list(node.properties.get("tools")).unwrap_or_default();
+    let tool_policy = effective_tool_policy(workflow, node);
     let request = AgentRequest {
         run_id: cx_run.clone(),
         node: node.id.clone(),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use iterion_core::{EventKind, ExecRequest, ExecSession, OutputStream, SandboxRun};
+use iterion_core::{ExecRequest, ExecSession, OutputStream, SandboxRun};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{
@@ -338,22 +338,18 @@ async fn serve_tool(
     name: &str,
     input: &serde_json::Value,
 ) -> Result<String, String> {
+    // The policy first: a denied tool is never among the node's tools, and
+    // a runner asking for one anyway is a denial on the record.
+    launch
+        .task
+        .policy()
+        .admit_call(name, call_id, "host", launch.sink)?;
     let allowed = launch
         .tools
         .iter()
         .any(|t| t.name == name && t.placement() == Placement::Launcher);
     if !allowed {
         return Err(format!("{name} is not a launcher-side tool of this node"));
-    }
-    if let Err(denial) = launch.task.policy().check(name) {
-        launch.sink.emit(EventKind::ToolDenied {
-            tool: name.to_owned(),
-            tool_use_id: call_id.to_owned(),
-            rule: denial.rule,
-            reason: denial.reason.clone(),
-            placement: "host".to_owned(),
-        });
-        return Err(denial.reason);
     }
     let Some(launcher) = launch.launcher else {
         return Err(format!("no launcher serves {name}"));

@@ -1,9 +1,8 @@
 //! The tool policy (`tool_policy:` on the workflow, an agent or a judge):
 //! which qualified tool names a node may call, checked before every call
-//! wherever the call would run. It owns the pattern language and the
-//! verdict; it does not decide where a tool runs (the placement table) nor
-//! record anything (the caller turns a [`PolicyDenial`] into a
-//! `tool_denied` event).
+//! wherever the call would run. It owns the pattern language, the verdict
+//! and the `tool_denied` event of a refused call; it does not decide where
+//! a tool runs (the placement table).
 //!
 //! Patterns follow upstream `pkg/backend/tool/policy.go` — `*` (every
 //! tool), `prefix.*` (a namespace such as `mcp.github.*`), an exact
@@ -12,7 +11,10 @@
 //! empty list denies everything (upstream: empty non-nil denies); a list of
 //! deny patterns only allows every name none of them matches.
 
+use iterion_core::EventKind;
 use serde::{Deserialize, Serialize};
+
+use crate::events::AgentEventSink;
 
 /// A node's effective tool policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +79,30 @@ impl ToolPolicy {
         Err(PolicyDenial {
             rule: None,
             reason: format!("tool {qualified:?} is not in the tool_policy allowlist"),
+        })
+    }
+}
+
+impl ToolPolicy {
+    /// Judge one call before it runs: a denial is recorded on `sink` as
+    /// `tool_denied` (where it was refused: `container` or `host`) and
+    /// returned as the text the model gets.
+    pub fn admit_call(
+        &self,
+        tool: &str,
+        tool_use_id: &str,
+        placement: &str,
+        sink: &dyn AgentEventSink,
+    ) -> Result<(), String> {
+        self.check(tool).map_err(|denial| {
+            sink.emit(EventKind::ToolDenied {
+                tool: tool.to_owned(),
+                tool_use_id: tool_use_id.to_owned(),
+                rule: denial.rule,
+                reason: denial.reason.clone(),
+                placement: placement.to_owned(),
+            });
+            denial.reason
         })
     }
 }

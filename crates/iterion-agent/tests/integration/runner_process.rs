@@ -12,7 +12,7 @@ use iterion_agent::process::HostProcess;
 use iterion_agent::runner::protocol::{MAX_LINE_BYTES, WireMessage, decode};
 use iterion_agent::tools::ToolSpec;
 use iterion_agent::{AgentError, LauncherTools, drive_runner_session};
-use iterion_core::{ExecSession, OutputStream};
+use iterion_core::{EventKind, ExecSession, OutputStream};
 use iterion_testkit::agent::static_iterion;
 use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::{Value, json};
@@ -238,4 +238,79 @@ async fn host_refuses_what_a_broken_runner_sends() {
             "{script}: forged events were recorded"
         );
     }
+}
+
+/// A runner that asks the host for a tool the node's policy denies (a
+/// compromised box forging a `tool_call`): the host refuses it without
+/// calling it and records `tool_denied` with `placement: host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_call_of_a_denied_launcher_tool_is_refused_on_the_host() {
+    use iterion_agent::runner::protocol::ToolCallData;
+    let call = serde_json::to_string(&WireMessage::ToolCall {
+        id: "forged-1".into(),
+        data: ToolCallData {
+            name: "mcp.test.big".into(),
+            input: json!({}),
+        },
+    })
+    .unwrap();
+    assert!(!call.contains('\''));
+    let script = format!(
+        "read -r task; printf '%s\\n' '{call}'; read -r reply; printf '%s' \"$reply\" > reply.json; exit 3"
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let mut s = spawn_sh(&script, ws.path());
+    let host_env = iterion_agent::EnvSnapshot::new();
+    let events = Events::default();
+    let served = std::sync::atomic::AtomicBool::new(false);
+    struct Watch<'a>(&'a std::sync::atomic::AtomicBool);
+    #[async_trait]
+    impl LauncherTools for Watch<'_> {
+        fn specs(&self) -> Vec<ToolSpec> {
+            BigTool.specs()
+        }
+        async fn call(&self, _name: &str, _input: &Value) -> Result<String, String> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok("served".into())
+        }
+    }
+    let watch = Watch(&served);
+    let mut c = ctx(&host_env, &events);
+    c.launcher = Some(&watch);
+    let mut t = task(Wire::Anthropic, "x");
+    t.tools = vec!["read_file".into(), "mcp.test.big".into()];
+    t.tool_policy = Some(vec!["!mcp.test.*".into()]);
+    let err = drive_runner_session(&mut s, &t, &c)
+        .await
+        .expect_err("the fake runner exits without a result");
+    assert_eq!(err.code(), "AGENT_RUNNER_EXITED", "{err}");
+    assert!(!served.load(std::sync::atomic::Ordering::SeqCst));
+    let reply: Value =
+        serde_json::from_str(&std::fs::read_to_string(ws.path().join("reply.json")).unwrap())
+            .unwrap();
+    assert_eq!(reply["type"], "tool_result");
+    assert_eq!(reply["id"], "forged-1");
+    assert_eq!(reply["data"]["is_error"], true);
+    assert!(
+        reply["data"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("denied by tool_policy rule \"!mcp.test.*\""),
+        "{reply}"
+    );
+    let denied: Vec<EventKind> = events
+        .all()
+        .into_iter()
+        .filter(|e| matches!(e, EventKind::ToolDenied { .. }))
+        .collect();
+    assert_eq!(
+        denied,
+        vec![EventKind::ToolDenied {
+            tool: "mcp.test.big".into(),
+            tool_use_id: "forged-1".into(),
+            rule: Some("!mcp.test.*".into()),
+            reason: "tool \"mcp.test.big\" is denied by tool_policy rule \"!mcp.test.*\"".into(),
+            placement: "host".into(),
+        }]
+    );
 }

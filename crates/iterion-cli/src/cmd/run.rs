@@ -359,7 +359,12 @@ fn admit_agents(
         .values()
         .filter(|n| iterion_runtime::agents::is_agent_node(n))
     {
-        if let Err(e) = agents.admit(&node.id, &node.properties, default_backend) {
+        // Admission judges the node's tools under the policy it will run with.
+        let mut properties = node.properties.clone();
+        if let Some(policy) = iterion_runtime::agents::effective_tool_policy(workflow, node) {
+            properties.insert("tool_policy".to_owned(), serde_json::json!(policy));
+        }
+        if let Err(e) = agents.admit(&node.id, &properties, default_backend) {
             return Err(
                 UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
             );

@@ -52,3 +52,41 @@ fn unknown_tool_names_fail_validate_with_c322() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A workflow `tool_policy` that leaves an agent none of its tools is bad
+/// input before anything is created: no run recorded, no provider call.
+#[test]
+fn a_deny_all_tool_policy_refuses_the_run_up_front() {
+    let sb = Sandbox::new(Engine::Docker)
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-api03-test-key-0001")
+        .with_env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+    let text = "agent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  tools: [read_file, run_command]\n\nworkflow denyall:\n  tool_policy: [\"!*\"]\n  entry: a\n  a -> done\n";
+    let file = sb.write("deny.iter", text);
+    let res = sb.run(&file, &["--sandbox", "none"]);
+    assert_eq!(res.code, Some(2), "{}", res.stderr);
+    assert!(
+        res.stderr.contains("node a") && res.stderr.contains("AGENT_TOOL_POLICY_DENIES_ALL"),
+        "{}",
+        res.stderr
+    );
+    assert!(!res.stderr.contains("sk-ant-api03-test-key-0001"));
+    let runs = sb.iterion(&["runs", "--json"]);
+    assert!(
+        !String::from_utf8_lossy(&runs.stdout).contains("denyall"),
+        "a run was recorded"
+    );
+    // A node's own policy replaces the workflow's: this one is admitted
+    // (it then fails on the unreachable provider, not on its tools).
+    let text = text.replace(
+        "  tools: [read_file, run_command]\n",
+        "  tools: [read_file, run_command]\n  tool_policy: [\"read_file\"]\n",
+    );
+    let file = sb.write("node.iter", &text);
+    let res = sb.run(&file, &["--sandbox", "none"]);
+    assert_eq!(res.code, Some(1), "admitted, then failed: {}", res.stderr);
+    assert!(
+        !res.stderr.contains("AGENT_TOOL_POLICY_DENIES_ALL"),
+        "{}",
+        res.stderr
+    );
+}
