@@ -43,9 +43,11 @@ start_dockerd() {
   if [[ -f $kv ]] && ! grep -aq "$BRIDGE" "$kv"; then rm -f "$kv"; fi
   log "starting dockerd on $sock"
   rm -f "$sock"
-  setsid /usr/sbin/dockerd --host "unix://$sock" --bridge "$BRIDGE" \
+  # From /, like the podman service: a daemon's cwd is where its helpers
+  # drop stray files (conmon writes an `oom` file there after an OOM kill).
+  (cd / && exec setsid /usr/sbin/dockerd --host "unix://$sock" --bridge "$BRIDGE" \
     --data-root /var/lib/iterion-test-docker --exec-root /run/iterion-test-docker \
-    --pidfile /run/iterion-test-docker.pid \
+    --pidfile /run/iterion-test-docker.pid) \
     >/tmp/iterion-dockerd.log 2>&1 < /dev/null &
   wait_for dockerd 120 ping_sock "$sock" || { tail -20 /tmp/iterion-dockerd.log; exit 1; }
 }
@@ -55,7 +57,10 @@ start_podman() {
   ping_sock "$sock" && return 0
   log "starting podman service on $sock"
   rm -f "$sock"
-  setsid podman system service --time=0 "unix://$sock" \
+  # Started from /: conmon writes an `oom` file into the service's cwd when
+  # a container is OOM-killed (bounds_e2e does that on purpose), which left
+  # one in the checkout that ran this script.
+  (cd / && exec setsid podman system service --time=0 "unix://$sock") \
     >/tmp/iterion-podman.log 2>&1 < /dev/null &
   echo $! > /run/iterion-test-podman.pid
   wait_for podman 120 ping_sock "$sock" || { tail -20 /tmp/iterion-podman.log; exit 1; }
