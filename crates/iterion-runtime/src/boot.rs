@@ -15,11 +15,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use iterion_core::plan::PROXY_ENV_VARS;
-use iterion_core::{DriverError, FailureCode, NodeId, RunId, SandboxRun, Trust};
+use iterion_core::{DriverError, NodeId, RunId, SandboxRun, Trust};
 use iterion_dsl::ir;
 use iterion_netproxy::CredentialBook;
+use iterion_sandbox::classify::{Cause, Classified, Refused, SetupContext, Stage, classify};
 use iterion_sandbox::noop::NoopDriver;
-use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
@@ -239,14 +239,16 @@ impl Booted {
     }
 }
 
-/// Why boot failed. Each maps to one failure code (facts §9.2).
+/// Why boot failed. Each maps to one failure code through the one
+/// classifier ([`iterion_sandbox::classify`], facts §9.2).
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
-    /// The policy refused (inline with no driver, …).
+    /// The sandbox decision refused the run (inline with no driver, a
+    /// refused spec, …).
     #[error("{reason}")]
     Refused {
-        /// The failure code to stamp.
-        code: FailureCode,
+        /// Which refusal.
+        refused: Refused,
         /// Why.
         reason: String,
     },
@@ -260,7 +262,7 @@ pub enum BootError {
     /// Boot stopped because the run was cancelled.
     #[error("boot cancelled")]
     Cancelled,
-    /// Local setup failed.
+    /// A host-side step failed (the run's private directories).
     #[error("{operation}: {source}")]
     Io {
         /// What was being done.
@@ -269,29 +271,45 @@ pub enum BootError {
         #[source]
         source: std::io::Error,
     },
+    /// The run's file secrets could not be written.
+    #[error("file secrets: {source}")]
+    Secrets {
+        /// Cause.
+        #[source]
+        source: crate::secrets::SecretError,
+    },
+    /// The run's egress proxy could not be started.
+    #[error("egress proxy: {source}")]
+    Proxy {
+        /// Cause.
+        #[source]
+        source: iterion_netproxy::NetproxyError,
+    },
 }
 
 impl BootError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
+    /// What the failure was, for the one classifier.
+    pub fn cause(&self) -> Cause<'_> {
         match self {
-            Self::Refused { code, .. } => code.as_str(),
-            Self::Driver { source } => source.code(),
-            Self::Cancelled => "CANCELLED",
-            Self::Io { .. } => "SANDBOX_START_FAILED",
+            Self::Refused { refused, .. } => Cause::Refused(*refused),
+            Self::Driver { source } => Cause::Driver(source),
+            Self::Cancelled => Cause::Cancelled,
+            Self::Io { .. } | Self::Secrets { .. } | Self::Proxy { .. } => Cause::HostSetup,
         }
     }
 
-    /// The run's failure code. A driver error goes through the one
-    /// setup-failure classifier of the policy (facts §9.2), with whether
-    /// the run was cancelled meanwhile.
-    pub fn failure_code(&self, setup: SetupContext) -> FailureCode {
+    /// The run's status, failure code and disposition (facts §9.2), with
+    /// whether the run was cancelled meanwhile.
+    pub fn classify(&self, setup: SetupContext) -> Classified {
+        classify(self.cause(), Stage::Setup, setup)
+    }
+
+    /// Stable code: the driver's own for a driver error, else the failure
+    /// code the failure is classified with.
+    pub fn code(&self) -> &'static str {
         match self {
-            Self::Refused { code, .. } => *code,
-            Self::Cancelled => FailureCode::Cancelled,
-            Self::Io { .. } if setup.cancelled => FailureCode::Cancelled,
-            Self::Io { .. } => FailureCode::SandboxStartFailed,
-            Self::Driver { source } => setup_failure_status(source, setup).1,
+            Self::Driver { source } => source.code(),
+            other => other.classify(SetupContext::default()).code.as_str(),
         }
     }
 }

@@ -21,7 +21,7 @@ use iterion_dsl::ir;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use iterion_sandbox::verdict::SetupContext;
+use iterion_sandbox::classify::SetupContext;
 
 use crate::admission;
 use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
@@ -414,7 +414,7 @@ impl Engine {
                     cancelled: cancel.is_cancelled(),
                     interrupted: false,
                 };
-                let failure = match e.failure_code(setup) {
+                let failure = match e.classify(setup).code {
                     // A boot stopped by the run's deadline failed on it.
                     FailureCode::Cancelled => stopped(&bounds, watchdog, events),
                     code => Failure::new(code, e.to_string()),

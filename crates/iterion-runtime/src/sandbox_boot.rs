@@ -29,6 +29,7 @@ use iterion_netproxy::{
 use iterion_readback::DrainOptions;
 use iterion_sandbox::admission::admit;
 use iterion_sandbox::binds::{BindScope, HostBindSettings, resolve_plan_binds, run_settings};
+use iterion_sandbox::classify::{Cause, Refused, SetupContext, Stage, classify};
 use iterion_sandbox::devbox::{self, DevboxProject};
 use iterion_sandbox::devcontainer::read_repo_devcontainer;
 use iterion_sandbox::env::EnvSnapshot;
@@ -41,8 +42,7 @@ use iterion_sandbox::precedence::{
 };
 use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
 use iterion_sandbox::verdict::{
-    Availability, EgressVerdict, SandboxVerdict, SetupContext, egress_verdict, sandbox_verdict,
-    setup_failure_status,
+    Availability, EgressVerdict, SandboxVerdict, egress_verdict, sandbox_verdict,
 };
 
 use crate::boot::{
@@ -335,21 +335,23 @@ pub(crate) fn remove_run_host_dir(dir: &std::path::Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-fn refused(code: FailureCode, reason: impl Into<String>) -> BootError {
+fn refused(refused: Refused, reason: impl Into<String>) -> BootError {
     BootError::Refused {
-        code,
+        refused,
         reason: reason.into(),
     }
 }
 
 fn driver_error(err: DriverError, ctx: &BootContext<'_>) -> BootError {
-    let (_, code, _) = setup_failure_status(
-        &err,
+    let code = classify(
+        Cause::Driver(&err),
+        Stage::Setup,
         SetupContext {
             cancelled: ctx.cancel.is_cancelled(),
             interrupted: false,
         },
-    );
+    )
+    .code;
     if code == FailureCode::Cancelled {
         return BootError::Cancelled;
     }
@@ -395,7 +397,7 @@ impl SandboxBooter for PolicyBooter {
         // Step 5: the resolved secret vars, from the host, before anything
         // starts; a missing one names the secret, never a value.
         let secrets = resolve_secrets(&ctx.workflow.secrets, &self.local_env)
-            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+            .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         let mut exec = ExecSecrets {
             env: secrets.env.clone(),
             redactor: secrets.redactor(),
@@ -407,9 +409,9 @@ impl SandboxBooter for PolicyBooter {
         let file_secret_count = secrets.files.len();
         // Step 6: the chain, and who spoke.
         let resolved: ResolvedMode =
-            resolve_mode(&inputs).map_err(|e| refused(e.failure_code(), e.to_string()))?;
+            resolve_mode(&inputs).map_err(|e| refused(Refused::Spec, e.to_string()))?;
         let (host_state, host_state_source) =
-            resolve_host_state(&inputs).map_err(|e| refused(e.failure_code(), e.to_string()))?;
+            resolve_host_state(&inputs).map_err(|e| refused(Refused::Spec, e.to_string()))?;
         let (default_image, _) = resolve_default_image(&inputs);
         if !resolved.mode.is_active() {
             // Step 8, silent half: an explicit opt-out (or nothing asked).
@@ -417,7 +419,7 @@ impl SandboxBooter for PolicyBooter {
             // the file secrets on this path (only a degraded auto does, and
             // says so), and the mount is their only delivery channel.
             check_noop_file_secrets(file_secret_count)
-                .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+                .map_err(|e| refused(Refused::Spec, e.to_string()))?;
             return host(
                 ctx,
                 format!(
@@ -432,7 +434,7 @@ impl SandboxBooter for PolicyBooter {
         let workspace = ctx.workspace.to_string_lossy().into_owned();
         let devcontainer = match resolved.mode {
             Mode::Auto => read_repo_devcontainer(ctx.workspace)
-                .map_err(|e| refused(e.failure_code(), e.to_string()))?,
+                .map_err(|e| refused(Refused::Spec, e.to_string()))?,
             _ => None,
         };
         let dc_label = devcontainer
@@ -451,7 +453,7 @@ impl SandboxBooter for PolicyBooter {
             local_env: self.local_env.clone(),
             workspace: &workspace,
         })
-        .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         for event in built.events.iter().cloned() {
             events.emit(event);
         }
@@ -463,7 +465,7 @@ impl SandboxBooter for PolicyBooter {
                 SandboxVerdict::Sandbox(name) => name,
                 SandboxVerdict::Unsandboxed => {
                     check_noop_file_secrets(file_secret_count)
-                        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+                        .map_err(|e| refused(Refused::Spec, e.to_string()))?;
                     return host(ctx, "not sandboxed".to_owned()).map(|b| b.with_secrets(exec));
                 }
                 SandboxVerdict::Degraded { event } => {
@@ -476,17 +478,15 @@ impl SandboxBooter for PolicyBooter {
                     )
                     .map(|b| b.with_secrets(exec));
                 }
-                SandboxVerdict::Refused { event, code, .. } => {
+                SandboxVerdict::Refused { event, .. } => {
                     events.emit(event);
-                    return Err(refused(code, blocked_reason(&availability)));
+                    return Err(refused(Refused::NoDriver, blocked_reason(&availability)));
                 }
             };
-        let driver = self.catalog.get(driver_name).ok_or_else(|| {
-            refused(
-                FailureCode::SandboxDriverUnavailable,
-                format!("{driver_name} vanished"),
-            )
-        })?;
+        let driver = self
+            .catalog
+            .get(driver_name)
+            .ok_or_else(|| refused(Refused::NoDriver, format!("{driver_name} vanished")))?;
         let caps = driver.capabilities();
         let host_kind = detect_host(&self.env, None);
         events.emit(EventKind::SandboxDriverSelected {
@@ -522,7 +522,7 @@ impl SandboxBooter for PolicyBooter {
             },
             &snapshot,
         )
-        .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+        .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         for event in planned.events {
             events.emit(event);
         }
@@ -557,7 +557,7 @@ impl SandboxBooter for PolicyBooter {
         }
         // Step 13: drop what the driver cannot honour, withdraw promises.
         let finalized = finalize_mounts_for_driver(planned_plan, driver_name, &caps)
-            .map_err(|e| refused(e.failure_code(), e.to_string()))?;
+            .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         if let Some(event) = finalized.dropped {
             events.emit(event);
         }
@@ -571,7 +571,7 @@ impl SandboxBooter for PolicyBooter {
                 .any(|k| k.origin == MountOrigin::SecretFile && k.target == m.target)
             {
                 return Err(refused(
-                    FailureCode::SandboxSpecRefused,
+                    Refused::Spec,
                     format!(
                         "the {driver_name} driver cannot bind the secret file {} here \
                          (no host bind mounts); file secrets have no other delivery channel",
@@ -584,8 +584,10 @@ impl SandboxBooter for PolicyBooter {
         // Every kept bind judged by its real path, the store masked where a
         // bind would expose it (issue 19 items 1 and 3); the driver checks
         // the sources again immediately before create.
-        let mask = mask_dir(&host_dir)
-            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+        let mask = mask_dir(&host_dir).map_err(|source| BootError::Io {
+            operation: format!("create the mask dir under {}", host_dir.display()),
+            source,
+        })?;
         let workspace_real = ctx
             .workspace
             .canonicalize()
@@ -601,7 +603,7 @@ impl SandboxBooter for PolicyBooter {
             },
             Some(&mask),
         )
-        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         // Who the sandbox runs as and what keeps host-root artefacts off
         // its writable host binds, now that they are known (issue 19 item
         // 4); the driver applies it and verifies it before the first exec.
@@ -615,7 +617,7 @@ impl SandboxBooter for PolicyBooter {
             writable_host_binds: has_writable_host_bind(&plan),
             host_state_auto: host_state == HostState::Auto,
         })
-        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         plan.user = identity.user;
         plan.limits.host_root_guard = identity.guard;
         for event in identity.events {
@@ -627,7 +629,7 @@ impl SandboxBooter for PolicyBooter {
         let run_files_bound = self.bound_run_files(&plan, &run_files, events);
         // Step 15: the proxy precedes Prepare, and only for a non-open policy.
         let policy = Policy::from_spec(built.spec.network.as_ref())
-            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+            .map_err(|e| refused(Refused::Spec, e.to_string()))?;
         let info = RunInfo {
             run_id: ctx.run_id.clone(),
             run_name: Some(ctx.workflow.name.clone()),
@@ -640,7 +642,7 @@ impl SandboxBooter for PolicyBooter {
         if policy.needs_proxy() {
             match egress_verdict(resolved.mode, true, driver_name, caps.egress_enforcement) {
                 EgressVerdict::Refused { reason } => {
-                    return Err(refused(FailureCode::SandboxSpecRefused, reason));
+                    return Err(refused(Refused::Spec, reason));
                 }
                 EgressVerdict::Advisory { event } => events.emit(event),
                 EgressVerdict::Open | EgressVerdict::Enforced => {}
@@ -666,7 +668,7 @@ impl SandboxBooter for PolicyBooter {
                 Ok(h) => h,
                 Err(e) => {
                     release_egress_network(&driver, ctx, egress_network).await;
-                    return Err(refused(FailureCode::SandboxStartFailed, e.to_string()));
+                    return Err(BootError::Proxy { source: e });
                 }
             };
             plan.egress = Some(EgressAttachment {
@@ -825,10 +827,10 @@ impl PolicyBooter {
         if files.is_empty() {
             return Ok(SecretFiles::default());
         }
-        let root = secrets_root(&self.local_env)
-            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let root =
+            secrets_root(&self.local_env).map_err(|e| refused(Refused::Spec, e.to_string()))?;
         let written = write_secret_files(files, &root, ctx.run_id)
-            .map_err(|e| refused(FailureCode::SandboxStartFailed, e.to_string()))?;
+            .map_err(|source| BootError::Secrets { source })?;
         if let Some(dir) = written.dir() {
             crate::reap::mark_owner(&dir).map_err(|source| BootError::Io {
                 operation: format!("mark {}", dir.display()),

@@ -36,10 +36,11 @@
 //!    immediately before create), and verifies the identity with
 //!    [`identity::check_credentials`] (or the seccomp guard with
 //!    [`identity::check_root_guard`]) before the first exec;
-//! 8. on a setup error, [`verdict::setup_failure_status`].
+//! 8. on a setup error, [`classify::classify`].
 
 pub mod admission;
 pub mod binds;
+pub mod classify;
 pub mod devbox;
 pub mod devcontainer;
 pub mod env;

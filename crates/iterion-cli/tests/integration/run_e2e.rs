@@ -574,6 +574,9 @@ fn missing_image_is_a_typed_failure_without_a_container() {
     }
 }
 
+/// A failed post_create is a start failure: transient, so the run stays
+/// resumable (issue 14 item 8(c): it was classed transient but ended
+/// `failed`), and `run_failed` says the same status and disposition.
 #[test]
 fn failing_post_create_is_a_start_failure_and_removes_the_container() {
     for engine in Engine::ALL {
@@ -587,7 +590,7 @@ fn failing_post_create_is_a_start_failure_and_removes_the_container() {
         );
         let r = sb.run(&file, &[]);
         assert_eq!(r.code, Some(1), "{}", r.stderr);
-        assert_eq!(r.status(), "failed");
+        assert_eq!(r.status(), "failed_resumable");
         assert_eq!(
             r.failure_code(),
             Some("SANDBOX_START_FAILED"),
@@ -601,6 +604,10 @@ fn failing_post_create_is_a_start_failure_and_removes_the_container() {
         );
         let events = sb.events(&run_id);
         assert!(of_type(&events, "node_started").is_empty());
+        let failed = &one(&events, "run_failed")["data"];
+        assert_eq!(failed["status"], "failed_resumable", "{failed}");
+        assert_eq!(failed["disposition"], "transient", "{failed}");
+        assert_eq!(run_record(&sb, &run_id)["status"], "failed_resumable");
     }
 }
 

@@ -98,7 +98,7 @@ async fn a_policy_refusal_is_persisted_and_nothing_boots() {
 #[tokio::test]
 async fn boot_failures_take_their_classified_status() {
     type Case = (fn() -> BootError, FailureCode, RunStatus, Disposition);
-    let cases: [Case; 3] = [
+    let cases: [Case; 5] = [
         (
             || BootError::Driver {
                 source: DriverError::Unavailable {
@@ -121,9 +121,30 @@ async fn boot_failures_take_their_classified_status() {
             RunStatus::FailedResumable,
             Disposition::Infrastructure,
         ),
+        // Issue 14 item 8(c): transient setup failures stay resumable.
+        (
+            || BootError::Driver {
+                source: DriverError::PostCreateFailed {
+                    exit_code: 3,
+                    output_tail: "setting up".into(),
+                },
+            },
+            FailureCode::SandboxStartFailed,
+            RunStatus::FailedResumable,
+            Disposition::Transient,
+        ),
+        (
+            || BootError::Io {
+                operation: "create the run's host dir".into(),
+                source: std::io::Error::other("disk full"),
+            },
+            FailureCode::SandboxStartFailed,
+            RunStatus::FailedResumable,
+            Disposition::Transient,
+        ),
         (
             || BootError::Refused {
-                code: FailureCode::SandboxDriverUnavailable,
+                refused: iterion_sandbox::classify::Refused::NoDriver,
                 reason: "inline needs a container runtime".into(),
             },
             FailureCode::SandboxDriverUnavailable,
