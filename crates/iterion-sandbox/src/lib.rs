@@ -41,6 +41,7 @@
 pub mod admission;
 pub mod binds;
 pub mod classify;
+pub mod decision;
 pub mod devbox;
 pub mod devcontainer;
 pub mod env;

@@ -20,7 +20,6 @@
 // Test code: a failed expectation is the assertion.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::any::Any;
 use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::sync::Arc;
@@ -57,8 +56,14 @@ pub struct StoreFixture {
     /// process (a directory, or a URL + schema).
     pub locator: String,
     /// Keeps the backing resources (temp dir, schema) alive.
-    pub guard: Box<dyn Any + Send + Sync>,
+    pub guard: Box<dyn Keepalive>,
 }
+
+/// Anything a fixture keeps alive until it is dropped (a temp dir, a
+/// schema guard); never looked into, only dropped.
+pub trait Keepalive: Send + Sync {}
+
+impl<T: Send + Sync> Keepalive for T {}
 
 /// Reopens a store from its locator.
 pub type OpenFn =

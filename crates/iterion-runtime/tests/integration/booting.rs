@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use iterion_core::{Disposition, DriverError, FailureCode, RunStatus};
 use iterion_runtime::{
-    AdmissionVerdict, BootContext, BootError, Booted, Engine, HostBooter, SandboxBooter,
+    AdmissionVerdict, Admitted, BootContext, BootError, Booted, Engine, HostBooter, SandboxBooter,
 };
 
 use crate::support::*;
@@ -24,23 +24,25 @@ struct Scripted {
 
 #[async_trait]
 impl SandboxBooter for Scripted {
-    async fn admit(&self, _ctx: &BootContext<'_>) -> AdmissionVerdict {
+    async fn admit(&self, _ctx: &BootContext<'_>) -> Admitted {
         if self.deny {
-            AdmissionVerdict::Deny {
-                code: "untrusted_without_sandbox".into(),
-                reason: "untrusted workspace resolves no sandbox (mode none from --sandbox)".into(),
-            }
+            AdmissionVerdict::deny(
+                "untrusted_without_sandbox",
+                "untrusted workspace resolves no sandbox (mode none from --sandbox)",
+            )
+            .into()
         } else {
             AdmissionVerdict::Admit {
                 reason: "trusted".into(),
             }
+            .into()
         }
     }
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+    async fn boot(&self, ctx: &BootContext<'_>, admitted: Admitted) -> Result<Booted, BootError> {
         self.boots.fetch_add(1, Ordering::SeqCst);
         match self.boot_error {
             Some(make) => Err(make()),
-            None => HostBooter::default().boot(ctx).await,
+            None => HostBooter::default().boot(ctx, admitted).await,
         }
     }
     async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
