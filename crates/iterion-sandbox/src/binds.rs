@@ -28,13 +28,14 @@
 //! workspace can hold the default `.iterion` store.
 //!
 //! [`sensitive_reason`] is the pure half (a normalised absolute path and a
-//! role in, a reason out); [`judge_bind`] resolves and calls it;
-//! [`resolve_plan_binds`] (booter, doctor) rewrites a plan's sources to
-//! their real paths and adds the masks; [`recheck_plan_binds`] (the driver,
+//! role in, a reason out); [`judge_bind_in`] resolves through a
+//! [`HostPaths`] and calls it ([`judge_bind`] on [`RealHost`]);
+//! [`resolve_plan_binds`] (the sandbox decision, so a run and `doctor`)
+//! rewrites a plan's sources to their real paths and adds the masks; [`recheck_plan_binds`] (the driver,
 //! in `prepare` and immediately before create) refuses a plan whose
 //! sources no longer resolve to themselves, so a component swapped for a
-//! symlink after the judgement cannot win. `doctor --strict` and a run call
-//! the same functions. This module does not decide which binds a plan has
+//! symlink after the judgement cannot win. `doctor --strict` and a run get
+//! the same verdicts: they share the decision. This module does not decide which binds a plan has
 //! (`mounts`) nor who the sandbox runs as (`identity`).
 
 use std::os::unix::fs::FileTypeExt;
