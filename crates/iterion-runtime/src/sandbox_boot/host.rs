@@ -88,6 +88,19 @@ impl HostDrivers {
         &self.offers
     }
 
+    /// The names of the ready drivers, sorted (doctor's
+    /// `available_drivers`).
+    pub fn ready_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .offers
+            .iter()
+            .filter(|o| o.is_ready())
+            .map(|o| o.driver.as_str().to_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Every ready driver (the reaper's set).
     pub fn handles(&self) -> &[Arc<dyn Driver>] {
         &self.handles

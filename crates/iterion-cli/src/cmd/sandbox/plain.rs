@@ -130,13 +130,7 @@ pub(super) async fn doctor(
     };
     let decided = super::decide_here(&host, None, &flags, false, None)?;
     let d = &decided.decision;
-    let mut available: Vec<String> = drivers
-        .offers()
-        .iter()
-        .filter(|o| o.is_ready())
-        .map(|o| o.driver.as_str().to_owned())
-        .collect();
-    available.sort();
+    let available = drivers.ready_names();
     let offer = d
         .selection
         .as_ref()

@@ -104,13 +104,7 @@ pub async fn strict_report(
         .as_ref()
         .ok()
         .and_then(|name| drivers.get(*name));
-    let mut available: Vec<String> = drivers
-        .offers()
-        .iter()
-        .filter(|o| o.is_ready())
-        .map(|o| o.driver.as_str().to_owned())
-        .collect();
-    available.sort();
+    let available = drivers.ready_names();
 
     let mut checks = vec![driver_available(d), spec_valid(d)];
     checks.push(docker_daemon(d, drivers));
