@@ -39,8 +39,9 @@ pub fn host_state_roots(state_dir: &Path, env: &BTreeMap<String, String>) -> Vec
 
 /// The host directories of one run, as planned: `<state>/sandboxes/<run>`
 /// holding `artifact-files` and `mask`. The state dir is named by its real
-/// path when it exists, so the planned paths are the ones the bind judge
-/// and the driver's re-check will see.
+/// path (the real path of its longest existing ancestor, when it does not
+/// exist yet), so the planned paths are the ones the bind judge and the
+/// driver's re-check will see once the booter has created them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunDirs {
     /// `<state>/sandboxes/<run>`.
@@ -49,11 +50,8 @@ pub(crate) struct RunDirs {
 
 impl RunDirs {
     pub(crate) fn plan(state_dir: &Path, run: &RunId) -> Self {
-        let state = state_dir
-            .canonicalize()
-            .unwrap_or_else(|_| state_dir.to_path_buf());
         Self {
-            dir: state.join("sandboxes").join(run.as_str()),
+            dir: real_prefix(state_dir).join("sandboxes").join(run.as_str()),
         }
     }
 
@@ -96,6 +94,25 @@ impl RunDirs {
             )));
         }
         Ok(())
+    }
+}
+
+/// `path` with its longest existing ancestor resolved to its real path
+/// (reads only: nothing is created).
+fn real_prefix(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 
@@ -213,8 +230,8 @@ mod tests {
         std::fs::create_dir(&real).expect("mkdir");
         let via = tmp.path().join("via");
         std::os::unix::fs::symlink(&real, &via).expect("symlink");
+        // Not made yet: planned under the real path of what exists.
         let state = via.join("iterion");
-        ensure_private_dir(&state).expect("state");
         let run = RunId::generate();
         let dirs = RunDirs::plan(&state, &run);
         assert!(dirs.dir.starts_with(real.canonicalize().expect("real")));
