@@ -320,6 +320,17 @@ pub enum DrainStatus {
     Failed,
 }
 
+impl DrainStatus {
+    /// The snake_case spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Partial => "partial",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// The drain record of one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainRecord {

@@ -10,8 +10,8 @@ use futures_util::StreamExt;
 use iterion_core::display::printable;
 use iterion_core::event::EventRecord;
 use iterion_core::store::{LogLine, PageRequest, RunRecord};
+use iterion_core::view::{RunsView, run_duration_ms};
 use iterion_core::{RunId, RunStore};
-use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -152,13 +152,6 @@ pub(crate) fn human_time(t: OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
-/// A run's wall time, once it is terminal.
-fn duration_ms(r: &RunRecord) -> Option<u64> {
-    r.status
-        .is_terminal()
-        .then(|| ((r.updated_at - r.created_at).whole_milliseconds()).max(0) as u64)
-}
-
 /// `850ms`, `12.3s`, `4m05s`, `2h03m`.
 pub(crate) fn human_duration(ms: u64) -> String {
     match ms {
@@ -221,7 +214,7 @@ pub(crate) fn render_runs(runs: &[RunRecord]) -> String {
                     .as_ref()
                     .map_or("-".to_owned(), |f| f.code.to_string()),
                 human_time(r.created_at),
-                duration_ms(r).map_or("-".to_owned(), human_duration),
+                run_duration_ms(r).map_or("-".to_owned(), human_duration),
             ]
         })
         .collect();
@@ -238,21 +231,10 @@ pub(crate) fn render_runs(runs: &[RunRecord]) -> String {
     )
 }
 
-/// The JSON document of `iterion runs --json`.
-pub(crate) fn runs_json(runs: &[RunRecord]) -> serde_json::Value {
-    json!({
-        "runs": runs.iter().map(|r| json!({
-            "id": r.id,
-            "workflow": r.workflow,
-            "file": r.file,
-            "trust": r.trust,
-            "status": r.status,
-            "failure_code": r.failure.as_ref().map(|f| f.code),
-            "disposition": r.failure.as_ref().map(|f| f.disposition),
-            "started": r.created_at.format(&Rfc3339).ok(),
-            "duration_ms": duration_ms(r),
-        })).collect::<Vec<_>>()
-    })
+/// The JSON document of `iterion runs --json` (the shape the studio's
+/// `/api/runs` serves too).
+pub(crate) fn runs_json(runs: &[RunRecord]) -> RunsView {
+    RunsView::of(runs)
 }
 
 /// One event, one line: `seq  time  type  [node]  data`.
@@ -298,6 +280,7 @@ mod tests {
     use iterion_core::failure::{FailureCode, RunStatus};
     use iterion_core::store::{Failure, NewLogLine, NewRun, Transition};
     use iterion_core::{EventDraft, NodeId, Trust};
+    use serde_json::json;
     use time::macros::datetime;
 
     use super::*;
