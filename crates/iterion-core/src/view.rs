@@ -8,7 +8,7 @@
 //! documents have always had on the wire (they began as `serde_json`
 //! objects, whose keys sort), and scripts diffing the output keep working.
 //! It owns the shapes and the little arithmetic they show (a run's
-//! duration, a file's status); reading the store and printing are the
+//! duration, a file's status, the human spelling of times and durations); reading the store and printing are the
 //! callers'.
 
 use serde::{Deserialize, Serialize};
@@ -81,6 +81,26 @@ pub fn run_duration_ms(r: &RunRecord) -> Option<u64> {
     r.status.is_terminal().then(|| {
         u64::try_from((r.updated_at - r.created_at).whole_milliseconds().max(0)).unwrap_or(u64::MAX)
     })
+}
+
+/// RFC 3339 in whole seconds, UTC: what a human scans (`iterion runs`, the
+/// studio's pages).
+pub fn human_time(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    t.replace_nanosecond(0)
+        .unwrap_or(t)
+        .format(&Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// `850ms`, `12.3s`, `4m05s`, `2h03m`.
+pub fn human_duration(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
 }
 
 /// `iterion files --json`: a run's drained files and its drain record.

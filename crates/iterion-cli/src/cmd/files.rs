@@ -11,10 +11,9 @@ use std::path::Path;
 use anyhow::Context as _;
 use futures_util::StreamExt;
 use iterion_core::display::printable;
-use iterion_core::store::{DrainRecord, RunFilePath, RunFileRecord};
+use iterion_core::store::{DrainRecord, FileCheck, RunFilePath, RunFileRecord};
 use iterion_core::view::{FileStatus, FilesView};
 use iterion_core::{RunId, RunStore, StoreError};
-use sha2::{Digest, Sha256};
 
 use crate::cli::FilesArgs;
 use crate::cmd::store_views::{parse_run_id, require_run, table};
@@ -162,27 +161,16 @@ pub(crate) async fn fetch(
             )
         }
     };
-    let mut hasher = Sha256::new();
-    let mut size: u64 = 0;
+    let mut check = FileCheck::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.with_context(|| format!("reading {path} from the store"))?;
-        hasher.update(&chunk);
-        size += chunk.len() as u64;
+        check.update(&chunk);
         spool
             .file()
             .write_all(&chunk)
             .context("spooling the file to check it")?;
     }
-    let sha256 = hex::encode(hasher.finalize());
-    if size != record.size || sha256 != record.sha256 {
-        return Err(store_error(StoreError::Tampered {
-            path: path.to_string(),
-            expected_size: record.size,
-            expected_sha256: record.sha256,
-            actual_size: size,
-            actual_sha256: sha256,
-        }));
-    }
+    check.finish(&record).map_err(store_error)?;
     match (spool, output) {
         (Spool::Named(tmp), Some(target)) => {
             tmp.as_file()
