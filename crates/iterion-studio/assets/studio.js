@@ -107,11 +107,35 @@
 
   function moveNode(name, state) {
     const g = graphNode(name);
-    if (!g) return;
+    if (g) setState(g, state);
+  }
+
+  function setState(g, state) {
     for (const c of Array.from(g.classList)) if (c.indexOf('state-') === 0) g.classList.remove(c);
     g.classList.add('state-' + word(state));
     const t = g.querySelector('.node-state');
     if (t) t.textContent = state;
+  }
+
+  function facts(cls, rows) {
+    const dl = el('dl', cls);
+    for (const row of rows) dl.append(el('dt', null, row[0]), el('dd', null, row[1]));
+    return dl;
+  }
+
+  // The decision card, from the server's CardView.
+  function renderDecision(view) {
+    const box = document.getElementById('decision-body');
+    const verdict = el('p', 'verdict verdict-' + word(view.verdict), view.title);
+    verdict.id = 'verdict';
+    const parts = [verdict, facts('facts', view.facts)];
+    if (view.limits.length) parts.push(el('h3', null, 'Limits'), facts('facts limits', view.limits));
+    if (view.notes.length) {
+      const ul = el('ul', 'notes');
+      for (const n of view.notes) ul.appendChild(el('li', null, n));
+      parts.push(ul);
+    }
+    box.replaceChildren.apply(box, parts);
   }
 
   function fileRow(run, f) {
@@ -193,6 +217,7 @@
       li.hidden = !visible(li);
       timeline.appendChild(li);
       if (msg.state) moveNode(msg.state.node, msg.state.state);
+      if (msg.decision) renderDecision(msg.decision);
       body.dataset.after = String(msg.entry.seq);
       setLive('live');
     });
@@ -218,6 +243,11 @@
         tbody.replaceChildren.apply(tbody, msg.files.files.map(function (f) { return fileRow(run, f); }));
         const empty = document.getElementById('files-empty');
         if (empty) empty.hidden = msg.files.files.length > 0;
+      }
+      for (const g of document.querySelectorAll('g.node[data-terminal]')) {
+        const t = g.getAttribute('data-terminal');
+        if (t === 'done' && msg.terminals.done) setState(g, 'finished');
+        if (t === 'fail' && msg.terminals.fail) setState(g, 'failed');
       }
       body.dataset.live = '0';
       setLive('ended');

@@ -70,8 +70,18 @@ impl DecisionCard {
 pub fn decision(events: &[EventRecord]) -> DecisionCard {
     let mut card = DecisionCard::default();
     for e in events {
+        card.apply(e);
+    }
+    card
+}
+
+impl DecisionCard {
+    /// Take one more event into account (the live page folds as events
+    /// arrive).
+    pub fn apply(&mut self, e: &EventRecord) {
+        let card = self;
         let Payload::Known(kind) = payload(e) else {
-            continue;
+            return;
         };
         match *kind {
             EventKind::RunAdmission {
@@ -179,7 +189,64 @@ pub fn decision(events: &[EventRecord]) -> DecisionCard {
             _ => {}
         }
     }
-    card
+
+    /// The card as the page shows it: a title and rows of text, which the
+    /// server renders and the live page re-renders alike.
+    pub fn view(&self) -> CardView {
+        let verdict = self.verdict();
+        let title = match verdict {
+            Verdict::Undecided => "No sandbox decision recorded yet",
+            Verdict::Sandboxed => "Sandboxed",
+            Verdict::Skipped => "Ran without a sandbox",
+            Verdict::Refused => "Refused",
+        };
+        let mut facts = Vec::new();
+        let mut row = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                facts.push((name.to_owned(), v));
+            }
+        };
+        row(
+            "Mode",
+            self.mode.as_ref().map(|m| match &self.source {
+                Some(src) => format!("{m} (decided by {src})"),
+                None => m.clone(),
+            }),
+        );
+        row("Driver", self.driver.clone());
+        row("Host", self.host.clone());
+        row("Image", self.image.clone());
+        row("Container", self.container.clone());
+        row("Egress", self.egress.clone());
+        row("Reason", self.reason.clone());
+        row("Error code", self.error_code.clone());
+        row(
+            "Admission",
+            self.admission.as_ref().map(|(d, r)| format!("{d}: {r}")),
+        );
+        CardView {
+            verdict,
+            title,
+            facts,
+            limits: self.limits.clone(),
+            notes: self.notes.clone(),
+        }
+    }
+}
+
+/// The decision card as rows of text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CardView {
+    /// Verdict (the CSS class).
+    pub verdict: Verdict,
+    /// Its words.
+    pub title: &'static str,
+    /// `name`, `value` rows.
+    pub facts: Vec<(String, String)>,
+    /// Limits, `name`, `value`.
+    pub limits: Vec<(String, String)>,
+    /// Notes.
+    pub notes: Vec<String>,
 }
 
 /// `limits` as `name = value` rows, nested keys dotted, nulls left out.

@@ -320,7 +320,7 @@ fn edge_label(e: &ir::Edge) -> Option<String> {
 
 /// Where a terminal vertex stands: `done` is reached when the run
 /// finished, `fail` when the workflow routed there.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Terminals {
     /// The run finished.
     pub done: bool,
@@ -416,7 +416,7 @@ impl Layout<'_> {
                     } else {
                         NodeState::Pending
                     },
-                    String::new(),
+                    r#" data-terminal="done""#.to_owned(),
                 ),
                 VertexKind::Fail => (
                     "end",
@@ -425,7 +425,7 @@ impl Layout<'_> {
                     } else {
                         NodeState::Pending
                     },
-                    String::new(),
+                    r#" data-terminal="fail""#.to_owned(),
                 ),
             };
             let (fill, stroke) = state.colours();

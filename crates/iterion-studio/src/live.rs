@@ -28,8 +28,9 @@ use iterion_core::{EventRecord, RunId, StoreError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::api::{RunFilter, error_for, hint, load_run};
-use crate::graph::{NodeState, node_transition};
+use crate::api::{PAGE_EVENTS, RunFilter, error_for, hint, load_run};
+use crate::decision::{CardView, DecisionCard};
+use crate::graph::{NodeState, Terminals, node_transition};
 use crate::server::AppState;
 use crate::timeline::{self, Entry};
 
@@ -170,11 +171,12 @@ pub(crate) struct After {
     pub after: Option<u64>,
 }
 
-/// One `entry` message.
+/// One `entry` message; `decision` when the event changed the card.
 #[derive(Debug, Serialize)]
 struct EntryMessage {
     entry: Entry,
     state: Option<NodeMove>,
+    decision: Option<CardView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -193,15 +195,19 @@ struct EndMessage {
     hint: Option<String>,
     files: Option<FilesView>,
     drain: Option<String>,
+    terminals: Terminals,
 }
 
-fn entry_event(e: &EventRecord) -> Event {
+fn entry_event(e: &EventRecord, card: &mut DecisionCard) -> Event {
+    let before = card.clone();
+    card.apply(e);
     let msg = EntryMessage {
         entry: timeline::entry(e),
         state: node_transition(e).map(|(node, state)| NodeMove {
             node: node.to_owned(),
             state,
         }),
+        decision: (*card != before).then(|| card.view()),
     };
     Event::default()
         .event("entry")
@@ -215,7 +221,8 @@ fn error_event(e: &StoreError) -> Event {
 }
 
 enum Phase {
-    Follow(StoreStream<EventRecord>),
+    /// Following, with the decision card as of the last event sent.
+    Follow(StoreStream<EventRecord>, Box<DecisionCard>),
     Done,
 }
 
@@ -241,41 +248,64 @@ pub(crate) async fn run(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .or(after.after)
         .unwrap_or(0);
+    // The card as of `from`, so a change to it can be told apart.
+    let seed = match state
+        .store
+        .events_after(
+            &run.id,
+            0,
+            usize::try_from(from)
+                .unwrap_or(PAGE_EVENTS)
+                .min(PAGE_EVENTS),
+        )
+        .await
+    {
+        Ok(events) if from > 0 => crate::decision::decision(&events),
+        _ => DecisionCard::default(),
+    };
     let follow = state.store.follow_events(&run.id, from);
     let st = state.clone();
     let id = run.id.clone();
-    let events = stream::unfold(
-        (Phase::Follow(follow), st, id),
-        |(phase, st, id)| async move {
-            match phase {
-                Phase::Done => None,
-                Phase::Follow(mut s) => match s.next().await {
-                    Some(Ok(e)) => Some((entry_event(&e), (Phase::Follow(s), st, id))),
-                    Some(Err(e)) => Some((error_event(&e), (Phase::Done, st, id))),
-                    None => {
-                        let event = match st.store.load_run(&id).await {
-                            Ok(Some(r)) => {
-                                let files = crate::api::files_view(&st, &r.id).await.ok();
-                                let msg = EndMessage {
-                                    run: RunView::of(&r),
-                                    duration: crate::pages::row_times(&r).1,
-                                    failure_message: r.failure.as_ref().map(|f| f.message.clone()),
-                                    hint: hint(&r),
-                                    drain: files.as_ref().map(crate::pages::drain_text),
-                                    files,
-                                };
-                                Event::default()
-                                    .event("end")
-                                    .data(serde_json::to_string(&msg).unwrap_or_default())
-                            }
-                            Ok(None) => error_event(&StoreError::RunNotFound(id.clone())),
-                            Err(e) => error_event(&e),
-                        };
-                        Some((event, (Phase::Done, st, id)))
-                    }
-                },
-            }
-        },
-    );
+    let start = Phase::Follow(follow, Box::new(seed));
+    let events = stream::unfold((start, st, id), |(phase, st, id)| step(phase, st, id));
     bounded(&state, permit, events)
+}
+
+/// One step of a run's stream: the next entry, then the `end` (or a
+/// failure), then nothing.
+async fn step(
+    phase: Phase,
+    st: Arc<AppState>,
+    id: RunId,
+) -> Option<(Event, (Phase, Arc<AppState>, RunId))> {
+    let Phase::Follow(mut s, mut card) = phase else {
+        return None;
+    };
+    let event = match s.next().await {
+        Some(Ok(e)) => {
+            let event = entry_event(&e, &mut card);
+            return Some((event, (Phase::Follow(s, card), st, id)));
+        }
+        Some(Err(e)) => error_event(&e),
+        None => match st.store.load_run(&id).await {
+            Ok(Some(r)) => {
+                let files = crate::api::files_view(&st, &r.id).await.ok();
+                let msg = EndMessage {
+                    run: RunView::of(&r),
+                    duration: crate::pages::row_times(&r).1,
+                    failure_message: r.failure.as_ref().map(|f| f.message.clone()),
+                    hint: hint(&r),
+                    drain: files.as_ref().map(crate::pages::drain_text),
+                    files,
+                    terminals: crate::api::terminals(&r),
+                };
+                Event::default()
+                    .event("end")
+                    .data(serde_json::to_string(&msg).unwrap_or_default())
+            }
+            Ok(None) => error_event(&StoreError::RunNotFound(id.clone())),
+            Err(e) => error_event(&e),
+        },
+    };
+    Some((event, (Phase::Done, st, id)))
 }

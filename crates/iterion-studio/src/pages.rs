@@ -20,7 +20,7 @@ use iterion_core::view::{FilesView, human_duration, human_time, run_duration_ms}
 use crate::api::{
     self, PAGE_EVENTS, RunDetail, RunFilter, error_for, load_run, store_failure, with_type,
 };
-use crate::decision::{DecisionCard, Verdict};
+use crate::decision::{CardView, DecisionCard};
 use crate::escape::{attr, path_segment, path_segments, text};
 use crate::live::{RunRow, rows};
 use crate::server::AppState;
@@ -153,45 +153,28 @@ pub(crate) fn row_times(r: &RunRecord) -> (String, String) {
     )
 }
 
-fn dl_row(out: &mut String, name: &str, value: Option<&str>) {
-    if let Some(v) = value {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", text(name), text(v));
+fn dl_rows(out: &mut String, rows: &[(String, String)]) {
+    for (name, value) in rows {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", text(name), text(value));
     }
 }
 
-fn decision_card(card: &DecisionCard) -> String {
-    let (class, word) = match card.verdict() {
-        Verdict::Undecided => ("undecided", "No sandbox decision recorded yet"),
-        Verdict::Sandboxed => ("sandboxed", "Sandboxed"),
-        Verdict::Skipped => ("skipped", "Ran without a sandbox"),
-        Verdict::Refused => ("refused", "Refused"),
-    };
+/// The inside of the decision card (the script re-renders the same from
+/// a [`CardView`] while a run boots).
+fn decision_body(card: &CardView) -> String {
+    let class = serde_json::to_value(card.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
     let mut s = format!(
-        r#"<section class="card decision" id="decision"><h2>Sandbox decision</h2><p class="verdict verdict-{class}" id="verdict">{word}</p><dl class="facts">"#
+        r#"<p class="verdict verdict-{class}" id="verdict">{}</p><dl class="facts">"#,
+        text(card.title)
     );
-    if let Some(mode) = &card.mode {
-        let decided = card
-            .source
-            .as_deref()
-            .map_or(String::new(), |src| format!(" (decided by {src})"));
-        dl_row(&mut s, "Mode", Some(&format!("{mode}{decided}")));
-    }
-    dl_row(&mut s, "Driver", card.driver.as_deref());
-    dl_row(&mut s, "Host", card.host.as_deref());
-    dl_row(&mut s, "Image", card.image.as_deref());
-    dl_row(&mut s, "Container", card.container.as_deref());
-    dl_row(&mut s, "Egress", card.egress.as_deref());
-    dl_row(&mut s, "Reason", card.reason.as_deref());
-    dl_row(&mut s, "Error code", card.error_code.as_deref());
-    if let Some((decision, reason)) = &card.admission {
-        dl_row(&mut s, "Admission", Some(&format!("{decision}: {reason}")));
-    }
+    dl_rows(&mut s, &card.facts);
     s.push_str("</dl>");
     if !card.limits.is_empty() {
         s.push_str(r#"<h3>Limits</h3><dl class="facts limits">"#);
-        for (k, v) in &card.limits {
-            dl_row(&mut s, k, Some(v));
-        }
+        dl_rows(&mut s, &card.limits);
         s.push_str("</dl>");
     }
     if !card.notes.is_empty() {
@@ -201,8 +184,14 @@ fn decision_card(card: &DecisionCard) -> String {
         }
         s.push_str("</ul>");
     }
-    s.push_str("</section>");
     s
+}
+
+fn decision_card(card: &DecisionCard) -> String {
+    format!(
+        r#"<section class="card decision" id="decision"><h2>Sandbox decision</h2><div id="decision-body">{}</div></section>"#,
+        decision_body(&card.view())
+    )
 }
 
 /// One timeline entry (the script builds the same from an [`Entry`]).

@@ -4,6 +4,8 @@
 //! `ITERION_STUDIO_TOKEN` is bad input (exit 2); the token itself is never
 //! printed or logged. Serves until SIGINT or SIGTERM.
 
+use std::io::Write as _;
+
 use iterion_studio::{Studio, StudioSettings, TOKEN_ENV};
 
 use crate::cli::StudioArgs;
@@ -21,12 +23,16 @@ pub async fn run(args: StudioArgs) -> anyhow::Result<Exit> {
         .await
         .map_err(|e| anyhow::anyhow!("{e} ({})", e.code()))?;
     let url = studio.url();
-    println!("iterion studio on {url} (store: {})", store.describe());
+    // Not `println!`: a closed stdout must not stop the server.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "iterion studio on {url} (store: {})", store.describe());
     if guarded {
-        println!(
+        let _ = writeln!(
+            out,
             "the token in {TOKEN_ENV} is required: open {url}login?token=… once, or send `Authorization: Bearer …`"
         );
     }
+    let _ = out.flush();
     if args.open {
         open_browser(&url);
     }
