@@ -77,12 +77,9 @@ pub async fn workflow_of(
             });
         }
     }
-    let compiled = iterion_dsl::compile_source(&source, &file);
-    let mut workflows = compiled.workflows.into_iter();
-    let first = workflows.next();
-    first
+    iterion_dsl::compile_source(&source, &file)
+        .workflows
         .into_iter()
-        .chain(workflows)
         .find(|w| w.name == workflow_name)
         .ok_or(GraphUnavailable::NoWorkflow {
             file,
