@@ -88,6 +88,19 @@ pub(crate) async fn load_run(
     }
 }
 
+/// The run `raw` names and its first [`PAGE_EVENTS`] events.
+pub(crate) async fn load_with_events(
+    state: &AppState,
+    path: &str,
+    raw: &str,
+) -> Result<(RunRecord, Vec<EventRecord>), Response> {
+    let run = load_run(state, path, raw).await?;
+    match state.store.events_after(&run.id, 0, PAGE_EVENTS).await {
+        Ok(events) => Ok((run, events)),
+        Err(e) => Err(store_failure(path, &e)),
+    }
+}
+
 /// The filters of the runs page and `/api/runs`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RunFilter {
@@ -319,14 +332,9 @@ pub(crate) fn hint(run: &RunRecord) -> Option<String> {
 
 /// `GET /api/runs/ID`.
 pub(crate) async fn run(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
-    let path = "/api/runs/ID";
-    let run = match load_run(&state, path, &id).await {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    match state.store.events_after(&run.id, 0, PAGE_EVENTS).await {
-        Ok(events) => pretty(&RunDetail::of(&run, &events)),
-        Err(e) => store_failure(path, &e),
+    match load_with_events(&state, "/api/runs/ID", &id).await {
+        Ok((run, events)) => pretty(&RunDetail::of(&run, &events)),
+        Err(resp) => resp,
     }
 }
 
@@ -352,13 +360,9 @@ pub(crate) async fn graph_svg(run: &RunRecord, events: &[EventRecord]) -> Result
 /// `GET /api/runs/ID/graph.svg`.
 pub(crate) async fn graph(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
     let path = "/api/runs/graph";
-    let run = match load_run(&state, path, &id).await {
-        Ok(r) => r,
+    let (run, events) = match load_with_events(&state, path, &id).await {
+        Ok(x) => x,
         Err(resp) => return resp,
-    };
-    let events = match state.store.events_after(&run.id, 0, PAGE_EVENTS).await {
-        Ok(e) => e,
-        Err(e) => return store_failure(path, &e),
     };
     match graph_svg(&run, &events).await {
         Ok(svg) => with_type(StatusCode::OK, svg, "image/svg+xml"),

@@ -17,9 +17,7 @@ use iterion_core::failure::RunStatus;
 use iterion_core::store::{LogLine, RunRecord};
 use iterion_core::view::{FilesView, human_duration, human_time, run_duration_ms};
 
-use crate::api::{
-    self, PAGE_EVENTS, RunDetail, RunFilter, error_for, load_run, store_failure, with_type,
-};
+use crate::api::{self, RunDetail, RunFilter, error_for, store_failure, with_type};
 use crate::decision::{CardView, DecisionCard};
 use crate::escape::{attr, path_segment, path_segments, text};
 use crate::live::{RunRow, rows};
@@ -311,13 +309,9 @@ pub(crate) async fn run_page(
     Path(id): Path<String>,
 ) -> Response {
     let path = "/runs/ID";
-    let run = match load_run(&state, path, &id).await {
-        Ok(r) => r,
+    let (run, events) = match api::load_with_events(&state, path, &id).await {
+        Ok(x) => x,
         Err(resp) => return resp,
-    };
-    let events = match state.store.events_after(&run.id, 0, PAGE_EVENTS).await {
-        Ok(e) => e,
-        Err(e) => return store_failure(path, &e),
     };
     let files = match api::files_view(&state, &run.id).await {
         Ok(f) => f,

@@ -204,6 +204,16 @@ impl Browser {
         }
     }
 
+    /// Wait until the page's live stream is connected.
+    async fn wait_live(&self, what: &str) {
+        self.wait_for(
+            what,
+            "return document.getElementById('live-state').dataset.state === 'live';",
+            20,
+        )
+        .await;
+    }
+
     /// Fetch `url` from inside the page (same cookies, same origin).
     async fn fetch(&self, url: &str) -> Value {
         self.c()
@@ -341,12 +351,7 @@ async fn studio_shows_real_runs_in_a_real_browser() {
         20,
     )
     .await;
-    b.wait_for(
-        "the live stream",
-        "return document.getElementById('live-state').dataset.state === 'live';",
-        20,
-    )
-    .await;
+    b.wait_live("the live stream").await;
     let table = b.text("#runs-body").await;
     for id in [&kept, &failed, &hostile] {
         assert!(table.contains(id.as_str()), "{id} listed: {table}");
@@ -494,12 +499,7 @@ async fn a_live_run_grows_in_the_browser_without_a_reload() {
     let studio = StudioProc::start(&sb, "127.0.0.1:0", &[]);
     let b = Browser::start().await;
     b.goto(&studio.url).await;
-    b.wait_for(
-        "the live stream",
-        "return document.getElementById('live-state').dataset.state === 'live';",
-        20,
-    )
-    .await;
+    b.wait_live("the live stream").await;
     b.js("window.__studioMarker = 42; return true;", vec![])
         .await;
     let nanos = std::time::SystemTime::now()
@@ -638,12 +638,7 @@ async fn off_loopback_the_token_is_required() {
     let here = b.c().current_url().await.expect("url");
     assert_eq!(here.path(), "/", "the token leaves the address bar");
     assert!(here.query().is_none(), "{here}");
-    b.wait_for(
-        "the live stream with the cookie",
-        "return document.getElementById('live-state').dataset.state === 'live';",
-        20,
-    )
-    .await;
+    b.wait_live("the live stream with the cookie").await;
     assert!(b.text("main").await.contains("No runs yet"));
     b.shot("runs-token.png").await;
     b.close().await;
