@@ -643,3 +643,34 @@ async fn off_loopback_the_token_is_required() {
     b.shot("runs-token.png").await;
     b.close().await;
 }
+
+#[test]
+fn studio_serves_a_postgres_store_as_the_cli_reads_it() {
+    let pg = crate::support::PgSchema::new("studio");
+    let sb = Sandbox::new(Engine::Docker).with_env("ITERION_STORE", &pg.url());
+    let block = busybox_block();
+    let id = run_ok(
+        &sb,
+        "pg.iter",
+        &format!(
+            "tool hello:\n  command: `mkdir -p \"$ITERION_ARTIFACT_FILES_DIR\" && echo hi > \"$ITERION_ARTIFACT_FILES_DIR/hi.txt\"`\n\nworkflow pg_hello:\n  entry: hello\n{block}  hello -> done\n"
+        ),
+        "finished",
+    );
+    let studio = StudioProc::start(&sb, "127.0.0.1:0", &[]);
+    let (status, _, runs) = http_get(studio.addr, "/api/runs", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(runs, cli(&sb, &["runs", "--json"]));
+    let (_, _, events) = http_get(studio.addr, &format!("/api/runs/{id}/events"), &[]);
+    assert_eq!(events, cli(&sb, &["events", &id, "--json"]));
+    let (_, _, files) = http_get(studio.addr, &format!("/api/runs/{id}/files"), &[]);
+    assert_eq!(files, cli(&sb, &["files", &id, "--json"]));
+    let (status, _, bytes) = http_get(studio.addr, &format!("/api/runs/{id}/files/hi.txt"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(bytes, b"hi\n");
+    let (status, _, page) = http_get(studio.addr, &format!("/runs/{id}"), &[]);
+    assert_eq!(status, 200);
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("postgres"), "the header names the store");
+    assert!(page.contains(r#"data-node="hello""#), "the graph is drawn");
+}
