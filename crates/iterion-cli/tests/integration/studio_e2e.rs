@@ -283,6 +283,25 @@ fn cli(sb: &Sandbox, args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// `/api/runs`, and `events`/`files` of each of `ids`, are byte for byte
+/// what the CLI prints; returns the runs document.
+fn assert_api_is_cli(studio: &StudioProc, sb: &Sandbox, ids: &[&str]) -> Vec<u8> {
+    let (status, head, runs) = http_get(studio.addr, "/api/runs", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        runs,
+        cli(sb, &["runs", "--json"]),
+        "/api/runs = iterion runs --json"
+    );
+    for id in ids {
+        let (_, _, events) = http_get(studio.addr, &format!("/api/runs/{id}/events"), &[]);
+        assert_eq!(events, cli(sb, &["events", id, "--json"]), "events of {id}");
+        let (_, _, files) = http_get(studio.addr, &format!("/api/runs/{id}/files"), &[]);
+        assert_eq!(files, cli(sb, &["files", id, "--json"]), "files of {id}");
+    }
+    runs
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn studio_shows_real_runs_in_a_real_browser() {
     let sb = Sandbox::new(Engine::Docker);
@@ -314,23 +333,7 @@ async fn studio_shows_real_runs_in_a_real_browser() {
     let studio = StudioProc::start(&sb, "127.0.0.1:0", &[]);
 
     // ---- the API has exactly the CLI's documents ----------------------
-    let (status, head, runs) = http_get(studio.addr, "/api/runs", &[]);
-    assert_eq!(status, 200, "{head}");
-    assert_eq!(
-        runs,
-        cli(&sb, &["runs", "--json"]),
-        "/api/runs = iterion runs --json"
-    );
-    for id in [&kept, &failed, &hostile] {
-        let (_, _, events) = http_get(studio.addr, &format!("/api/runs/{id}/events"), &[]);
-        assert_eq!(
-            events,
-            cli(&sb, &["events", id, "--json"]),
-            "events of {id}"
-        );
-        let (_, _, files) = http_get(studio.addr, &format!("/api/runs/{id}/files"), &[]);
-        assert_eq!(files, cli(&sb, &["files", id, "--json"]), "files of {id}");
-    }
+    let runs = assert_api_is_cli(&studio, &sb, &[&kept, &failed, &hostile]);
     let runs: Value = serde_json::from_slice(&runs).expect("runs json");
     let code = runs["runs"]
         .as_array()
@@ -658,13 +661,7 @@ fn studio_serves_a_postgres_store_as_the_cli_reads_it() {
         "finished",
     );
     let studio = StudioProc::start(&sb, "127.0.0.1:0", &[]);
-    let (status, _, runs) = http_get(studio.addr, "/api/runs", &[]);
-    assert_eq!(status, 200);
-    assert_eq!(runs, cli(&sb, &["runs", "--json"]));
-    let (_, _, events) = http_get(studio.addr, &format!("/api/runs/{id}/events"), &[]);
-    assert_eq!(events, cli(&sb, &["events", &id, "--json"]));
-    let (_, _, files) = http_get(studio.addr, &format!("/api/runs/{id}/files"), &[]);
-    assert_eq!(files, cli(&sb, &["files", &id, "--json"]));
+    assert_api_is_cli(&studio, &sb, &[&id]);
     let (status, _, bytes) = http_get(studio.addr, &format!("/api/runs/{id}/files/hi.txt"), &[]);
     assert_eq!(status, 200);
     assert_eq!(bytes, b"hi\n");
