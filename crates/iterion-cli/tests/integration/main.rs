@@ -20,6 +20,7 @@ mod resume_e2e;
 mod run_e2e;
 mod run_flags_e2e;
 mod secrets_e2e;
+mod setup_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
 mod studio_e2e;
