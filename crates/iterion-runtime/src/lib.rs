@@ -48,6 +48,7 @@ pub mod secrets;
 pub mod template;
 mod tool;
 mod walk;
+mod workspace_copy;
 
 pub use boot::{
     AdmissionVerdict, BootContext, BootError, BootFlags, Booted, ExecEgress, ExecSecrets,

@@ -592,16 +592,15 @@ impl SandboxBooter for PolicyBooter {
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| workspace.clone());
         let footprint = driver.host_footprint().await;
-        resolve_plan_binds(
-            &mut plan,
-            &self.bind_settings(&footprint),
-            &BindScope {
-                workspace: Some(&workspace_real),
-                untrusted: ctx.trust == Trust::Untrusted,
-            },
-            Some(&mask),
-        )
-        .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        let bind_settings = self.bind_settings(&footprint);
+        let scope = BindScope {
+            workspace: Some(&workspace_real),
+            untrusted: ctx.trust == Trust::Untrusted,
+        };
+        resolve_plan_binds(&mut plan, &bind_settings, &scope, Some(&mask))
+            .map_err(|e| refused(FailureCode::SandboxSpecRefused, e.to_string()))?;
+        // A copy-based workspace is judged like its bind would have been.
+        crate::workspace_copy::complete(&mut plan, &bind_settings, &scope, &host_dir)?;
         // Who the sandbox runs as and what keeps host-root artefacts off
         // its writable host binds, now that they are known (issue 19 item
         // 4); the driver applies it and verifies it before the first exec.
@@ -744,6 +743,15 @@ impl SandboxBooter for PolicyBooter {
                     "the run-files dir was full at teardown: writes past {size} failed in the sandbox"
                 ),
             });
+        }
+        if let Some(kept) = kept.as_deref() {
+            crate::workspace_copy::export_back(
+                run.as_ref(),
+                &kept.plan,
+                &self.local_env,
+                ctx.events,
+            )
+            .await;
         }
         if let Some(kept) = kept.as_deref()
             && !kept.plan.read_back.is_empty()
