@@ -11,9 +11,12 @@
 //! and returns the event to emit. It does not decide which paths are
 //! declared or what their caps are (the policy crate puts both in
 //! [`ReadBackDecl`]), it does not append events (the runtime owns the run's
-//! linear event sequence), and it never touches the host filesystem: the
-//! container is untrusted and the store's file area is the only place bytes
-//! land.
+//! linear event sequence), and the drain never touches the host filesystem:
+//! the container is untrusted and the store's file area is the only place
+//! its bytes land. The one host-directory sink is [`workspace`] (copy-based
+//! workspaces, issue 14 item 2): the same reader and walk, writing onto the
+//! host workspace only through directory descriptors that never follow a
+//! symlink.
 //!
 //! Time is bounded by what is stored, not by what the container claims: a
 //! member over what its path may still take is declined at its tar header

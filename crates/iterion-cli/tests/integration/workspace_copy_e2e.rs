@@ -264,10 +264,10 @@ fn failed_export_keeps_the_status(engine: Engine) {
         assert!(Instant::now() < deadline, "the node never started");
         let out = sb.iterion(&["runs", "--json"]);
         let runs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let id = runs
+        let id = runs["runs"]
             .as_array()
             .and_then(|a| a.first())
-            .and_then(|r| r["run_id"].as_str().or(r["id"].as_str()))
+            .and_then(|r| r["id"].as_str())
             .map(str::to_owned);
         if let Some(id) = id
             && of_type(&sb.events(&id), "node_started").len() == 1
