@@ -275,6 +275,16 @@ pub(crate) struct Declines {
 }
 
 impl Declines {
+    /// No declines yet; at most `max_names` are named.
+    pub(crate) fn new(max_names: usize) -> Self {
+        Self {
+            names: Vec::new(),
+            count: 0,
+            max_names,
+            worst: None,
+        }
+    }
+
     pub(crate) fn note(&mut self, token: &'static str) {
         if self.worst.is_none_or(|w| severity(token) > severity(w)) {
             self.worst = Some(token);
@@ -358,12 +368,7 @@ pub async fn drain(
         .checked_add(options.timeout)
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
     let driver = run.driver().as_str().to_owned();
-    let mut declines = Declines {
-        names: Vec::new(),
-        count: 0,
-        max_names: options.max_declined_names,
-        worst: None,
-    };
+    let mut declines = Declines::new(options.max_declined_names);
     let mut failed = false;
 
     // The meter sums every attempt (facts §10 R8). Without the previous

@@ -164,12 +164,7 @@ pub async fn export(
     options: ExportOptions,
 ) -> ExportReport {
     let driver = run.driver().as_str().to_owned();
-    let mut declines = Declines {
-        names: Vec::new(),
-        count: 0,
-        max_names: options.max_declined_names,
-        worst: None,
-    };
+    let mut declines = Declines::new(options.max_declined_names);
     let host = copy.host.clone();
     let manifest_path = copy.manifest.clone();
     let opened = tokio::task::spawn_blocking(move || {
