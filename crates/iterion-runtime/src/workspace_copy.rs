@@ -65,3 +65,55 @@ pub(crate) async fn export_back(
         events.emit(event);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iterion_core::WorkspaceCopy;
+
+    fn plan(host: &str) -> LaunchPlan {
+        LaunchPlan {
+            workspace_copy: Some(WorkspaceCopy {
+                host: host.to_owned(),
+                ..WorkspaceCopy::default()
+            }),
+            ..LaunchPlan::default()
+        }
+    }
+
+    #[test]
+    fn the_copy_is_judged_like_its_bind_and_leaves_iterions_areas_out() {
+        let ws = tempfile::tempdir().expect("ws");
+        let state = tempfile::tempdir().expect("state");
+        let real = ws.path().canonicalize().expect("real");
+        let store = real.join(".iterion").to_string_lossy().into_owned();
+        let settings = HostBindSettings {
+            private: vec![store, "/elsewhere/state".to_owned()],
+            ..HostBindSettings::default()
+        };
+        let mut p = plan(&ws.path().to_string_lossy());
+        complete(&mut p, &settings, &BindScope::default(), state.path()).expect("complete");
+        let copy = p.workspace_copy.expect("copy");
+        assert_eq!(copy.host, real.to_string_lossy());
+        assert_eq!(copy.exclude, vec![".iterion".to_owned()]);
+        assert_eq!(
+            copy.manifest.as_deref(),
+            Some(
+                state
+                    .path()
+                    .join("workspace-manifest")
+                    .to_string_lossy()
+                    .as_ref()
+            )
+        );
+        // `/` (the whole host) is never a workspace, copied or bound.
+        let mut root = plan("/");
+        let e = complete(&mut root, &settings, &BindScope::default(), state.path())
+            .expect_err("the root is refused");
+        assert_eq!(e.code(), "SANDBOX_SPEC_REFUSED", "{e}");
+        // A bind-based plan is left alone.
+        let mut bind = LaunchPlan::default();
+        complete(&mut bind, &settings, &BindScope::default(), state.path()).expect("noop");
+        assert!(bind.workspace_copy.is_none());
+    }
+}

@@ -102,21 +102,22 @@ impl<W: Write> ManifestWriter<W> {
 /// Read a record; a record that is missing its header, malformed or too
 /// long is returned incomplete with what could be read (never an error:
 /// the export then only adds and overwrites, and deletes nothing).
-pub(crate) fn read(input: impl BufRead) -> Manifest {
+pub(crate) fn read(mut input: impl BufRead) -> Manifest {
     let mut manifest = Manifest::default();
-    let mut lines = input.lines();
-    match lines.next() {
-        Some(Ok(first)) if first == MAGIC => {}
+    match next_line(&mut input) {
+        Some(Some(first)) if first == MAGIC => {}
         _ => return manifest,
     }
-    for line in lines {
-        let Ok(line) = line else {
-            return manifest;
+    loop {
+        let text = match next_line(&mut input) {
+            None => break,
+            Some(Some(text)) => text,
+            Some(None) => return manifest,
         };
         if manifest.order.len() >= MAX_ENTRIES {
             return manifest;
         }
-        let Some((path, entry)) = parse_line(&line) else {
+        let Some((path, entry)) = parse_line(&text) else {
             return manifest;
         };
         manifest.order.push(path.clone());
@@ -124,6 +125,21 @@ pub(crate) fn read(input: impl BufRead) -> Manifest {
     }
     manifest.complete = true;
     manifest
+}
+
+/// The next line: `None` at the end, `Some(None)` for a line that is not
+/// whole (no newline: a record cut mid-line by a copy that died while
+/// writing it is incomplete, never a shorter entry) or not text.
+fn next_line(input: &mut impl BufRead) -> Option<Option<String>> {
+    let mut line = Vec::new();
+    match input.read_until(b'\n', &mut line) {
+        Ok(0) => None,
+        Ok(_) if line.last() == Some(&b'\n') => {
+            line.pop();
+            Some(String::from_utf8(line).ok())
+        }
+        _ => Some(None),
+    }
 }
 
 fn parse_line(line: &str) -> Option<(Vec<u8>, Entry)> {
@@ -148,7 +164,8 @@ fn parse_line(line: &str) -> Option<(Vec<u8>, Entry)> {
         "-" => None,
         h => Some(hex::decode(h).ok()?),
     };
-    Some((hex::decode(f[10]).ok()?, Entry { stat, link }))
+    let path = hex::decode(f[10]).ok().filter(|p| !p.is_empty())?;
+    Some((path, Entry { stat, link }))
 }
 
 #[cfg(test)]
