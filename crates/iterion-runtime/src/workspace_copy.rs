@@ -39,12 +39,21 @@ pub(crate) fn complete(
     })?;
     copy.exclude = exclusions(&real, settings.private.iter().map(String::as_str));
     copy.host = real;
-    copy.manifest = Some(
-        host_dir
-            .join("workspace-manifest")
-            .to_string_lossy()
-            .into_owned(),
-    );
+    // The record of an earlier attempt of this run (a resume after a crash
+    // left the run's private dir behind) is not this copy's: the copy
+    // creates its record afresh and refuses an existing one.
+    let manifest = host_dir.join("workspace-manifest");
+    match std::fs::remove_file(&manifest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(BootError::Io {
+                operation: format!("remove {}", manifest.display()),
+                source,
+            });
+        }
+    }
+    copy.manifest = Some(manifest.to_string_lossy().into_owned());
     Ok(())
 }
 
