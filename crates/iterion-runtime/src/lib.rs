@@ -36,6 +36,7 @@ pub mod events;
 mod exec;
 pub mod graph;
 pub mod human;
+pub mod interrupt;
 pub mod owner;
 pub mod progress;
 pub mod reap;
@@ -55,4 +56,5 @@ pub use boot::{
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
 pub use events::{Emitter, EventTap, RunObserver};
+pub use interrupt::Interrupt;
 pub use sandbox_boot::{DriverCatalog, PolicyBooter, SandboxFlags};

@@ -43,6 +43,9 @@ use iterion_core::store::{
 };
 pub use iterion_core::{RunStore, StoreError};
 
+mod queued;
+pub use queued::{runs_claim_is_compare_and_set, runs_submit_records_the_submission};
+
 /// Env var that turns the test binary into the killed-writer child: its
 /// value is the store locator.
 pub const WRITER_ENV: &str = "ITERION_STORE_CONFORMANCE_WRITER";
@@ -85,6 +88,8 @@ macro_rules! store_conformance {
             runs_create_and_load,
             runs_transition_cas,
             runs_reopen_claims_the_run,
+            runs_submit_records_the_submission,
+            runs_claim_is_compare_and_set,
             runs_failure_and_admission,
             runs_pagination_is_stable,
             events_append_and_read,
