@@ -99,6 +99,9 @@ fn dlq_stream(s: &CloudSettings) -> stream::Config {
         retention: RetentionPolicy::Limits,
         storage: StorageType::File,
         max_age: s.dlq_max_age,
+        // The server's default, said explicitly so the comparison of an
+        // existing stream is exact.
+        duplicate_window: Duration::from_secs(120),
         ..Default::default()
     }
 }
@@ -260,17 +263,28 @@ async fn ensure_bucket(
     match js.get_key_value(s.kv_bucket.as_str()).await {
         Ok(_) => judge_bucket(js, s).await,
         Err(e) if matches!(e.kind(), KeyValueErrorKind::GetBucket) => {
+            // The bucket's stream is created as async-nats would, by hand:
+            // its `create_key_value` first reads the account info, whose
+            // reply from a 2.9 server lacks fields 0.51 requires
+            // (`reserved_memory`, `reserved_storage`), so it always fails
+            // there.
             let created = js
-                .create_key_value(kv::Config {
-                    bucket: s.kv_bucket.clone(),
-                    history: 1,
+                .create_stream(stream::Config {
+                    name: format!("KV_{}", s.kv_bucket),
+                    subjects: vec![format!("$KV.{}.>", s.kv_bucket)],
+                    max_messages_per_subject: 1,
                     max_age: s.lease_ttl,
                     storage: StorageType::File,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
+                    num_replicas: 1,
+                    discard: stream::DiscardPolicy::New,
                     ..Default::default()
                 })
                 .await;
             match created {
-                Ok(store) => Ok(store),
+                Ok(_) => judge_bucket(js, s).await,
                 // Raced with another runner: judge theirs.
                 Err(create) => judge_bucket(js, s).await.map_err(|e| match e {
                     QueueError::Incompatible { .. } => e,
@@ -288,18 +302,6 @@ impl Queue {
         let client = connect(settings).await?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);
-        // No JetStream at all (a server started without -js) is a setting
-        // to fix, said plainly.
-        if let Err(e) = js.query_account().await {
-            return Err(QueueError::Unreachable {
-                variable: "ITERION_NATS_URL",
-                endpoint: endpoint(&settings.nats_url),
-                source: format!(
-                    "JetStream is not available there ({e}); start nats-server with -js"
-                )
-                .into(),
-            });
-        }
         ensure_stream(&js, runs_stream(settings)).await?;
         ensure_stream(&js, dlq_stream(settings)).await?;
         let kv = ensure_bucket(&js, settings).await?;

@@ -60,6 +60,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
         json: args.json,
         interactive: !args.no_interactive,
         cancel,
+        runner: None,
     };
     session
         .execute(|engine, cancel| async move {
