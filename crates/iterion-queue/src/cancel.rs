@@ -121,12 +121,15 @@ pub async fn cancel(
                 status: record.status,
             });
         }
-        let held = queue
-            .kv
-            .get(id.as_str())
-            .await
-            .map_err(|e| QueueError::nats("read a run's lease", e))?
-            .is_some();
+        // No bucket: no runner ever started, so nobody holds it.
+        let held = match &queue.kv {
+            None => false,
+            Some(kv) => kv
+                .get(id.as_str())
+                .await
+                .map_err(|e| QueueError::nats("read a run's lease", e))?
+                .is_some(),
+        };
         if held {
             // Ask the holder (again until it answers; its subscription is
             // made before it takes the lease).

@@ -98,6 +98,7 @@ pub trait RunExecutor: Send + Sync + 'static {
 /// The runner.
 pub struct Runner {
     queue: Queue,
+    kv: async_nats::jetstream::kv::Store,
     store: Arc<dyn RunStore>,
     executor: Arc<dyn RunExecutor>,
     runner_id: String,
@@ -132,22 +133,28 @@ struct Held {
 }
 
 impl Runner {
-    /// A runner over `queue` and `store`.
+    /// A runner over `queue` (opened with [`crate::topology::Role::Runner`])
+    /// and `store`.
     pub fn new(
         queue: Queue,
         store: Arc<dyn RunStore>,
         executor: Arc<dyn RunExecutor>,
         runner_id: String,
         concurrency: usize,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, QueueError> {
+        let kv = queue.kv.clone().ok_or_else(|| QueueError::Config {
+            variable: "ITERION_NATS_KV_BUCKET",
+            reason: "a runner needs the lease bucket (open the queue as a runner)".to_owned(),
+        })?;
+        Ok(Self {
             queue,
+            kv,
             store,
             executor,
             runner_id,
             concurrency: concurrency.max(1),
             in_flight: Arc::new(Mutex::new(HashMap::new())),
-        }
+        })
     }
 
     fn settings(&self) -> &CloudSettings {
@@ -439,7 +446,7 @@ impl Runner {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default(),
         };
-        let lease = match lease::acquire(&self.queue.kv, &id, &value).await {
+        let lease = match lease::acquire(&self.kv, &id, &value).await {
             Err(e) => {
                 return Worked {
                     run: Some(id),
@@ -646,7 +653,7 @@ async fn answer_cancels(
 
 async fn reap_on_a_ticker(runner: Arc<Runner>, shutdown: CancellationToken) {
     let probe = KvLeaseProbe {
-        kv: runner.queue.kv.clone(),
+        kv: runner.kv.clone(),
     };
     let mut tick = tokio::time::interval(runner.settings().reap_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -38,8 +38,8 @@ pub struct Queue {
     pub client: async_nats::Client,
     /// JetStream.
     pub js: jetstream::Context,
-    /// The lease bucket.
-    pub kv: kv::Store,
+    /// The lease bucket (`None` for a client when no runner made it yet).
+    pub kv: Option<kv::Store>,
     /// The settings it was opened with.
     pub settings: CloudSettings,
 }
@@ -296,15 +296,30 @@ async fn ensure_bucket(
     }
 }
 
+/// Who opens the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A runner: the lease bucket is made when absent and judged (its TTL
+    /// is the runners' `ITERION_LOCK_TTL`).
+    Runner,
+    /// `submit` or `cancel`: the bucket is only opened when it exists, so a
+    /// client's settings never decide the runners' lease TTL.
+    Client,
+}
+
 impl Queue {
-    /// Connect and make sure the streams and the bucket exist and fit.
-    pub async fn open(settings: &CloudSettings) -> Result<Queue, QueueError> {
+    /// Connect and make sure the streams (and, for a runner, the bucket)
+    /// exist and fit.
+    pub async fn open(settings: &CloudSettings, role: Role) -> Result<Queue, QueueError> {
         let client = connect(settings).await?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);
         ensure_stream(&js, runs_stream(settings)).await?;
         ensure_stream(&js, dlq_stream(settings)).await?;
-        let kv = ensure_bucket(&js, settings).await?;
+        let kv = match role {
+            Role::Runner => Some(ensure_bucket(&js, settings).await?),
+            Role::Client => js.get_key_value(settings.kv_bucket.as_str()).await.ok(),
+        };
         Ok(Queue {
             client,
             js,

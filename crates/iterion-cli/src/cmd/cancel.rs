@@ -54,7 +54,7 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
                 "run {id} was submitted to the queue: cancelling it is cloud mode ({e})"
             ))
         })?;
-        let queue = cloud::queue(&settings).await?;
+        let queue = cloud::queue(&settings, iterion_queue::topology::Role::Client).await?;
         match iterion_queue::cancel::cancel(&queue, store.as_ref(), &id).await {
             Ok(s) => s,
             Err(CancelError::Queue(q)) => return Err(cloud::queue_error(q)),

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use iterion_core::RunStore;
+use iterion_queue::topology::Role;
 use iterion_queue::{CloudSettings, Queue, QueueError};
 
 use crate::exit::UserInputError;
@@ -40,6 +41,6 @@ pub async fn store() -> anyhow::Result<Arc<dyn RunStore>> {
 
 /// The queue (streams and bucket in place), or bad input naming
 /// `ITERION_NATS_URL` / the incompatible object.
-pub async fn queue(settings: &CloudSettings) -> anyhow::Result<Queue> {
-    Queue::open(settings).await.map_err(queue_error)
+pub async fn queue(settings: &CloudSettings, role: Role) -> anyhow::Result<Queue> {
+    Queue::open(settings, role).await.map_err(queue_error)
 }

@@ -41,7 +41,7 @@ pub async fn run(args: RunnerArgs) -> anyhow::Result<Exit> {
     check_env(&env, &LaunchFlags::default().sandbox_flags())?;
     let workdir = workdir()?;
     let store = cloud::store().await?;
-    let queue = cloud::queue(&settings).await?;
+    let queue = cloud::queue(&settings, iterion_queue::topology::Role::Runner).await?;
     let shutdown = drain_on_signals()?;
     let executor = Arc::new(CliExecutor {
         store: store.clone(),
@@ -55,6 +55,7 @@ pub async fn run(args: RunnerArgs) -> anyhow::Result<Exit> {
         concurrency
     );
     Runner::new(queue, store, executor, id, concurrency)
+        .map_err(cloud::queue_error)?
         .run(shutdown)
         .await
         .map_err(cloud::queue_error)?;

@@ -30,7 +30,7 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
         default_image: args.sandbox_default_image.clone(),
     };
     let store = cloud::store().await?;
-    let queue = cloud::queue(&settings).await?;
+    let queue = cloud::queue(&settings, iterion_queue::topology::Role::Client).await?;
     let id = args.run_id.clone().unwrap_or_else(RunId::generate);
     let submission = Submission {
         version: Submission::VERSION,

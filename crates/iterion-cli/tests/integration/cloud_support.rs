@@ -281,6 +281,11 @@ impl Cloud {
         }
     }
 
+    /// Set a variable for every later command of this deployment.
+    pub fn set_env(&mut self, k: &str, v: &str) {
+        self.sb.env.push((k.to_owned(), v.to_owned()));
+    }
+
     /// Start a runner named `id` with extra env.
     pub fn runner(&mut self, id: &str, extra: &[(&str, &str)]) -> usize {
         let log = self.sb.dir.path().join(format!("runner-{id}.log"));
@@ -378,6 +383,19 @@ impl Cloud {
             .join("\n")
     }
 
+    /// (runner id, log) of every runner.
+    pub fn logs(&self) -> Vec<(String, String)> {
+        self.runners
+            .iter()
+            .map(|r| {
+                (
+                    r.id.clone(),
+                    std::fs::read_to_string(&r.log).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
     /// What this test's runs left on the engine.
     pub fn leftovers(&self) -> Vec<String> {
         self.submitted
@@ -392,6 +410,39 @@ impl Cloud {
 /// next one (or its runner was killed by the test before the next claim);
 /// revisions only grow. `killed`: runner ids the test SIGKILLed.
 pub fn check_lease_history(run: &str, events: &[Value], killed: &[&str]) -> Result<usize, String> {
+    check_lease_history_with_logs(run, events, killed, &[])
+}
+
+/// When the store itself was down, a runner cannot record `run_released`:
+/// then its own log must show the delivery settled (lease let go) before
+/// the next claim. `logs`: (runner id, log text).
+pub fn settled_in_log(
+    log: &str,
+    run: &str,
+    delivery: u64,
+    attempt: u64,
+) -> Option<time::OffsetDateTime> {
+    log.lines()
+        .filter(|l| {
+            l.contains("delivery settled")
+                && l.contains(run)
+                && l.contains(&format!("delivery={delivery} "))
+                && l.contains(&format!("attempt={attempt} "))
+        })
+        .find_map(|l| {
+            let ts = l.split_whitespace().next()?;
+            time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).ok()
+        })
+}
+
+/// [`check_lease_history`], accepting a release the runner's log proves
+/// when the store could not record it.
+pub fn check_lease_history_with_logs(
+    run: &str,
+    events: &[Value],
+    killed: &[&str],
+    logs: &[(String, String)],
+) -> Result<usize, String> {
     let claims: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "run_claimed")
@@ -418,7 +469,24 @@ pub fn check_lease_history(run: &str, events: &[Value], killed: &[&str]) -> Resu
                 && e["data"]["attempt"] == c["data"]["attempt"]
                 && e["seq"].as_u64().is_some_and(|s| s > seq && s < next_seq)
         });
-        if !released && !killed.contains(&runner) {
+        let next_at = claims.get(i + 1).and_then(|n| {
+            time::OffsetDateTime::parse(
+                n["timestamp"].as_str()?,
+                &time::format_description::well_known::Rfc3339,
+            )
+            .ok()
+        });
+        let logged = logs.iter().any(|(id, log)| {
+            id == runner
+                && settled_in_log(
+                    log,
+                    run,
+                    c["data"]["delivery"].as_u64().unwrap_or(0),
+                    c["data"]["attempt"].as_u64().unwrap_or(0),
+                )
+                .is_some_and(|at| next_at.is_none_or(|n| at <= n))
+        });
+        if !released && !logged && !killed.contains(&runner) {
             return Err(format!(
                 "{run}: claim {i} by {runner} was not released before the next claim (and its runner was not killed): {claims:?}"
             ));
@@ -480,7 +548,8 @@ impl Js {
     /// Wait (bounded) until `stream` exists (a runner or submit made it).
     pub fn wait_stream(&self, stream: &str) {
         let ok = wait_until(Duration::from_secs(60), || {
-            self.rt.block_on(async { self.js.get_stream(stream).await.is_ok() })
+            self.rt
+                .block_on(async { self.js.get_stream(stream).await.is_ok() })
         });
         assert!(ok, "stream {stream} never appeared");
     }

@@ -7,19 +7,21 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cloud_support::{Cloud, Js, PrivatePg, check_lease_history, count, tool_workflow};
+use crate::cloud_support::{
+    Cloud, Js, PrivatePg, check_lease_history, check_lease_history_with_logs, count, tool_workflow,
+};
 use crate::support::{Engine, wait_until};
 
-const SETTLED: &[&str] = &["finished", "failed", "failed_resumable", "cancelled"];
-
 fn assert_clean(c: &Cloud, killed: &[&str]) {
+    let logs = c.logs();
     for id in &c.submitted {
         let events = c.events(id);
         assert!(
             count(&events, "run_finished") <= 1,
             "{id} finished twice: {events:?}"
         );
-        check_lease_history(id, &events, killed).unwrap_or_else(|e| panic!("{e}"));
+        check_lease_history_with_logs(id, &events, killed, &logs)
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.runner_logs()));
     }
     let left = c.leftovers();
     assert!(left.is_empty(), "left on the engine: {left:?}");
@@ -48,7 +50,7 @@ fn a_runner_killed_mid_run_is_taken_over_once() {
     c.runners[victim].kill();
     let killed_at = Instant::now();
     c.runner("heir", &[]);
-    c.wait_all(Duration::from_secs(120), SETTLED);
+    c.wait_all(Duration::from_secs(120), &["finished"]);
     let events = c.events(&id);
     assert_eq!(
         c.statuses()[&id],
@@ -75,21 +77,23 @@ fn a_runner_killed_mid_run_is_taken_over_once() {
 #[test]
 fn nats_restarted_mid_batch_loses_nothing() {
     let mut c = Cloud::new(Engine::Docker, "natsrestart");
+    c.set_env("ITERION_LOCK_TTL", "12s");
     let file = c.sb.write("b.iter", &tool_workflow("nb", "sleep 3"));
     for _ in 0..4 {
         c.submit(&file, &[]);
     }
-    let env = [
-        ("ITERION_LOCK_TTL", "10s"),
-        ("ITERION_HEARTBEAT_INTERVAL", "1s"),
-    ];
-    c.runner("n1", &env);
-    c.runner("n2", &env);
-    assert!(wait_until(Duration::from_secs(90), || {
-        c.submitted
-            .iter()
-            .any(|id| count(&c.events(id), "node_started") == 1)
-    }));
+    // The lease (12s) outlives the outage.
+    c.runner("n1", &[]);
+    c.runner("n2", &[]);
+    assert!(
+        wait_until(Duration::from_secs(90), || {
+            c.submitted
+                .iter()
+                .any(|id| count(&c.events(id), "node_started") == 1)
+        }),
+        "{}",
+        c.runner_logs()
+    );
     c.nats.stop();
     std::thread::sleep(Duration::from_secs(2));
     c.nats.restart();

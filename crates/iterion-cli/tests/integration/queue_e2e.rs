@@ -196,7 +196,9 @@ fn bad_cloud_input_is_exit_2_naming_the_variable() {
     let f = file.to_string_lossy().into_owned();
     let dead = format!("nats://127.0.0.1:{}", crate::cloud_support::free_port());
     let submit: &[&str] = &["submit", &f];
-    let rows: Vec<(Vec<(&str, String)>, &[&str], &str)> = vec![
+    // (extra env, argv, the variable the refusal must name)
+    type Row<'a> = (Vec<(&'a str, String)>, &'a [&'a str], &'a str);
+    let rows: Vec<Row<'_>> = vec![
         (
             vec![("ITERION_MODE", "local".into())],
             submit,
