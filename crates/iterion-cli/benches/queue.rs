@@ -60,7 +60,11 @@ impl Env {
 
     fn drop_schema(&self, name: &str) {
         let _ = Command::new("psql")
-            .args([&self.pg_base, "-qc", &format!("DROP SCHEMA IF EXISTS {name} CASCADE")])
+            .args([
+                &self.pg_base,
+                "-qc",
+                &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -189,7 +193,9 @@ fn cloud(env: &Env, wf: &Path, n: usize, runners: usize) -> Row {
         assert_eq!(r["status"], "finished", "{r}");
         let created = ts(&r["started"]);
         first_submit = Some(first_submit.map_or(created, |f| f.min(created)));
-        let out = cloud_cmd(&["events", id, "--json"]).output().expect("events");
+        let out = cloud_cmd(&["events", id, "--json"])
+            .output()
+            .expect("events");
         let events = json_lines(&out.stdout);
         let claimed = events
             .iter()
@@ -206,7 +212,9 @@ fn cloud(env: &Env, wf: &Path, n: usize, runners: usize) -> Row {
         latencies.push((claimed - created).as_seconds_f64() * 1000.0);
     }
     for p in &mut procs {
-        let _ = Command::new("kill").args(["-TERM", &p.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &p.id().to_string()])
+            .status();
     }
     for p in &mut procs {
         let _ = p.wait();
@@ -224,7 +232,9 @@ fn cloud(env: &Env, wf: &Path, n: usize, runners: usize) -> Row {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
-    let n: usize = var("ITERION_BENCH_RUNS", "8").parse().expect("ITERION_BENCH_RUNS");
+    let n: usize = var("ITERION_BENCH_RUNS", "8")
+        .parse()
+        .expect("ITERION_BENCH_RUNS");
     let env = Env {
         dir: tempfile::Builder::new()
             .prefix("iterion-bench-queue-")
@@ -232,7 +242,10 @@ fn main() {
             .expect("tempdir"),
         pg_base: std::env::var("ITERION_TEST_POSTGRES_URL")
             .expect("ITERION_TEST_POSTGRES_URL (scripts/bench.sh sets it)"),
-        docker: var("ITERION_TEST_DOCKER_HOST", "unix:///run/iterion-test-docker.sock"),
+        docker: var(
+            "ITERION_TEST_DOCKER_HOST",
+            "unix:///run/iterion-test-docker.sock",
+        ),
     };
     let image = var("ITERION_TEST_BUSYBOX_IMAGE", "iterion-test/busybox:local");
     let wf = env.dir.path().join("trivial.iter");

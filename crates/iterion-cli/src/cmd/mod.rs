@@ -11,6 +11,7 @@ mod run;
 mod runner;
 mod sandbox;
 mod store_views;
+mod studio;
 mod submit;
 mod validate;
 
@@ -27,6 +28,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Events(args) => store_views::events(args).await,
         Command::Logs(args) => store_views::logs(args).await,
         Command::Files(args) => files::run(args).await,
+        Command::Studio(args) => studio::run(args).await,
         Command::Sandbox(SandboxCommand::Doctor(args)) => sandbox::doctor(args).await,
         Command::Sandbox(SandboxCommand::Reap(args)) => sandbox::reap(args).await,
         #[cfg(feature = "driver-k8s")]
