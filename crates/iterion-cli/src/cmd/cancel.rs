@@ -141,8 +141,8 @@ async fn cancel_local(store: &Arc<dyn RunStore>, first: RunRecord) -> anyhow::Re
                     .await
                     .map_err(stores::store_error)?
                 {
-                    let found = drivers::available_drivers(&EnvSnapshot::from_process()).await;
-                    iterion_runtime::reap::reap_once(&found, store.as_ref(), false).await;
+                    let found = drivers::probe(&EnvSnapshot::from_process()).await;
+                    iterion_runtime::reap::reap_once(found.handles(), store.as_ref(), false).await;
                     return Ok(RunStatus::Cancelled);
                 }
             }

@@ -19,7 +19,7 @@ use iterion_core::store::Failure;
 use iterion_core::{EventDraft, EventKind, FailureCode, RunStatus, RunStore};
 use iterion_queue::runner::{ExecuteError, Job, RunExecutor, Runner, Start};
 use iterion_runtime::reap::LeaseProbe;
-use iterion_runtime::{BootFlags, RunOptions, RunOutcome, RuntimeError};
+use iterion_runtime::{RunOptions, RunOutcome, RuntimeError};
 use iterion_sandbox::env::EnvSnapshot;
 use tokio_util::sync::CancellationToken;
 
@@ -37,8 +37,7 @@ pub async fn run(args: RunnerArgs) -> anyhow::Result<Exit> {
         None => concurrency_from_env()?,
     };
     // The runner's own sandbox settings are read once, before any run.
-    let env = EnvSnapshot::from_process();
-    check_env(&env, &LaunchFlags::default().sandbox_flags())?;
+    check_env(EnvSnapshot::from_process())?;
     let workdir = workdir()?;
     let store = cloud::store().await?;
     let queue = cloud::queue(&settings, iterion_queue::topology::Role::Runner).await?;
@@ -210,9 +209,15 @@ impl RunExecutor for CliExecutor {
                 source: e,
             }));
         }
+        let env = match check_env(EnvSnapshot::from_process()) {
+            Ok(env) => env,
+            Err(e) => return self.refuse(&job, e.to_string()).await,
+        };
+        let drivers = drivers::probe(&env.snapshot).await;
         let session = Session {
             store: self.store.clone(),
-            env: EnvSnapshot::from_process(),
+            env,
+            drivers,
             agents,
             json: false,
             interactive: false,
@@ -229,7 +234,7 @@ impl RunExecutor for CliExecutor {
                     trust: job.record.trust,
                     run_id: id.clone(),
                     workspace: workspace.clone(),
-                    flags: BootFlags::new(flags),
+                    flags,
                     timeout: job
                         .submission
                         .timeout_ms
@@ -259,9 +264,7 @@ impl RunExecutor for CliExecutor {
                     }
                 };
                 session
-                    .drive(|engine, cancel| async move {
-                        engine.resume(plan, BootFlags::new(flags), cancel).await
-                    })
+                    .drive(|engine, cancel| async move { engine.resume(plan, flags, cancel).await })
                     .await
             }
         };
@@ -276,10 +279,14 @@ impl RunExecutor for CliExecutor {
     }
 
     async fn reap(&self, probe: &dyn LeaseProbe) {
-        let env = EnvSnapshot::from_process();
-        let found = drivers::available_drivers(&env).await;
-        iterion_runtime::reap::reap_once_with(&found, self.store.as_ref(), false, Some(probe))
-            .await;
+        let found = drivers::probe(&EnvSnapshot::from_process()).await;
+        iterion_runtime::reap::reap_once_with(
+            found.handles(),
+            self.store.as_ref(),
+            false,
+            Some(probe),
+        )
+        .await;
         let local_env: BTreeMap<String, String> = std::env::vars().collect();
         let roots = iterion_runtime::sandbox_boot::host_state_roots(
             &iterion_runtime::sandbox_boot::default_state_dir(),
