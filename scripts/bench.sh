@@ -19,6 +19,7 @@ benches=(
   "iterion-readback drain"            # drain 500 MB / 1,000 files vs tar -x and docker cp
   "iterion-runtime redact"            # secret masking MB/s vs a line split and exact replace
   "iterion-agent runner"              # in-box claw tool call and turn vs the same loop on the host
+  "iterion-cli queue"                 # cloud mode: runs/min and submit→claimed p50/p95, 1/2/4 runners vs iterion run
 )
 for b in "${benches[@]}"; do
   read -r crate bench _ <<<"$b"

@@ -33,6 +33,12 @@ pub enum Command {
     /// Sandbox diagnostics and maintenance.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Cloud mode: queue a run on NATS JetStream for the runners.
+    Submit(SubmitArgs),
+    /// Cloud mode: take queued runs with a lease and execute them.
+    Runner(RunnerArgs),
+    /// Cancel a queued or running run (local or cloud).
+    Cancel(CancelArgs),
     /// Serve a read-only web page over the run store.
     Studio(StudioArgs),
     /// Internal: run one claw node inside the sandbox, over stdio.
@@ -151,6 +157,58 @@ pub struct ResumeArgs {
     /// `ITERION_LOG_LEVEL`.
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
     pub log_level: Option<LogLevel>,
+}
+
+/// `iterion submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Workflow file.
+    pub file: PathBuf,
+    /// Workflow variable, `K=V` (repeatable).
+    #[arg(long = "var", value_name = "K=V")]
+    pub vars: Vec<String>,
+    /// Sandbox override (tier 1), recorded for the runner.
+    #[arg(long, value_enum)]
+    pub sandbox: Option<SandboxFlag>,
+    /// Image for `auto` when the repo has no devcontainer.
+    #[arg(long, value_name = "REF")]
+    pub sandbox_default_image: Option<String>,
+    /// host_state override.
+    #[arg(long, value_enum)]
+    pub sandbox_host_state: Option<HostStateFlag>,
+    /// Trust level of the run.
+    #[arg(long, value_enum, default_value = "trusted")]
+    pub trust: TrustFlag,
+    /// Bound of the whole run, applied by the runner.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// Explicit run id: submitting the same id with the same workflow and
+    /// variables again is the same run; with others it is refused.
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
+    pub run_id: Option<iterion_core::RunId>,
+    /// Print `{"run_id","status"}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `iterion runner`.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
+    /// Runs executed at once by this runner (over
+    /// `ITERION_RUNNER_CONCURRENCY`; default 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: Option<u16>,
+}
+
+/// `iterion cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run.
+    #[arg(value_parser = parse_run_id)]
+    pub run_id: iterion_core::RunId,
+    /// Print `{"run_id","status"}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `--run-id`: a valid run id, else bad input (exit 2).

@@ -20,7 +20,14 @@ pub struct Loaded {
 /// Read and compile a file.
 pub fn load(path: &Path) -> std::io::Result<Loaded> {
     let bytes = std::fs::read(path)?;
-    let source = String::from_utf8_lossy(&bytes).into_owned();
+    Ok(compile_source(
+        String::from_utf8_lossy(&bytes).into_owned(),
+        path,
+    ))
+}
+
+/// Compile a source named `path` (a runner compiles a submitted source).
+pub fn compile_source(source: String, path: &Path) -> Loaded {
     let compiled = iterion_dsl::compile_checked(
         &source,
         path,
@@ -28,7 +35,7 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
             tool: &iterion_agent::tools::unknown_tool_reason,
         },
     );
-    Ok(Loaded { source, compiled })
+    Loaded { source, compiled }
 }
 
 /// Read and compile a file that must hold one valid workflow; anything
@@ -36,6 +43,12 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
 pub fn load_workflow(path: &Path) -> anyhow::Result<(Loaded, ir::Workflow)> {
     let loaded = load(path)
         .map_err(|e| UserInputError::new(format!("cannot read {}: {e}", path.display())))?;
+    single_workflow(loaded, path)
+}
+
+/// The one valid workflow of a compiled source; anything else is bad
+/// input, with the rendered diagnostics in the error.
+pub fn single_workflow(loaded: Loaded, path: &Path) -> anyhow::Result<(Loaded, ir::Workflow)> {
     if loaded.compiled.has_errors() {
         let mut rendered = iterion_dsl::render_human(&loaded.source, &loaded.compiled.diagnostics);
         if let Some(more) = iterion_dsl::render_omitted(loaded.compiled.omitted) {

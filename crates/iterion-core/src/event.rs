@@ -138,6 +138,27 @@ pub enum EventKind {
     RunInterrupted {
         reason: String,
     },
+    /// Cloud mode: a runner took the run's lease for one delivery of its
+    /// queue message (issue 13). `lease_revision` is the KV revision the
+    /// lease was created at: revisions only grow, so the claims of one run
+    /// are ordered by it.
+    RunClaimed {
+        runner_id: String,
+        /// The JetStream stream sequence of the message.
+        delivery: u64,
+        /// Which delivery of that message this is (from 1).
+        attempt: u64,
+        lease_revision: u64,
+    },
+    /// Cloud mode: the runner that claimed the run let its lease go and
+    /// settled the delivery (`action`: `ack`, `nak`, `term`, `dead_letter`).
+    RunReleased {
+        runner_id: String,
+        delivery: u64,
+        attempt: u64,
+        action: String,
+        reason: String,
+    },
     /// A human node needs answers and no one can give them now: the run
     /// pauses (`paused_waiting_human`) until `iterion resume`.
     HumanInputRequested {
@@ -533,6 +554,8 @@ impl EventKind {
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
             Self::RunInterrupted { .. } => "run_interrupted",
+            Self::RunClaimed { .. } => "run_claimed",
+            Self::RunReleased { .. } => "run_released",
             Self::HumanInputRequested { .. } => "human_input_requested",
             Self::RunPaused { .. } => "run_paused",
             Self::RunResumed { .. } => "run_resumed",
@@ -640,6 +663,19 @@ mod tests {
                 dimension: "tokens".into(),
                 used: 2.0,
                 limit: 1.0,
+            },
+            EventKind::RunClaimed {
+                runner_id: "r1".into(),
+                delivery: 3,
+                attempt: 1,
+                lease_revision: 9,
+            },
+            EventKind::RunReleased {
+                runner_id: "r1".into(),
+                delivery: 3,
+                attempt: 1,
+                action: "ack".into(),
+                reason: "finished".into(),
             },
         ];
         for kind in kinds {

@@ -4,6 +4,7 @@
 //! and `iterion-store-postgres`, its cloud twin) and one conformance suite
 //! (`iterion-testkit::store_conformance!`) holds them to the same contract.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
 
@@ -156,6 +157,42 @@ pub struct Transition {
     pub to: RunStatus,
     /// Failure to stamp (for failed statuses).
     pub failure: Option<Failure>,
+}
+
+/// What `iterion submit` recorded with a queued run (cloud mode, issue
+/// 13): everything a runner on another machine needs to execute it, so a
+/// queue message only names the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    /// Version of this record's shape.
+    pub version: u32,
+    /// The workflow source as submitted (compiled again by the runner).
+    pub source: String,
+    /// `--var NAME=VALUE` pairs.
+    pub vars: BTreeMap<String, String>,
+    /// The launch settings (`sandbox`, `sandbox_host_state`,
+    /// `sandbox_default_image`), as `iterion run` records them.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// The whole run's bound, when one was asked for.
+    pub timeout_ms: Option<u64>,
+    /// When it was submitted.
+    #[serde(with = "time::serde::rfc3339")]
+    pub submitted_at: OffsetDateTime,
+}
+
+impl Submission {
+    /// The version this binary writes.
+    pub const VERSION: u32 = 1;
+}
+
+/// A runner's claim on a queued run ([`RunStore::claim_run`]): it becomes
+/// the run's owner while the run stays `queued` (admission then starts it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The revision the caller read.
+    pub expected_revision: Option<u64>,
+    /// The runner process.
+    pub owner: RunOwner,
 }
 
 /// `iterion resume`'s claim on a run ([`RunStore::reopen_run`]).
@@ -542,6 +579,21 @@ pub trait RunStore: Send + Sync {
     /// revision; the old failure cleared): the reaper then reads the live
     /// owner's lease, never the lease of the process that ran it first.
     async fn reopen_run(&self, id: &RunId, reopen: Reopen) -> Result<RunRecord, StoreError>;
+    /// Create a run in `queued` together with its [`Submission`], in one
+    /// transaction (cloud mode: nothing is queued half-recorded). A taken
+    /// id is [`StoreError::RunExists`] and changes nothing.
+    async fn submit_run(
+        &self,
+        run: NewRun,
+        submission: Submission,
+    ) -> Result<RunRecord, StoreError>;
+    /// The submission of a run; `Ok(None)` when the run was not submitted
+    /// (a local run) or does not exist.
+    async fn load_submission(&self, id: &RunId) -> Result<Option<Submission>, StoreError>;
+    /// Make a runner the owner of a `queued` run, compare-and-set on its
+    /// revision (the status stays `queued`): the reaper then reads the
+    /// runner's lease. Any other status is [`StoreError::StaleTransition`].
+    async fn claim_run(&self, id: &RunId, claim: Claim) -> Result<RunRecord, StoreError>;
     /// Persist the admission decision (CAS on revision when given).
     async fn record_admission(
         &self,

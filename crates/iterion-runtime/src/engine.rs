@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::AgentRunner;
-use iterion_core::store::{AdmissionDecision, Failure, NewRun, RunRecord, Transition};
+use iterion_core::store::{AdmissionDecision, Claim, Failure, NewRun, RunRecord, Transition};
 use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
 use iterion_dsl::ir;
 use time::OffsetDateTime;
@@ -29,6 +29,7 @@ use crate::bounds::{BoundsError, RunBounds, Watchdog};
 use crate::events::{Emitter, EventTap, spawn_writer};
 use crate::exec::{RunCx, Stop};
 use crate::human::HumanPrompter;
+use crate::interrupt::Interrupt;
 use crate::owner;
 use crate::progress::{PROGRESS_VERSION, ProgressStep, ResumePoint, RunLaunch, RunProgress};
 use iterion_sandbox::admission::AdmissionVerdict;
@@ -135,6 +136,7 @@ pub struct Engine {
     tap: Option<EventTap>,
     agents: Option<Arc<dyn AgentRunner>>,
     human: Option<Arc<dyn HumanPrompter>>,
+    interrupt: Option<Interrupt>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -156,7 +158,16 @@ impl Engine {
             tap: None,
             agents: None,
             human: None,
+            interrupt: None,
         }
+    }
+
+    /// A stop of the run's token for which `interrupt` holds a reason ends
+    /// the run interrupted (`failed_resumable`, `INTERRUPTED`), not
+    /// cancelled: a cloud runner that lost its lease or drains.
+    pub fn with_interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = Some(interrupt);
+        self
     }
 
     /// Ask human nodes through `prompter` (a terminal); without one a
@@ -227,6 +238,52 @@ impl Engine {
                 operation: "create run",
                 source,
             })?;
+        self.run_recorded(options, record, started, cancel).await
+    }
+
+    /// Execute a run `iterion submit` recorded `queued` (cloud mode): this
+    /// process claims it (becomes its owner, compare-and-set on the
+    /// revision it read) instead of creating it, then it runs exactly as
+    /// [`run`](Self::run) does. A run that is no longer `queued` is a
+    /// [`StoreError::StaleTransition`].
+    pub async fn run_submitted(
+        &self,
+        options: RunOptions,
+        cancel: CancellationToken,
+    ) -> Result<RunOutcome, RuntimeError> {
+        let started = Instant::now();
+        let owner = owner::current_owner().map_err(|source| RuntimeError::Owner { source })?;
+        let claim = |source| RuntimeError::Store {
+            operation: "claim run",
+            source,
+        };
+        let current = self
+            .store
+            .load_run(&options.run_id)
+            .await
+            .map_err(claim)?
+            .ok_or_else(|| claim(StoreError::RunNotFound(options.run_id.clone())))?;
+        let record = self
+            .store
+            .claim_run(
+                &options.run_id,
+                Claim {
+                    expected_revision: Some(current.revision),
+                    owner,
+                },
+            )
+            .await
+            .map_err(claim)?;
+        self.run_recorded(options, record, started, cancel).await
+    }
+
+    async fn run_recorded(
+        &self,
+        options: RunOptions,
+        record: RunRecord,
+        started: Instant,
+        cancel: CancellationToken,
+    ) -> Result<RunOutcome, RuntimeError> {
         let (events, writer) = self.writer(&options.run_id);
         // Bounds (issue 19 #6): everything below runs under the run's
         // watchdog token; an unreadable bound is refused at admission.
@@ -329,7 +386,7 @@ impl Engine {
             }
         };
         if cancel.is_cancelled() {
-            let failure = stopped(&bounds, watchdog, events);
+            let failure = self.stopped(&bounds, watchdog, events);
             return self.finish(ctx, &record, Some(failure), started).await;
         }
 
@@ -407,13 +464,17 @@ impl Engine {
         let booted = match self.booter.boot(ctx, admitted).await {
             Ok(b) => b,
             Err(e) => {
+                let interrupted = self.interrupted().is_some();
                 let setup = SetupContext {
-                    cancelled: cancel.is_cancelled(),
-                    interrupted: false,
+                    cancelled: cancel.is_cancelled() && !interrupted,
+                    interrupted,
                 };
                 let failure = match e.classify(setup).code {
-                    // A boot stopped by the run's deadline failed on it.
-                    FailureCode::Cancelled => stopped(&bounds, watchdog, events),
+                    // A boot stopped by the run's deadline failed on it; one
+                    // stopped by the platform was interrupted.
+                    FailureCode::Cancelled | FailureCode::Interrupted => {
+                        self.stopped(&bounds, watchdog, events)
+                    }
                     code => Failure::new(code, e.to_string()),
                 };
                 return self.finish(ctx, record, Some(failure), started).await;
@@ -464,7 +525,7 @@ impl Engine {
         }
         let end = match stop {
             Ok(()) => Ending::Finished,
-            Err(Stop::Cancelled) => Ending::Failed(stopped(bounds, watchdog, events)),
+            Err(Stop::Cancelled) => Ending::Failed(self.stopped(bounds, watchdog, events)),
             Err(Stop::Failed(f)) => Ending::Failed(f),
             Err(Stop::Paused { node }) => Ending::Paused(node),
         };
@@ -560,6 +621,32 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Why the platform interrupted the run, if it did.
+    fn interrupted(&self) -> Option<String> {
+        self.interrupt.as_ref().and_then(Interrupt::reason)
+    }
+
+    /// The failure of a run stopped on its token: the bound that fired (with
+    /// its event), the platform's interruption (`run_interrupted`), or a
+    /// cancellation.
+    fn stopped(&self, bounds: &RunBounds, watchdog: &Watchdog, events: &Emitter) -> Failure {
+        let (failure, event) = bounds.stop_failure(watchdog);
+        if failure.code == FailureCode::Cancelled
+            && let Some(reason) = self.interrupted()
+        {
+            events.emit(EventKind::RunInterrupted {
+                reason: reason.clone(),
+            });
+            return Failure::new(FailureCode::Interrupted, reason);
+        }
+        if let Some(e) = event {
+            events.emit(e);
+        }
+        failure
+    }
+}
+
 /// How a walk ended, for the record.
 enum Ending {
     Finished,
@@ -589,16 +676,6 @@ pub(crate) enum Start {
         point: Option<ResumePoint>,
         answers: Option<serde_json::Value>,
     },
-}
-
-/// The failure of a run stopped on its token: the bound that fired (with
-/// its event), or a cancellation.
-fn stopped(bounds: &RunBounds, watchdog: &Watchdog, events: &Emitter) -> Failure {
-    let (failure, event) = bounds.stop_failure(watchdog);
-    if let Some(e) = event {
-        events.emit(e);
-    }
-    failure
 }
 
 fn millis(since: Instant) -> u64 {

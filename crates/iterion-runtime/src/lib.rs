@@ -36,6 +36,7 @@ pub mod events;
 mod exec;
 pub mod graph;
 pub mod human;
+pub mod interrupt;
 pub mod owner;
 pub mod progress;
 pub mod reap;
@@ -56,6 +57,7 @@ pub use boot::{
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
 pub use events::{Emitter, EventTap, RunObserver};
+pub use interrupt::Interrupt;
 pub use iterion_sandbox::admission::AdmissionVerdict;
 pub use iterion_sandbox::precedence::SandboxFlags;
 pub use sandbox_boot::{Decided, HostDrivers, PolicyBooter, RunRequest, SandboxHost};

@@ -19,7 +19,8 @@ use iterion_core::store::{Failure, RunOwner, RunRecord, Transition};
 use iterion_core::{
     Driver, DriverName, EventDraft, EventKind, FailureCode, RunId, RunStatus, RunStore,
 };
-use iterion_sandbox::reaper::{LeaseState, ReapVerdict, RunLookup, reapable};
+pub use iterion_sandbox::reaper::LeaseState;
+use iterion_sandbox::reaper::{ReapVerdict, RunLookup, reapable};
 
 use crate::owner;
 
@@ -106,11 +107,30 @@ pub fn owner_lease(owner: &RunOwner) -> LeaseState {
     }
 }
 
+/// A lease that speaks before the owner record (cloud mode: the run's KV
+/// lease, so a run some runner holds is kept whatever its recorded owner
+/// says). `None`: no opinion, the owner record decides.
+#[async_trait::async_trait]
+pub trait LeaseProbe: Send + Sync {
+    /// The lease of `run`, if this probe knows it.
+    async fn lease(&self, run: &RunId) -> Option<LeaseState>;
+}
+
 /// One pass over every driver's managed resources.
 pub async fn reap_once(
     drivers: &[Arc<dyn Driver>],
     store: &dyn RunStore,
     dry_run: bool,
+) -> Vec<ReapDecision> {
+    reap_once_with(drivers, store, dry_run, None).await
+}
+
+/// [`reap_once`], asking `probe` for each run's lease first (lease-first).
+pub async fn reap_once_with(
+    drivers: &[Arc<dyn Driver>],
+    store: &dyn RunStore,
+    dry_run: bool,
+    probe: Option<&dyn LeaseProbe>,
 ) -> Vec<ReapDecision> {
     let mut decisions = Vec::new();
     for driver in drivers {
@@ -123,7 +143,7 @@ pub async fn reap_once(
             }
         };
         for resource in resources {
-            let decision = decide(driver.as_ref(), store, resource, dry_run).await;
+            let decision = decide(driver.as_ref(), store, resource, dry_run, probe).await;
             decisions.push(decision);
         }
     }
@@ -135,8 +155,9 @@ async fn decide(
     store: &dyn RunStore,
     resource: ManagedResource,
     dry_run: bool,
+    probe: Option<&dyn LeaseProbe>,
 ) -> ReapDecision {
-    let mut decision = judge(driver.name(), store, resource, dry_run).await;
+    let mut decision = judge(driver.name(), store, resource, dry_run, probe).await;
     if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
         match driver.remove_managed(&decision.resource).await {
             Ok(()) => {
@@ -156,6 +177,7 @@ async fn judge(
     store: &dyn RunStore,
     resource: ManagedResource,
     dry_run: bool,
+    probe: Option<&dyn LeaseProbe>,
 ) -> ReapDecision {
     let mut decision = ReapDecision {
         driver,
@@ -175,16 +197,27 @@ async fn judge(
         let (lease, lookup, record) = match RunId::parse(run_id.as_str()) {
             // A label no run id can have: not provably absent, keep.
             Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
-            Ok(id) => match store.load_run(&id).await {
-                Ok(Some(r)) => {
-                    let lease = r.owner.as_ref().map_or(LeaseState::NotHeld, owner_lease);
-                    (lease, RunLookup::Found(r.status), Some(r))
+            Ok(id) => {
+                // Lease first: a lease the probe knows wins over the owner.
+                let probed = match probe {
+                    Some(p) => p.lease(&id).await,
+                    None => None,
+                };
+                match (store.load_run(&id).await, probed) {
+                    (Err(_), _) => (LeaseState::CheckFailed, RunLookup::Error, None),
+                    (Ok(Some(r)), Some(lease)) => (lease, RunLookup::Found(r.status), Some(r)),
+                    (Ok(None), Some(lease)) => (lease, RunLookup::Absent, None),
+                    (Ok(Some(r)), None) => {
+                        let lease = r.owner.as_ref().map_or(LeaseState::NotHeld, owner_lease);
+                        (lease, RunLookup::Found(r.status), Some(r))
+                    }
+                    // Not in this store: absent only if no live process of
+                    // another store still owns it (the resource's owner label).
+                    (Ok(None), None) => {
+                        (resource_lease(&decision.resource), RunLookup::Absent, None)
+                    }
                 }
-                // Not in this store: absent only if no live process of
-                // another store still owns it (the resource's owner label).
-                Ok(None) => (resource_lease(&decision.resource), RunLookup::Absent, None),
-                Err(_) => (LeaseState::CheckFailed, RunLookup::Error, None),
-            },
+            }
         };
         decision.lease = lease;
         decision.lookup = lookup;
@@ -196,7 +229,7 @@ async fn judge(
             if dry_run {
                 decision.lookup = RunLookup::Found(RunStatus::FailedResumable);
             } else {
-                match mark_interrupted(store, &record).await {
+                match mark_interrupted(store, &record, "owner process is gone").await {
                     Ok(status) => decision.lookup = RunLookup::Found(status),
                     Err(e) => {
                         decision.interrupted = false;
@@ -286,12 +319,22 @@ pub async fn reap_host_dirs(
     store: &dyn RunStore,
     dry_run: bool,
 ) -> Vec<ReapDecision> {
+    reap_host_dirs_with(roots, store, dry_run, None).await
+}
+
+/// [`reap_host_dirs`], lease-first with `probe`.
+pub async fn reap_host_dirs_with(
+    roots: &[PathBuf],
+    store: &dyn RunStore,
+    dry_run: bool,
+    probe: Option<&dyn LeaseProbe>,
+) -> Vec<ReapDecision> {
     let mut decisions = Vec::new();
     for dir in host_dirs(roots) {
         // No marker: nothing says whether another store's live run owns
         // it; only this store's proof of a terminal run may reap it.
         let unowned = dir.owner.is_none();
-        let mut decision = judge(DriverName::Noop, store, dir, dry_run).await;
+        let mut decision = judge(DriverName::Noop, store, dir, dry_run, probe).await;
         // A live process's directory for a run this store does not know is
         // another store's running run: host dirs carry no store label, and
         // a reaper never judges (nor lists) another store's live resources.
@@ -319,11 +362,16 @@ pub async fn reap_host_dirs(
     decisions
 }
 
-/// Mark a running run whose owner is gone as interrupted. Returns the
-/// status the store now holds (a concurrent finish wins the CAS, and its
-/// status is what the predicate then reads).
-async fn mark_interrupted(store: &dyn RunStore, record: &RunRecord) -> Result<RunStatus, String> {
-    let reason = "owner process is gone".to_owned();
+/// Mark a running run whose owner is gone as interrupted (the reaper, and a
+/// cloud runner taking over a run whose holder's lease expired). Returns
+/// the status the store now holds (a concurrent finish wins the CAS, and
+/// its status is what the caller then reads).
+pub async fn mark_interrupted(
+    store: &dyn RunStore,
+    record: &RunRecord,
+    reason: &str,
+) -> Result<RunStatus, String> {
+    let reason = reason.to_owned();
     let draft: EventDraft = EventKind::RunInterrupted {
         reason: reason.clone(),
     }

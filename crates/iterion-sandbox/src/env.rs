@@ -26,6 +26,10 @@ pub struct EnvSnapshot {
     pub preflight: Option<String>,
     /// `ITERION_MODE`.
     pub iterion_mode: Option<String>,
+    /// `ITERION_SANDBOX_HOST` (`local`/`cloud`): the sandbox host kind when
+    /// it is not the deployment mode's (a cloud-mode runner on a VM with
+    /// Docker or Podman sets `local`).
+    pub sandbox_host: Option<String>,
     /// `KUBERNETES_SERVICE_HOST`.
     pub kubernetes_service_host: Option<String>,
     /// `ITERION_DESKTOP`.
@@ -46,7 +50,7 @@ pub struct EnvSnapshot {
 
 impl EnvSnapshot {
     /// Names read by [`EnvSnapshot::from_lookup`].
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "ITERION_SANDBOX_OVERRIDE",
         "ITERION_SANDBOX_DEFAULT",
         "ITERION_SANDBOX_HOST_STATE",
@@ -54,6 +58,7 @@ impl EnvSnapshot {
         "ITERION_SANDBOX_READBACK_CAP",
         "ITERION_SANDBOX_PREFLIGHT",
         "ITERION_MODE",
+        "ITERION_SANDBOX_HOST",
         "KUBERNETES_SERVICE_HOST",
         "ITERION_DESKTOP",
         "ITERION_HOME",
@@ -72,6 +77,7 @@ impl EnvSnapshot {
             readback_cap: get("ITERION_SANDBOX_READBACK_CAP"),
             preflight: get("ITERION_SANDBOX_PREFLIGHT"),
             iterion_mode: get("ITERION_MODE"),
+            sandbox_host: get("ITERION_SANDBOX_HOST"),
             kubernetes_service_host: get("KUBERNETES_SERVICE_HOST"),
             desktop: get("ITERION_DESKTOP"),
             iterion_home: get("ITERION_HOME"),
@@ -130,6 +136,12 @@ impl SandboxEnv {
     /// config loaders lower-case it); anything else is
     /// [`PolicyError::InvalidEnv`] naming the variable.
     pub fn parse(snapshot: &EnvSnapshot) -> Result<Self, PolicyError> {
+        // Read by host detection; refused here when it is no host kind.
+        crate::host::sandbox_host_override(snapshot).map_err(|_| PolicyError::InvalidEnv {
+            name: "ITERION_SANDBOX_HOST",
+            value: snapshot.sandbox_host.clone().unwrap_or_default(),
+            expected: "\"\", local or cloud",
+        })?;
         Ok(Self {
             override_mode: mode_word(
                 "ITERION_SANDBOX_OVERRIDE",

@@ -42,10 +42,30 @@ impl fmt::Display for HostKind {
     }
 }
 
-/// `ITERION_MODE` (cloud/local) wins; else `KUBERNETES_SERVICE_HOST` ⇒
-/// cloud; else `ITERION_DESKTOP` or an argv\[0\] naming `iterion-desktop`
-/// ⇒ desktop; else local.
+/// `ITERION_SANDBOX_HOST`'s words (`local`, `cloud`); empty or unset is no
+/// override.
+pub fn sandbox_host_override(env: &EnvSnapshot) -> Result<Option<HostKind>, String> {
+    match env.sandbox_host.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("local") => Ok(Some(HostKind::Local)),
+        Some(v) if v.eq_ignore_ascii_case("cloud") => Ok(Some(HostKind::Cloud)),
+        Some(v) => Err(format!(
+            "ITERION_SANDBOX_HOST: {v:?} is not a sandbox host kind (local, cloud)"
+        )),
+    }
+}
+
+/// `ITERION_SANDBOX_HOST` (local/cloud) wins: cloud mode (`ITERION_MODE`,
+/// the queue and store) does not always run its sandboxes on Kubernetes —
+/// a runner on a VM with a container engine says `local`. An unreadable
+/// value is refused up front by the verbs (`sandbox_host_override`); here
+/// it is no override. Then `ITERION_MODE` (cloud/local); else
+/// `KUBERNETES_SERVICE_HOST` ⇒ cloud; else `ITERION_DESKTOP` or an
+/// argv\[0\] naming `iterion-desktop` ⇒ desktop; else local.
 pub fn detect_host(env: &EnvSnapshot) -> HostKind {
+    if let Ok(Some(kind)) = sandbox_host_override(env) {
+        return kind;
+    }
     let argv0 = env.argv0.as_deref();
     match env
         .iterion_mode
@@ -201,6 +221,26 @@ mod tests {
             detect_host(&env(&[("KUBERNETES_SERVICE_HOST", "")])),
             HostKind::Local
         );
+        // A cloud-mode runner on a VM with a container engine.
+        assert_eq!(
+            detect_host(&env(&[
+                ("ITERION_MODE", "cloud"),
+                ("ITERION_SANDBOX_HOST", "local")
+            ])),
+            HostKind::Local
+        );
+        assert_eq!(
+            detect_host(&env(&[("ITERION_SANDBOX_HOST", " Cloud ")])),
+            HostKind::Cloud
+        );
+        // Unreadable: refused by the verbs, no override here (cloud stays
+        // cloud: never a Docker engine by accident).
+        let bad = env(&[
+            ("ITERION_MODE", "cloud"),
+            ("ITERION_SANDBOX_HOST", "docker"),
+        ]);
+        assert!(sandbox_host_override(&bad).is_err());
+        assert_eq!(detect_host(&bad), HostKind::Cloud);
     }
 
     #[test]

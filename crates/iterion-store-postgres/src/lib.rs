@@ -17,6 +17,7 @@
 //! number of processes; status transitions are a single conditional
 //! `UPDATE … WHERE status = $from AND revision = $rev`.
 
+mod queued;
 pub mod schema;
 pub mod url;
 
@@ -37,8 +38,8 @@ use iterion_core::event::{EventDraft, EventRecord};
 use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{
-    Admission, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
-    Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
+    Admission, Claim, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest,
+    PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 
@@ -299,6 +300,27 @@ impl PostgresStore {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// Why a compare-and-set on run `id` matched no row: the run is gone,
+    /// or it moved since the caller read it.
+    async fn stale(
+        &self,
+        id: &RunId,
+        expected_status: RunStatus,
+        expected_revision: Option<u64>,
+    ) -> StoreError {
+        match self.load_run(id).await {
+            Err(e) => e,
+            Ok(None) => StoreError::RunNotFound(id.clone()),
+            Ok(Some(current)) => StoreError::StaleTransition {
+                run: id.clone(),
+                expected_status,
+                expected_revision,
+                actual_status: current.status,
+                actual_revision: current.revision,
+            },
+        }
+    }
+
     async fn run_exists(&self, run: &RunId) -> Result<bool, StoreError> {
         let c = self.client().await?;
         let row = c
@@ -317,35 +339,23 @@ impl RunStore for PostgresStore {
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         let c = self.client().await?;
-        let owner = run
-            .owner
-            .as_ref()
-            .map(|o| to_json("encode owner", o))
-            .transpose()?;
-        let now = now();
-        let res = c
-            .query_one(
-                &format!(
-                    "INSERT INTO runs (id, workflow, file, trust, status, owner, revision, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, 'queued', $5, 1, $6, $6) RETURNING {RUN_COLS}"
-                ),
-                &[
-                    &run.id.as_str(),
-                    &run.workflow,
-                    &run.file,
-                    &enum_str("encode trust", &run.trust)?,
-                    &owner,
-                    &now,
-                ],
-            )
-            .await;
-        match res {
-            Ok(row) => decode_run(&row),
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                Err(StoreError::RunExists(run.id))
-            }
-            Err(e) => Err(classify(e, "create run")),
-        }
+        queued::insert_run(&c, &run).await
+    }
+
+    async fn submit_run(
+        &self,
+        run: NewRun,
+        submission: Submission,
+    ) -> Result<RunRecord, StoreError> {
+        self.submit(run, submission).await
+    }
+
+    async fn load_submission(&self, id: &RunId) -> Result<Option<Submission>, StoreError> {
+        self.submission(id).await
+    }
+
+    async fn claim_run(&self, id: &RunId, claim: Claim) -> Result<RunRecord, StoreError> {
+        self.claim(id, claim).await
     }
 
     async fn load_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -449,17 +459,7 @@ impl RunStore for PostgresStore {
             return decode_run(&row);
         }
         drop(c);
-        let current = self
-            .load_run(id)
-            .await?
-            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
-        Err(StoreError::StaleTransition {
-            run: id.clone(),
-            expected_status: t.from,
-            expected_revision: t.expected_revision,
-            actual_status: current.status,
-            actual_revision: current.revision,
-        })
+        Err(self.stale(id, t.from, t.expected_revision).await)
     }
 
     async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
@@ -494,17 +494,7 @@ impl RunStore for PostgresStore {
             return decode_run(&row);
         }
         drop(c);
-        let current = self
-            .load_run(id)
-            .await?
-            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
-        Err(StoreError::StaleTransition {
-            run: id.clone(),
-            expected_status: r.from,
-            expected_revision: r.expected_revision,
-            actual_status: current.status,
-            actual_revision: current.revision,
-        })
+        Err(self.stale(id, r.from, r.expected_revision).await)
     }
 
     async fn record_admission(

@@ -80,6 +80,14 @@ const MIGRATIONS: &[&str] = &[
         record TEXT NOT NULL
     );
     "#,
+    // v2 (issue 13, cloud mode): what `iterion submit` recorded with a
+    // queued run, one JSON document per run (`iterion_core::store::Submission`).
+    r#"
+    CREATE TABLE run_submissions (
+        run_id TEXT PRIMARY KEY REFERENCES runs(id),
+        record TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The highest schema version this binary knows.

@@ -14,6 +14,7 @@
 //! gapless when two processes append to the same store.
 
 mod files;
+mod queued;
 
 pub mod schema;
 
@@ -30,8 +31,8 @@ use iterion_core::event::{EventDraft, EventRecord};
 use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{
-    Admission, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
-    Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Transition,
+    Admission, Claim, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest,
+    PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 
@@ -331,25 +332,28 @@ impl RunStore for SqliteStore {
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.with_conn("create run", move |conn, loc| {
-            let now = micros(now());
-            let owner = run.owner.as_ref().map(|o| to_json("encode owner", o)).transpose()?;
-            let res = conn.execute(
-                "INSERT INTO runs (id, workflow, file, trust, status, owner, revision, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5, 1, ?6, ?6)",
-                params![run.id.as_str(), run.workflow, run.file, trust_str(run.trust)?, owner, now],
-            );
-            match res {
-                Ok(_) => {}
-                Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) => {
-                    return Err(StoreError::RunExists(run.id));
-                }
-                Err(e) => return Err(schema::classify(e, loc)),
-            }
+            queued::insert_run(conn, &run, loc)?;
             load(conn, run.id.as_str(), loc)?
                 .ok_or_else(|| StoreError::RunNotFound(run.id.clone()))?
                 .decode()
         })
         .await
+    }
+
+    async fn submit_run(
+        &self,
+        run: NewRun,
+        submission: Submission,
+    ) -> Result<RunRecord, StoreError> {
+        self.submit(run, submission).await
+    }
+
+    async fn load_submission(&self, id: &RunId) -> Result<Option<Submission>, StoreError> {
+        self.submission(id).await
+    }
+
+    async fn claim_run(&self, id: &RunId, claim: Claim) -> Result<RunRecord, StoreError> {
+        self.claim(id, claim).await
     }
 
     async fn load_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -423,20 +427,7 @@ impl RunStore for SqliteStore {
                 .map_err(map)?;
             let raw =
                 load(&tx, id.as_str(), loc)?.ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
-            let current: RunStatus = raw
-                .status
-                .parse()
-                .map_err(|e: String| decode_err("decode status", e))?;
-            let revision = raw.revision as u64;
-            if current != t.from || t.expected_revision.is_some_and(|r| r != revision) {
-                return Err(StoreError::StaleTransition {
-                    run: id,
-                    expected_status: t.from,
-                    expected_revision: t.expected_revision,
-                    actual_status: current,
-                    actual_revision: revision,
-                });
-            }
+            queued::check_current(&raw, &id, t.from, t.expected_revision)?;
             let (code, disp, msg) = match (&t.failure, t.to) {
                 (Some(f), _) => (
                     Some(f.code.as_str().to_owned()),
@@ -482,20 +473,7 @@ impl RunStore for SqliteStore {
                 .map_err(map)?;
             let raw =
                 load(&tx, id.as_str(), loc)?.ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
-            let current: RunStatus = raw
-                .status
-                .parse()
-                .map_err(|e: String| decode_err("decode status", e))?;
-            let revision = raw.revision as u64;
-            if current != r.from || r.expected_revision.is_some_and(|x| x != revision) {
-                return Err(StoreError::StaleTransition {
-                    run: id,
-                    expected_status: r.from,
-                    expected_revision: r.expected_revision,
-                    actual_status: current,
-                    actual_revision: revision,
-                });
-            }
+            queued::check_current(&raw, &id, r.from, r.expected_revision)?;
             tx.execute(
                 "UPDATE runs SET status = 'running', failure_code = NULL, failure_disposition = NULL, \
                  failure_message = NULL, owner = ?1, revision = revision + 1, updated_at = ?2 WHERE id = ?3",

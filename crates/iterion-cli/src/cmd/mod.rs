@@ -1,14 +1,18 @@
 //! One module per verb; each is a short function that builds what it needs
 //! and renders the outcome.
 
+mod cancel;
+mod cloud;
 mod files;
 #[cfg(feature = "driver-k8s")]
 mod manifests;
 mod resume;
 mod run;
+mod runner;
 mod sandbox;
 mod store_views;
 mod studio;
+mod submit;
 mod validate;
 
 use crate::cli::{Cli, Command, SandboxCommand};
@@ -34,6 +38,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
             "this iterion was built without the Kubernetes driver (cargo feature driver-k8s)",
         )
         .into()),
+        Command::Submit(args) => submit::run(args).await,
+        Command::Runner(args) => runner::run(args).await,
+        Command::Cancel(args) => cancel::run(args).await,
         Command::ClawRunner => Ok(claw_runner().await),
     }
 }

@@ -61,6 +61,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
         json: args.json,
         interactive: !args.no_interactive,
         cancel,
+        runner: None,
     };
     session
         .execute(|engine, cancel| async move { engine.resume(plan, flags, cancel).await })

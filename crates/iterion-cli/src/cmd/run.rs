@@ -92,6 +92,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         json: args.json,
         interactive: !args.no_interactive,
         cancel,
+        runner: None,
     };
     session
         .execute(|engine, cancel| async move { engine.run(options, cancel).await })
@@ -139,7 +140,7 @@ impl LaunchFlags {
         }
     }
 
-    fn to_settings(&self) -> serde_json::Map<String, serde_json::Value> {
+    pub(super) fn to_settings(&self) -> serde_json::Map<String, serde_json::Value> {
         let word = |auto: Option<bool>| auto.map(|a| if a { "auto" } else { "none" });
         let mut m = serde_json::Map::new();
         m.insert(
@@ -263,10 +264,26 @@ pub(super) struct Session {
     pub interactive: bool,
     /// Cancelled by SIGINT, SIGTERM or SIGHUP ([`cancel_on_signals`]).
     pub cancel: CancellationToken,
+    /// Set when `iterion runner` executes a claimed run: its reaper runs on
+    /// the runner's ticker, nothing is rendered, and the runner's
+    /// interruptions end the run INTERRUPTED.
+    pub runner: Option<iterion_runtime::Interrupt>,
 }
 
 impl Session {
     pub(super) async fn execute<F, Fut>(self, go: F) -> anyhow::Result<Exit>
+    where
+        F: FnOnce(Engine, CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = Result<RunOutcome, RuntimeError>>,
+    {
+        let json = self.json;
+        let outcome = self.drive(go).await?;
+        Ok(report(&outcome, json))
+    }
+
+    /// Build the drivers, reaper, booter, engine and live view, and drive
+    /// one run through `go` to its outcome.
+    pub(super) async fn drive<F, Fut>(self, go: F) -> anyhow::Result<RunOutcome>
     where
         F: FnOnce(Engine, CancellationToken) -> Fut,
         Fut: std::future::Future<Output = Result<RunOutcome, RuntimeError>>,
@@ -276,9 +293,10 @@ impl Session {
             env,
             drivers,
             agents,
-            json,
+            json: _,
             interactive,
             cancel,
+            runner,
         } = self;
         // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
         // start of every run: bounded, in the background, never blocking it.
@@ -290,7 +308,8 @@ impl Session {
         // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
         // itself the boundary and judges no one's sandboxes.
         let reaping =
-            iterion_sandbox::reaper::reaper_enabled(env.snapshot.sandbox_override.as_deref());
+            iterion_sandbox::reaper::reaper_enabled(env.snapshot.sandbox_override.as_deref())
+                && runner.is_none();
         let reaper = tokio::spawn(async move {
             if !reaping {
                 return;
@@ -312,46 +331,59 @@ impl Session {
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));
         }
-        let renderer = tokio::spawn(render::render_events(rx));
+        let renderer = match &runner {
+            Some(interrupt) => {
+                engine = engine.with_interrupt(interrupt.clone());
+                tokio::spawn(async move {
+                    let mut rx = rx;
+                    while rx.recv().await.is_some() {}
+                })
+            }
+            None => tokio::spawn(render::render_events(rx)),
+        };
 
         // The engine (and its event tap) goes with the run, so the
         // renderer ends when the run does.
         let outcome = go(engine, cancel).await;
         let _ = renderer.await;
         let _ = tokio::time::timeout(Duration::from_secs(5), reaper).await;
-        let outcome = outcome?;
-        let code = outcome.failure.as_ref().map(|f| f.code.as_str());
-        if json {
-            let doc = serde_json::json!({
-                "run_id": outcome.run_id,
-                "status": outcome.status,
-                "failure_code": code,
-            });
-            let _ = writeln!(std::io::stdout(), "{doc}");
-        }
-        // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a
-        // failed write must not turn a cleaned-up run into a panic (exit 101).
-        let summary = match &outcome.failure {
-            None if outcome.status == RunStatus::PausedWaitingHuman => format!(
-                "run {} {}: answer with `iterion resume --run-id {} --answer FIELD=VALUE`",
-                outcome.run_id, outcome.status, outcome.run_id
-            ),
-            None => format!("run {} {}", outcome.run_id, outcome.status),
-            Some(f) => format!(
-                "run {} {} ({}): {}",
-                outcome.run_id, outcome.status, f.code, f.message
-            ),
-        };
-        let _ = writeln!(
-            std::io::stderr(),
-            "{}",
-            iterion_core::display::printable(&summary)
-        );
-        // A pause is a normal stop an operator resumes (upstream exits 0).
-        Ok(match outcome.status {
-            RunStatus::Finished | RunStatus::PausedWaitingHuman => Exit::Success,
-            _ => Exit::Failure,
-        })
+        Ok(outcome?)
+    }
+}
+
+/// Print an outcome (`--json` and the summary line) and pick the exit.
+fn report(outcome: &RunOutcome, json: bool) -> Exit {
+    let code = outcome.failure.as_ref().map(|f| f.code.as_str());
+    if json {
+        let doc = serde_json::json!({
+            "run_id": outcome.run_id,
+            "status": outcome.status,
+            "failure_code": code,
+        });
+        let _ = writeln!(std::io::stdout(), "{doc}");
+    }
+    // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a
+    // failed write must not turn a cleaned-up run into a panic (exit 101).
+    let summary = match &outcome.failure {
+        None if outcome.status == RunStatus::PausedWaitingHuman => format!(
+            "run {} {}: answer with `iterion resume --run-id {} --answer FIELD=VALUE`",
+            outcome.run_id, outcome.status, outcome.run_id
+        ),
+        None => format!("run {} {}", outcome.run_id, outcome.status),
+        Some(f) => format!(
+            "run {} {} ({}): {}",
+            outcome.run_id, outcome.status, f.code, f.message
+        ),
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        iterion_core::display::printable(&summary)
+    );
+    // A pause is a normal stop an operator resumes (upstream exits 0).
+    match outcome.status {
+        RunStatus::Finished | RunStatus::PausedWaitingHuman => Exit::Success,
+        _ => Exit::Failure,
     }
 }
 
@@ -422,7 +454,7 @@ fn admit_agents(
 }
 
 /// `--var K=V` pairs; a malformed one is bad input.
-fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+pub(super) fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     let mut vars = BTreeMap::new();
     for pair in raw {
         let Some((k, v)) = pair.split_once('=') else {

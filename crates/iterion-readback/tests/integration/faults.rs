@@ -55,6 +55,15 @@ impl RunStore for Faulty {
     async fn reopen_run(&self, id: &RunId, r: Reopen) -> Result<RunRecord, StoreError> {
         self.inner.reopen_run(id, r).await
     }
+    async fn submit_run(&self, run: NewRun, s: Submission) -> Result<RunRecord, StoreError> {
+        self.inner.submit_run(run, s).await
+    }
+    async fn load_submission(&self, id: &RunId) -> Result<Option<Submission>, StoreError> {
+        self.inner.load_submission(id).await
+    }
+    async fn claim_run(&self, id: &RunId, c: Claim) -> Result<RunRecord, StoreError> {
+        self.inner.claim_run(id, c).await
+    }
     async fn record_admission(
         &self,
         id: &RunId,

@@ -15,6 +15,7 @@ pub struct MemStore {
     runs: Mutex<HashMap<RunId, RunRecord>>,
     events: Mutex<HashMap<RunId, Vec<EventRecord>>>,
     logs: Mutex<HashMap<RunId, Vec<LogLine>>>,
+    submissions: Mutex<HashMap<RunId, Submission>>,
     /// Make every event and log append fail (emission must not break runs).
     pub fail_appends: AtomicBool,
 }
@@ -55,6 +56,35 @@ impl RunStore for MemStore {
     }
     async fn load_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         Ok(self.runs.lock().unwrap().get(id).cloned())
+    }
+    async fn submit_run(&self, run: NewRun, s: Submission) -> Result<RunRecord, StoreError> {
+        let id = run.id.clone();
+        let rec = self.create_run(run).await?;
+        self.submissions.lock().unwrap().insert(id, s);
+        Ok(rec)
+    }
+    async fn load_submission(&self, id: &RunId) -> Result<Option<Submission>, StoreError> {
+        Ok(self.submissions.lock().unwrap().get(id).cloned())
+    }
+    async fn claim_run(&self, id: &RunId, c: Claim) -> Result<RunRecord, StoreError> {
+        let mut runs = self.runs.lock().unwrap();
+        let rec = runs
+            .get_mut(id)
+            .ok_or_else(|| StoreError::RunNotFound(id.clone()))?;
+        if rec.status != iterion_core::RunStatus::Queued
+            || c.expected_revision.is_some_and(|r| r != rec.revision)
+        {
+            return Err(StoreError::StaleTransition {
+                run: id.clone(),
+                expected_status: iterion_core::RunStatus::Queued,
+                expected_revision: c.expected_revision,
+                actual_status: rec.status,
+                actual_revision: rec.revision,
+            });
+        }
+        rec.owner = Some(c.owner);
+        rec.revision += 1;
+        Ok(rec.clone())
     }
     async fn list_runs(&self, _page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
         Ok(Page {

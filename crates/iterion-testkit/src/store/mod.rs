@@ -90,6 +90,8 @@ macro_rules! store_conformance {
             runs_create_and_load,
             runs_transition_cas,
             runs_reopen_claims_the_run,
+            runs_submit_records_the_submission,
+            runs_claim_is_compare_and_set,
             runs_failure_and_admission,
             runs_pagination_is_stable,
             events_append_and_read,
@@ -191,10 +193,12 @@ fn to(from: RunStatus, to: RunStatus) -> Transition {
 
 mod events;
 mod files;
+mod queued;
 mod runs;
 mod writer;
 
 pub use self::events::*;
 pub use self::files::*;
+pub use self::queued::*;
 pub use self::runs::*;
 pub use self::writer::*;
