@@ -84,6 +84,22 @@ pub enum AgentError {
         /// The name both map to.
         wire: String,
     },
+    /// A tool node's built-in failed (its error text names no secret).
+    #[error("tool {tool} failed: {error}")]
+    ToolFailed {
+        /// The tool (qualified name).
+        tool: String,
+        /// What it said.
+        error: String,
+    },
+    /// A tool node's built-in is refused by the workflow's `tool_policy:`.
+    #[error("tool {tool} is denied by the tool policy: {reason}")]
+    ToolDenied {
+        /// The tool (qualified name).
+        tool: String,
+        /// The policy's reason.
+        reason: String,
+    },
     /// The node's `tool_policy:` leaves none of its tools callable.
     #[error("tool_policy {patterns:?} denies every tool of the node ({tools:?})")]
     ToolPolicyDeniesAll {
@@ -255,6 +271,8 @@ impl AgentError {
             Self::SubscriptionTokenRefused { .. } => "AGENT_SUBSCRIPTION_TOKEN_REFUSED",
             Self::ToolRefused { .. } => "AGENT_TOOL_REFUSED",
             Self::ToolCollision { .. } => "AGENT_TOOL_COLLISION",
+            Self::ToolFailed { .. } => "AGENT_TOOL_FAILED",
+            Self::ToolDenied { .. } => "AGENT_TOOL_DENIED",
             Self::ToolPolicyDeniesAll { .. } => "AGENT_TOOL_POLICY_DENIES_ALL",
             Self::InvalidSchema { .. } => "AGENT_INVALID_SCHEMA",
             Self::ProviderStatus { .. } => "AGENT_PROVIDER_STATUS",

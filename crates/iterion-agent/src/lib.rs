@@ -35,6 +35,7 @@ pub mod runner;
 pub mod schema;
 pub mod seam;
 pub mod task;
+pub mod tool_node;
 pub mod tools;
 
 pub use agent::{AgentContext, AgentPlacement, drive_runner_session, preflight, run_agent};

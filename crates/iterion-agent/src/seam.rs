@@ -17,7 +17,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use iterion_core::EventKind;
-use iterion_core::agent::{self as seam, AgentEvents, AgentRequest, AgentUsage, SessionMode};
+use iterion_core::agent::{
+    self as seam, AgentEvents, AgentRequest, AgentUsage, BuiltinCall, SessionMode,
+};
 use iterion_core::id::{NodeId, RunId};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -30,6 +32,7 @@ use crate::events::AgentEventSink;
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
 use crate::task::{AgentTask, BudgetSpec, SessionSpec};
+use crate::tools::privacy::PrivacyTools;
 
 /// The [`seam::AgentRunner`] of `iterion run`.
 pub struct AgentBackends {
@@ -46,6 +49,9 @@ pub struct AgentBackends {
     budget: Option<BudgetSpec>,
     /// What each run's agent nodes spent so far (tokens, USD).
     spent: Mutex<HashMap<RunId, (u64, f64)>>,
+    /// `privacy_filter` / `privacy_unfilter`, over the run store (none
+    /// until [`Self::with_store`]).
+    privacy: Option<PrivacyTools>,
 }
 
 impl std::fmt::Debug for AgentBackends {
@@ -73,7 +79,23 @@ impl AgentBackends {
             routed: Mutex::new(HashSet::new()),
             budget: None,
             spent: Mutex::new(HashMap::new()),
+            privacy: None,
         }
+    }
+
+    /// Keep each run's privacy vault in `store` (the run store of the
+    /// runs this serves): without it the privacy tools are refused.
+    pub fn with_store(mut self, store: std::sync::Arc<dyn iterion_core::RunStore>) -> Self {
+        self.privacy = Some(PrivacyTools::new(store));
+        self
+    }
+
+    fn runner_for_box(&self) -> RunnerBinary {
+        // Probed first: a bind (or the image) already holding the runner
+        // makes the copy a no-op.
+        self.runner_binary
+            .clone()
+            .map_or(RunnerBinary::InSandbox, RunnerBinary::Import)
     }
 
     /// Enforce the workflow's `budget:` (`max_tokens`, `max_cost_usd`) over
@@ -240,6 +262,7 @@ fn admission_request(
         reasoning_effort: None,
         input: Map::new(),
         properties: properties.clone(),
+        mcp_servers: Vec::new(),
     }
 }
 
@@ -300,12 +323,7 @@ impl seam::AgentRunner for AgentBackends {
             }
             AgentPlacement::Sandbox {
                 run: cx.sandbox,
-                // Probed first: a bind (or the image) already holding the
-                // runner makes the copy a no-op.
-                runner: self
-                    .runner_binary
-                    .clone()
-                    .map_or(RunnerBinary::InSandbox, RunnerBinary::Import),
+                runner: self.runner_for_box(),
                 image: None,
                 exec_env: cx.exec_env,
             }
@@ -363,6 +381,44 @@ impl seam::AgentRunner for AgentBackends {
             backend: backend.as_str().to_owned(),
             session_id,
         })
+    }
+
+    fn is_builtin_tool(&self, command: &str) -> bool {
+        crate::tool_node::is_node_builtin(command)
+    }
+
+    async fn call_builtin(
+        &self,
+        call: BuiltinCall,
+        cx: seam::AgentContext<'_>,
+    ) -> Result<Map<String, Value>, seam::AgentError> {
+        let creds = crate::credentials::ProviderCredentials::collect(&self.env);
+        let forward = Forward(cx.events);
+        let sink = crate::events::Redacting::new(&forward, creds.redactor());
+        crate::tool_node::call(
+            &call,
+            crate::tool_node::NodeTools {
+                env: &self.env,
+                sandbox: cx.sandbox,
+                sandboxed: cx.sandboxed,
+                exec_env: cx.exec_env,
+                runner: self.runner_for_box(),
+                privacy: self.privacy.as_ref(),
+                sink: &sink,
+            },
+        )
+        .await
+        .map_err(|e| to_seam(e, "builtin"))
+    }
+
+    fn builtin_output_for_event(&self, tool: &str, output: Value) -> Value {
+        crate::tool_node::output_for_event(tool, output)
+    }
+
+    async fn run_finished(&self, run: &RunId) {
+        if let Some(p) = &self.privacy {
+            p.forget(run);
+        }
     }
 }
 

@@ -41,6 +41,42 @@ use crate::driver::{DriverError, SandboxRun};
 use crate::event::EventDraft;
 use crate::id::{NodeId, RunId};
 
+/// How the launcher reaches an MCP server (an `mcp_server` block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum McpTransport {
+    /// A process the launcher starts, speaking JSON-RPC on its stdio.
+    Stdio {
+        /// Program (`${VAR}` references already expanded from the host).
+        command: String,
+        /// Arguments.
+        #[serde(default)]
+        args: Vec<String>,
+        /// Extra environment of the process.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable-HTTP endpoint (`http`; upstream serves `sse` with the
+    /// same client).
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Extra request headers (secret: never logged or recorded).
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One declared MCP server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerSpec {
+    /// Its name (a DSL identifier: the `<server>` of `mcp.<server>.<tool>`).
+    pub name: String,
+    /// How it is reached.
+    #[serde(flatten)]
+    pub transport: McpTransport,
+}
+
 /// What kind of node asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -140,6 +176,10 @@ pub struct AgentRequest {
     /// Every property of the node as written (for what this struct does
     /// not name yet: `interaction`, `mcp`, `compaction`, `permission`…).
     pub properties: BTreeMap<String, Value>,
+    /// The MCP servers the node may use (its `mcp:` block over the
+    /// workflow's, resolved by the compiler), in order.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerSpec>,
 }
 
 /// Token usage and cost of one agent call, as far as the provider says.
@@ -262,7 +302,26 @@ impl fmt::Debug for AgentContext<'_> {
     }
 }
 
-/// Runs agent, judge and llm-router nodes.
+/// A tool node whose `command:` is the bare name of a built-in tool
+/// (upstream: a command without template reference or shell syntax is
+/// resolved in the tool registry): the built-in runs with the node's
+/// input instead of a shell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltinCall {
+    /// The run.
+    pub run_id: RunId,
+    /// The tool node.
+    pub node: NodeId,
+    /// The built-in's name, as written.
+    pub tool: String,
+    /// The node's input (its incoming edge's `with`).
+    pub input: Map<String, Value>,
+    /// The workflow's effective `tool_policy:` for the node; `None` open.
+    pub tool_policy: Option<Vec<String>>,
+}
+
+/// Runs agent, judge and llm-router nodes, and the built-in tools tool
+/// nodes name.
 #[async_trait]
 pub trait AgentRunner: Send + Sync {
     /// Run one node's agent call.
@@ -271,6 +330,42 @@ pub trait AgentRunner: Send + Sync {
         request: AgentRequest,
         cx: AgentContext<'_>,
     ) -> Result<AgentOutcome, AgentError>;
+
+    /// Whether a tool node's `command:` (trimmed) names a built-in this
+    /// runner executes. The default knows none: the command is a shell's.
+    fn is_builtin_tool(&self, command: &str) -> bool {
+        let _ = command;
+        false
+    }
+
+    /// Run the built-in of a tool node; its output object (a JSON answer
+    /// as is, any other text as `{"result": text}`). A failure of the
+    /// tool is an error: the node fails.
+    async fn call_builtin(
+        &self,
+        call: BuiltinCall,
+        cx: AgentContext<'_>,
+    ) -> Result<Map<String, Value>, AgentError> {
+        let _ = cx;
+        Err(AgentError::Backend {
+            backend: "builtin".to_owned(),
+            reason: format!("no built-in tool {} in this engine", call.tool),
+        })
+    }
+
+    /// How a built-in's output appears in events (`node_finished`): as is
+    /// by default; a tool whose output holds clear values it exists to
+    /// keep out of the record (`privacy_unfilter`) shows a marker there.
+    fn builtin_output_for_event(&self, tool: &str, output: Value) -> Value {
+        let _ = tool;
+        output
+    }
+
+    /// The run ended (whatever its status): release what was kept for it
+    /// (MCP server processes, caches). Called once, before teardown.
+    async fn run_finished(&self, run: &RunId) {
+        let _ = run;
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::{
-    AgentContext, AgentError, AgentEvents, AgentRequest, AgentRole, SessionMode,
+    AgentContext, AgentError, AgentEvents, AgentRequest, AgentRole, BuiltinCall, SessionMode,
 };
 use iterion_core::{DriverError, FailureCode, NodeId};
 use iterion_dsl::ir::{self, FieldType, NodeKind, Schema};
@@ -232,6 +232,11 @@ pub(crate) fn build_request(
         reasoning_effort: text_prop(node, "reasoning_effort"),
         input: scope.input.clone(),
         properties: node.properties.clone(),
+        mcp_servers: node
+            .mcp_servers
+            .iter()
+            .filter_map(|n| workflow.mcp_servers.get(n).cloned())
+            .collect(),
     };
     Ok((request, schema))
 }
@@ -328,6 +333,86 @@ impl RunCx<'_> {
         })?;
         // Agent output becomes event data: mask what a secret value looks
         // like, as for a tool's stdout.
+        secrets.redactor.redact_json(&mut output);
+        Ok(output)
+    }
+}
+
+impl RunCx<'_> {
+    /// The built-in a tool node's command names, when the agent runner
+    /// knows it (upstream resolves such a command in the tool registry).
+    pub(crate) fn builtin_of<'n>(&self, node: &'n ir::Node) -> Option<&'n str> {
+        let ir::ToolSpec::Command(command) = node.tool.as_ref()? else {
+            return None;
+        };
+        let name = command.trim();
+        self.agents
+            .is_some_and(|a| a.is_builtin_tool(name))
+            .then_some(name)
+    }
+
+    /// A node's output as `node_finished` records it (a built-in may
+    /// keep clear values out of the record).
+    pub(crate) fn output_for_event(&self, node: &ir::Node, output: &Value) -> Value {
+        match (self.builtin_of(node), self.agents) {
+            (Some(tool), Some(runner)) => runner.builtin_output_for_event(tool, output.clone()),
+            _ => output.clone(),
+        }
+    }
+
+    /// Run a tool node's built-in with the node's input, through the agent
+    /// seam (where it runs is the runner's placement table): its output.
+    pub(crate) async fn run_builtin(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        tool: &str,
+        scope: &Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, NodeError> {
+        let Some(runner) = self.agents else {
+            return Err(NodeError::failed(
+                FailureCode::NodeFailed,
+                "no agent runner serves built-in tools in this engine",
+            ));
+        };
+        let secrets = self.booted.secrets();
+        let events = NodeEvents {
+            emitter: self.events.clone(),
+            node: node.id.clone(),
+            branch: frame.branch_id().map(str::to_owned),
+            redactor: secrets.redactor.clone(),
+        };
+        let cx = AgentContext {
+            sandbox: self.booted.run().as_ref(),
+            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
+            exec_env: self.exec_env(&node.id),
+            events: &events,
+        };
+        let call = BuiltinCall {
+            run_id: self.run_id.clone(),
+            node: node.id.clone(),
+            tool: tool.to_owned(),
+            input: scope.input.clone(),
+            tool_policy: effective_tool_policy(self.workflow, node),
+        };
+        let output = tokio::select! {
+            r = runner.call_builtin(call, cx) => r.map_err(agent_failure)?,
+            () = cancel.cancelled() => return Err(NodeError::Cancelled),
+        };
+        let schema = node
+            .output
+            .as_ref()
+            .and_then(|n| self.workflow.schemas.get(n));
+        let mut output = routing::check_output(output, schema).map_err(|e| {
+            NodeError::failed(
+                FailureCode::NodeFailed,
+                format!(
+                    "{tool} output does not match schema {}: {e}",
+                    node.output.as_deref().unwrap_or("-")
+                ),
+            )
+        })?;
         secrets.redactor.redact_json(&mut output);
         Ok(output)
     }

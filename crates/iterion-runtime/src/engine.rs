@@ -455,6 +455,11 @@ impl Engine {
             }
         };
         drop(cx);
+        // What the agent runner kept for the run (MCP servers) goes before
+        // the sandbox does.
+        if let Some(agents) = &self.agents {
+            agents.run_finished(ctx.run_id).await;
+        }
         let bounds = bounds
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -185,8 +185,16 @@ impl AgentWiring {
         let backends = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
             .with_budget(&workflow.budget);
         admit_agents(&backends, workflow)?;
+        // A tool node naming a file or process built-in runs it in the box
+        // through the same runner.
+        let box_builtins = workflow.nodes.values().any(|n| {
+            matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
+                if iterion_agent::tool_node::runs_in_box(c.trim()))
+        });
         let mounts = match &runner_binary {
-            Some(bin) if !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
+            Some(bin)
+                if box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty() =>
+            {
                 vec![iterion_agent::runner::runner_mount(bin)]
             }
             _ => Vec::new(),
@@ -258,8 +266,8 @@ impl Session {
         .with_store_dir(stores::store_dir())
         .with_mounts(agents.mounts);
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut engine = Engine::new(store, Arc::new(booter))
-            .with_agents(Arc::new(agents.backends))
+        let mut engine = Engine::new(store.clone(), Arc::new(booter))
+            .with_agents(Arc::new(agents.backends.with_store(store.clone())))
             .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));

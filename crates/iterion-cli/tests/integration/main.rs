@@ -7,6 +7,7 @@
 mod agents_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
+mod builtins_e2e;
 mod cloud_e2e;
 mod egress_e2e;
 mod graph_e2e;
