@@ -363,6 +363,7 @@ async fn drive(
                                     tool_use_id: id.to_owned(),
                                     input_size,
                                     placement: placement.to_owned(),
+                                    server: crate::tools::mcp_server_of(name),
                                 });
                                 tools.insert(
                                     id.to_owned(),
@@ -420,7 +421,9 @@ async fn drive(
                             .and_then(Value::as_bool)
                             .unwrap_or(false)
                         {
+                            let server = crate::tools::mcp_server_of(&p.name);
                             sink.emit(EventKind::ToolError {
+                                server,
                                 tool: p.name,
                                 tool_use_id: id.to_owned(),
                                 input_size: p.input_size,
@@ -429,7 +432,9 @@ async fn drive(
                                 placement: placement.to_owned(),
                             });
                         } else {
+                            let server = crate::tools::mcp_server_of(&p.name);
                             sink.emit(EventKind::ToolCalled {
+                                server,
                                 tool: p.name,
                                 tool_use_id: id.to_owned(),
                                 input_size: p.input_size,

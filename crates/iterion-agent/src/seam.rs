@@ -29,10 +29,13 @@ use crate::backend::{BackendInputs, BackendName, HostFacts, resolve_backend};
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
+use crate::mcp::{McpHub, NodeLauncher};
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
 use crate::task::{AgentTask, BudgetSpec, SessionSpec};
 use crate::tools::privacy::PrivacyTools;
+use iterion_core::agent::ProcessLedger;
+use std::sync::Arc;
 
 /// The [`seam::AgentRunner`] of `iterion run`.
 pub struct AgentBackends {
@@ -52,6 +55,11 @@ pub struct AgentBackends {
     /// `privacy_filter` / `privacy_unfilter`, over the run store (none
     /// until [`Self::with_store`]).
     privacy: Option<PrivacyTools>,
+    /// Each live run's MCP servers (started lazily, stopped by
+    /// `run_finished`).
+    hubs: Mutex<HashMap<RunId, Arc<McpHub>>>,
+    /// Where server processes are recorded for the reaper.
+    ledger: Option<Arc<dyn ProcessLedger>>,
 }
 
 impl std::fmt::Debug for AgentBackends {
@@ -80,7 +88,78 @@ impl AgentBackends {
             budget: None,
             spent: Mutex::new(HashMap::new()),
             privacy: None,
+            hubs: Mutex::new(HashMap::new()),
+            ledger: None,
         }
+    }
+
+    /// Record the MCP server processes this starts in `ledger` (the
+    /// reaper's per-run host directories): without it a SIGKILLed iterion
+    /// leaves a server only its death signal ends.
+    pub fn with_process_ledger(mut self, ledger: Arc<dyn ProcessLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    fn hub_for(&self, run: &RunId, log: &Arc<dyn seam::RunLog>) -> Arc<McpHub> {
+        let mut hubs = self
+            .hubs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        hubs.entry(run.clone())
+            .or_insert_with(|| {
+                Arc::new(McpHub::new(
+                    run.clone(),
+                    self.env.clone(),
+                    self.ledger.clone(),
+                    log.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// The node's host-side tools (its MCP servers started, their
+    /// wildcards expanded into `task.tools`; the privacy tools), `None`
+    /// when it names none.
+    async fn node_launcher(
+        &self,
+        request: &AgentRequest,
+        task: &mut AgentTask,
+        log: &Arc<dyn seam::RunLog>,
+    ) -> Result<Option<NodeLauncher<'_>>, AgentError> {
+        let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
+        let wants_privacy = task
+            .tools
+            .iter()
+            .any(|t| crate::tools::privacy::is_privacy_tool(t));
+        if servers.is_empty() && !wants_privacy {
+            return Ok(None);
+        }
+        let mut specs = Vec::new();
+        let hub = if servers.is_empty() {
+            None
+        } else {
+            let hub = self.hub_for(&request.run_id, log);
+            let owned: Vec<_> = servers.iter().map(|s| (*s).clone()).collect();
+            hub.ensure(&owned).await?;
+            task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
+            for s in &servers {
+                specs.extend(hub.specs(&s.name));
+            }
+            Some(hub)
+        };
+        let privacy = match (&self.privacy, wants_privacy) {
+            (Some(p), true) => {
+                specs.extend(crate::tools::privacy::specs());
+                Some((p, request.run_id.clone()))
+            }
+            _ => None,
+        };
+        Ok(Some(NodeLauncher {
+            hub,
+            privacy,
+            specs,
+        }))
     }
 
     /// Keep each run's privacy vault in `store` (the run store of the
@@ -203,11 +282,57 @@ impl AgentBackends {
         node: &NodeId,
         properties: &BTreeMap<String, Value>,
         default_backend: Option<&str>,
+        mcp_servers: &[String],
     ) -> Result<BackendName, AgentError> {
         let request = admission_request(node, properties, default_backend);
         let backend = self.backend_of(&request)?;
-        let task = self.task_of(&request, backend);
-        preflight(&task, backend, &self.env, &self.facts, false, None)?;
+        let mut task = self.task_of(&request, backend);
+        // No server runs yet: a named MCP tool of one of the node's servers
+        // stands for itself (a wildcard is judged once expanded, at run
+        // time); one of another server is refused now.
+        let mut placeholders = Vec::new();
+        let mut kept = Vec::new();
+        for name in &task.tools {
+            match crate::tools::classify(name) {
+                Some(crate::tools::ToolClass::Mcp { server, tool }) => {
+                    if !mcp_servers.contains(&server) {
+                        return Err(AgentError::ToolRefused {
+                            tool: name.clone(),
+                            reason: format!(
+                                "MCP server {server} is not one of the node's servers (declare it with mcp_server and list it under mcp: servers:)"
+                            ),
+                        });
+                    }
+                    if tool != "*" {
+                        placeholders.push(crate::tools::ToolSpec {
+                            name: crate::tools::qualify(name),
+                            description: String::new(),
+                            input_schema: serde_json::json!({"type": "object"}),
+                        });
+                        kept.push(name.clone());
+                    }
+                }
+                Some(crate::tools::ToolClass::Privacy) => {
+                    placeholders.extend(
+                        crate::tools::privacy::specs()
+                            .into_iter()
+                            .filter(|s| &s.name == name),
+                    );
+                    kept.push(name.clone());
+                }
+                _ => kept.push(name.clone()),
+            }
+        }
+        task.tools = kept;
+        let stand_ins = AdmissionTools(placeholders);
+        preflight(
+            &task,
+            backend,
+            &self.env,
+            &self.facts,
+            false,
+            Some(&stand_ins),
+        )?;
         Ok(backend)
     }
 
@@ -217,6 +342,25 @@ impl AgentBackends {
             .lock()
             .map(|mut r| r.insert(run.clone()))
             .unwrap_or(false)
+    }
+}
+
+/// Launcher tools as admission sees them: named, not yet served.
+struct AdmissionTools(Vec<crate::tools::ToolSpec>);
+
+#[async_trait]
+impl crate::LauncherTools for AdmissionTools {
+    fn specs(&self) -> Vec<crate::tools::ToolSpec> {
+        let mut seen = HashSet::new();
+        self.0
+            .iter()
+            .filter(|s| seen.insert(s.name.clone()))
+            .cloned()
+            .collect()
+    }
+
+    async fn call(&self, name: &str, _input: &Value) -> Result<String, String> {
+        Err(format!("{name} is not served at admission"))
     }
 }
 
@@ -336,11 +480,28 @@ impl seam::AgentRunner for AgentBackends {
         // node's token with it, which kills its tools and processes.
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
+        let launcher = match backend {
+            BackendName::Claw => self
+                .node_launcher(&request, &mut task, &cx.run_log)
+                .await
+                .map_err(|e| {
+                    sink.emit(EventKind::DelegateError {
+                        backend: backend.as_str().to_owned(),
+                        duration_ms: 0,
+                        tokens: 0,
+                        exit_code: None,
+                        code: e.code().to_owned(),
+                        error: e.to_string(),
+                    });
+                    to_seam(e, backend.as_str())
+                })?,
+            _ => None,
+        };
         let ctx = AgentContext {
             env: &self.env,
             facts: self.facts,
             sink: &sink,
-            launcher: None,
+            launcher: launcher.as_ref().map(|l| l as &dyn crate::LauncherTools),
             cancel,
         };
         let out = run_agent(&task, backend, placement, &ctx)
@@ -418,6 +579,10 @@ impl seam::AgentRunner for AgentBackends {
     async fn run_finished(&self, run: &RunId) {
         if let Some(p) = &self.privacy {
             p.forget(run);
+        }
+        let hub = self.hubs.lock().ok().and_then(|mut h| h.remove(run));
+        if let Some(hub) = hub {
+            hub.shutdown().await;
         }
     }
 }

@@ -96,6 +96,7 @@ pub(crate) async fn call(
         tool_use_id: id.clone(),
         input_size,
         placement: where_.to_owned(),
+        server: None,
     });
     let started = Instant::now();
     let cancel = CancellationToken::new();
@@ -134,6 +135,7 @@ pub(crate) async fn call(
                 output_size: text.len() as u64,
                 duration_ms,
                 placement: where_.to_owned(),
+                server: None,
             });
             Ok(match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Object(map)) => map,
@@ -152,6 +154,7 @@ pub(crate) async fn call(
                 duration_ms,
                 error: error.clone(),
                 placement: where_.to_owned(),
+                server: None,
             });
             Err(AgentError::ToolFailed {
                 tool: name.to_owned(),

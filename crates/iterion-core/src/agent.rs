@@ -276,6 +276,30 @@ pub trait AgentEvents: Send + Sync {
     fn emit(&self, event: EventDraft);
 }
 
+/// The run's log, owned: what a runner starts for the run and keeps past
+/// one node (an MCP server's stderr) writes here. Lines are masked for the
+/// run's secrets by the engine.
+pub trait RunLog: Send + Sync {
+    /// Append one line on `stream` (`stderr`, `system`).
+    fn line(&self, stream: &str, text: String);
+}
+
+/// Where a runner records the host processes it starts for a run (MCP
+/// servers), so a reaper can end them when the run is provably over even
+/// after a SIGKILL of iterion: the engine's side knows the per-run host
+/// directories, their owner markers and the reaper's one predicate.
+pub trait ProcessLedger: Send + Sync {
+    /// The environment entry (`NAME`, `VALUE`) every process started for
+    /// `run` must carry: it marks the process (and what it spawns) as the
+    /// run's when the reaper looks.
+    fn marker(&self, run: &RunId) -> (String, String);
+    /// Record process `pid` (leader of its own process group) of `run`
+    /// under `label`. An error refuses to start the process.
+    fn record(&self, run: &RunId, label: &str, pid: u32) -> std::io::Result<()>;
+    /// The process of `label` was stopped.
+    fn forget(&self, run: &RunId, label: &str);
+}
+
 /// Where and how the call runs.
 pub struct AgentContext<'a> {
     /// The run's sandbox (or the host passthrough on an unsandboxed run):
@@ -290,6 +314,8 @@ pub struct AgentContext<'a> {
     pub exec_env: BTreeMap<String, String>,
     /// The event sink.
     pub events: &'a dyn AgentEvents,
+    /// The run's log (owned: outlives the node).
+    pub run_log: std::sync::Arc<dyn RunLog>,
 }
 
 impl fmt::Debug for AgentContext<'_> {

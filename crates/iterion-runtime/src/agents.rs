@@ -259,6 +259,20 @@ impl AgentEvents for NodeEvents {
     }
 }
 
+/// The run log as the agent runner keeps it past one node (an MCP
+/// server's stderr): masked by the emitter like every line.
+struct RunLogOf(Emitter);
+
+impl iterion_core::agent::RunLog for RunLogOf {
+    fn line(&self, stream: &str, text: String) {
+        self.0.logs(vec![iterion_core::store::NewLogLine {
+            stream: stream.to_owned(),
+            node_id: None,
+            line: text,
+        }]);
+    }
+}
+
 fn agent_failure(e: AgentError) -> NodeError {
     match e {
         AgentError::Sandbox {
@@ -303,6 +317,7 @@ impl RunCx<'_> {
             sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
             exec_env: self.exec_env(&node.id),
             events: &events,
+            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
         };
         let outcome = tokio::select! {
             r = runner.run(request, cx) => r.map_err(agent_failure)?,
@@ -388,6 +403,7 @@ impl RunCx<'_> {
             sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
             exec_env: self.exec_env(&node.id),
             events: &events,
+            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
         };
         let call = BuiltinCall {
             run_id: self.run_id.clone(),

@@ -37,6 +37,7 @@ mod exec;
 pub mod graph;
 pub mod human;
 pub mod owner;
+pub mod procs;
 pub mod progress;
 pub mod reap;
 pub mod redact;

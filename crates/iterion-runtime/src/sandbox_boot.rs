@@ -264,7 +264,7 @@ pub fn host_state_roots(
     state_dir: &std::path::Path,
     env: &BTreeMap<String, String>,
 ) -> Vec<PathBuf> {
-    let mut roots = vec![state_dir.join("sandboxes")];
+    let mut roots = vec![state_dir.join("sandboxes"), crate::procs::root(state_dir)];
     roots.extend(crate::secrets::secrets_root(env).ok());
     roots
 }

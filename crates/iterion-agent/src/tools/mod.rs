@@ -127,6 +127,15 @@ pub fn classify(name: &str) -> Option<ToolClass> {
     None
 }
 
+/// The MCP server an `mcp.<server>.<tool>` (or `mcp__server__tool`)
+/// name belongs to, for the tool events.
+pub fn mcp_server_of(name: &str) -> Option<String> {
+    match classify(name) {
+        Some(ToolClass::Mcp { server, .. }) => Some(server),
+        _ => None,
+    }
+}
+
 /// The placement table: the single home of where a tool name runs.
 pub fn placement_of(name: &str) -> Placement {
     classify(name).map_or(Placement::Refused, |c| c.placement())

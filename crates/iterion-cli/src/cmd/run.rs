@@ -238,6 +238,10 @@ impl Session {
         let reap_store = store.clone();
         let reap_drivers = discovered.drivers.clone();
         let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+        // MCP server processes are recorded where this reaper looks.
+        let ledger = Arc::new(iterion_runtime::procs::HostProcesses::new(
+            iterion_runtime::procs::root(&state_dir),
+        ));
         // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
         // itself the boundary and judges no one's sandboxes.
         let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
@@ -267,7 +271,12 @@ impl Session {
         .with_mounts(agents.mounts);
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store.clone(), Arc::new(booter))
-            .with_agents(Arc::new(agents.backends.with_store(store.clone())))
+            .with_agents(Arc::new(
+                agents
+                    .backends
+                    .with_store(store.clone())
+                    .with_process_ledger(ledger),
+            ))
             .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));
@@ -372,7 +381,7 @@ fn admit_agents(
         if let Some(policy) = iterion_runtime::agents::effective_tool_policy(workflow, node) {
             properties.insert("tool_policy".to_owned(), serde_json::json!(policy));
         }
-        if let Err(e) = agents.admit(&node.id, &properties, default_backend) {
+        if let Err(e) = agents.admit(&node.id, &properties, default_backend, &node.mcp_servers) {
             return Err(
                 UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
             );

@@ -13,6 +13,7 @@ mod egress_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
 mod manifests_e2e;
+mod mcp_e2e;
 mod one_parser;
 mod output_e2e;
 mod readback_e2e;
