@@ -26,14 +26,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentContext, AgentPlacement, preflight, run_agent};
 use crate::backend::{BackendInputs, BackendName, HostFacts, resolve_backend};
+use crate::claude_code::CliMcp;
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
+use crate::mcp::listener::{GatewayGuard, RunGateway};
 use crate::mcp::{McpHub, NodeLauncher};
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
 use crate::task::{AgentTask, BudgetSpec, SessionSpec};
 use crate::tools::privacy::PrivacyTools;
+use iterion_core::agent::McpServerSpec;
 use iterion_core::agent::ProcessLedger;
 use std::sync::Arc;
 
@@ -60,7 +63,13 @@ pub struct AgentBackends {
     hubs: Mutex<HashMap<RunId, Arc<McpHub>>>,
     /// Where server processes are recorded for the reaper.
     ledger: Option<Arc<dyn ProcessLedger>>,
+    /// Each live run's MCP listener (seed step 18), with its guard when
+    /// this made it for a host run (a sandbox's is the booter's).
+    gateways: Mutex<RunGateways>,
 }
+
+/// Each run's listener, and its guard when this process owns its life.
+type RunGateways = HashMap<RunId, (Arc<RunGateway>, Option<GatewayGuard>)>;
 
 impl std::fmt::Debug for AgentBackends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,7 +99,87 @@ impl AgentBackends {
             privacy: None,
             hubs: Mutex::new(HashMap::new()),
             ledger: None,
+            gateways: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A `claude_code` node's MCP servers: started now (a failure is the
+    /// node's, typed), wildcards expanded, a token minted on the run's
+    /// listener granting the tools its policy allows, and the CLI's
+    /// config. `None` when the node names no MCP tool.
+    async fn cli_mcp(
+        &self,
+        request: &AgentRequest,
+        task: &mut AgentTask,
+        run_log: &Arc<dyn seam::RunLog>,
+        sandboxed: bool,
+    ) -> Result<Option<(CliMcp, Arc<RunGateway>, String)>, AgentError> {
+        let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
+        if servers.is_empty() {
+            return Ok(None);
+        }
+        let owned: Vec<McpServerSpec> = servers.iter().map(|s| (*s).clone()).collect();
+        let hub = self.hub_for(&request.run_id, Some(run_log));
+        hub.ensure(&owned).await?;
+        task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
+        let policy = task.policy();
+        let allowed: Vec<String> = task
+            .tools
+            .iter()
+            .filter(|t| {
+                matches!(
+                    crate::tools::classify(t),
+                    Some(crate::tools::ToolClass::Mcp { .. })
+                )
+            })
+            .map(|t| crate::tools::qualify(t))
+            .filter(|t| policy.check(t).is_ok())
+            .collect();
+        let existing = self
+            .gateways
+            .lock()
+            .ok()
+            .and_then(|g| g.get(&request.run_id).map(|(gw, _)| gw.clone()));
+        let (gateway, host) = match (existing, sandboxed) {
+            (Some(gw), true) => (gw, crate::mcp::listener::GATEWAY_HOST.to_owned()),
+            (None, true) => {
+                return Err(AgentError::McpServerFailed {
+                    server: owned[0].name.clone(),
+                    reason: "the run's sandbox started without an MCP listener".to_owned(),
+                });
+            }
+            (Some(gw), false) => (gw, "127.0.0.1".to_owned()),
+            (None, false) => {
+                // An unsandboxed CLI is a host process: loopback.
+                let (gw, guard) = RunGateway::start(
+                    hub.clone(),
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    false,
+                )
+                .await
+                .map_err(|e| AgentError::McpServerFailed {
+                    server: owned[0].name.clone(),
+                    reason: format!("cannot start the run's MCP listener: {e}"),
+                })?;
+                if let Ok(mut g) = self.gateways.lock() {
+                    g.insert(request.run_id.clone(), (gw.clone(), Some(guard)));
+                }
+                (gw, "127.0.0.1".to_owned())
+            }
+        };
+        let token = gateway.grant(&owned, &allowed);
+        let mut env = BTreeMap::new();
+        env.insert(crate::mcp::listener::TOKEN_ENV.to_owned(), token.clone());
+        // The listener is reached directly, never through the egress proxy
+        // (which resolves names on the host, where the alias means nothing).
+        let direct = format!("localhost,127.0.0.1,{}", crate::mcp::listener::GATEWAY_HOST);
+        env.insert("NO_PROXY".to_owned(), direct.clone());
+        env.insert("no_proxy".to_owned(), direct);
+        let mcp = CliMcp {
+            config: gateway.cli_config(&owned, &host).to_string(),
+            env,
+        };
+        Ok(Some((mcp, gateway, token)))
     }
 
     /// Record the MCP server processes this starts in `ledger` (the
@@ -101,21 +190,26 @@ impl AgentBackends {
         self
     }
 
-    fn hub_for(&self, run: &RunId, log: &Arc<dyn seam::RunLog>) -> Arc<McpHub> {
+    fn hub_for(&self, run: &RunId, log: Option<&Arc<dyn seam::RunLog>>) -> Arc<McpHub> {
         let mut hubs = self
             .hubs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        hubs.entry(run.clone())
+        let hub = hubs
+            .entry(run.clone())
             .or_insert_with(|| {
                 Arc::new(McpHub::new(
                     run.clone(),
                     self.env.clone(),
                     self.ledger.clone(),
-                    log.clone(),
+                    Arc::new(crate::mcp::NoLog),
                 ))
             })
-            .clone()
+            .clone();
+        if let Some(log) = log {
+            hub.attach_log(log.clone());
+        }
+        hub
     }
 
     /// The node's host-side tools (its MCP servers started, their
@@ -139,7 +233,7 @@ impl AgentBackends {
         let hub = if servers.is_empty() {
             None
         } else {
-            let hub = self.hub_for(&request.run_id, log);
+            let hub = self.hub_for(&request.run_id, Some(log));
             let owned: Vec<_> = servers.iter().map(|s| (*s).clone()).collect();
             hub.ensure(&owned).await?;
             task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
@@ -461,6 +555,8 @@ impl seam::AgentRunner for AgentBackends {
             }
             return Err(to_seam(e, backend.as_str()));
         }
+        let run_log = cx.run_log.clone();
+        let sandboxed = cx.sandboxed;
         let placement = if cx.sandboxed {
             if backend == BackendName::Claw && self.first_routed(&request.run_id) {
                 sink.emit(routed_via_runner_event());
@@ -497,16 +593,26 @@ impl seam::AgentRunner for AgentBackends {
                 })?,
             _ => None,
         };
+        let cli = match backend {
+            BackendName::ClaudeCode => self
+                .cli_mcp(&request, &mut task, &run_log, sandboxed)
+                .await
+                .map_err(|e| to_seam(e, backend.as_str()))?,
+            _ => None,
+        };
         let ctx = AgentContext {
             env: &self.env,
             facts: self.facts,
             sink: &sink,
             launcher: launcher.as_ref().map(|l| l as &dyn crate::LauncherTools),
+            cli_mcp: cli.as_ref().map(|(m, _, _)| m.clone()),
             cancel,
         };
-        let out = run_agent(&task, backend, placement, &ctx)
-            .await
-            .map_err(|e| to_seam(e, backend.as_str()))?;
+        let out = run_agent(&task, backend, placement, &ctx).await;
+        if let Some((_, gateway, token)) = &cli {
+            gateway.revoke(token);
+        }
+        let out = out.map_err(|e| to_seam(e, backend.as_str()))?;
         self.record_spending(
             &request.run_id,
             out.usage.input_tokens + out.usage.output_tokens,
@@ -584,6 +690,50 @@ impl seam::AgentRunner for AgentBackends {
         if let Some(hub) = hub {
             hub.shutdown().await;
         }
+        // A host run's listener stops here; a sandbox's with its teardown.
+        let gateway = self.gateways.lock().ok().and_then(|mut g| g.remove(run));
+        drop(gateway);
+    }
+}
+
+#[async_trait]
+impl seam::GatewayListeners for AgentBackends {
+    async fn start(
+        &self,
+        run: &RunId,
+        needs: &seam::ListenerNeeds,
+        address: std::net::IpAddr,
+        freebind: bool,
+    ) -> Result<Option<seam::GatewayHandle>, String> {
+        // Only a CLI in the box needs it: claw calls come back over the
+        // runner channel.
+        let wanted = needs.nodes.iter().any(|n| {
+            !n.mcp_servers.is_empty()
+                && resolve_backend(
+                    BackendInputs {
+                        node: n.backend.as_deref(),
+                        workflow_default: needs.default_backend.as_deref(),
+                    },
+                    &self.env,
+                    &self.facts,
+                )
+                .is_ok_and(|r| r.name == BackendName::ClaudeCode)
+        });
+        if !wanted {
+            return Ok(None);
+        }
+        let hub = self.hub_for(run, None);
+        let (gw, guard) = RunGateway::start(hub, address, freebind)
+            .await
+            .map_err(|e| format!("cannot start the run's MCP listener on {address}: {e}"))?;
+        let port = gw.port();
+        if let Ok(mut g) = self.gateways.lock() {
+            g.insert(run.clone(), (gw, None));
+        }
+        Ok(Some(seam::GatewayHandle {
+            ports: vec![port],
+            guard: Box::new(guard),
+        }))
     }
 }
 

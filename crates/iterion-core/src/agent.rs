@@ -300,6 +300,59 @@ pub trait ProcessLedger: Send + Sync {
     fn forget(&self, run: &RunId, label: &str);
 }
 
+/// One agent or judge node as the per-run listeners' intents see it
+/// (seed step 18: decided before the sandbox starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerNode {
+    /// `backend:` as written.
+    pub backend: Option<String>,
+    /// The node's MCP servers.
+    pub mcp_servers: Vec<McpServerSpec>,
+}
+
+/// What a run's listeners serve.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListenerNeeds {
+    /// The workflow's `default_backend:` as written.
+    pub default_backend: Option<String>,
+    /// Every agent and judge node.
+    pub nodes: Vec<ListenerNode>,
+}
+
+/// The run's listeners, alive until dropped (teardown).
+pub struct GatewayHandle {
+    /// The TCP ports they listen on (the firewall admits these).
+    pub ports: Vec<u16>,
+    /// Stops them when dropped.
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl fmt::Debug for GatewayHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayHandle")
+            .field("ports", &self.ports)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-run host listeners a sandbox reaches through the host-gateway
+/// alias (seed step 18): started by the booter before the sandbox (the
+/// alias and the firewall need their ports), bound on the address the
+/// driver gives the run's gateway, behind tokens the runner mints.
+#[async_trait]
+pub trait GatewayListeners: Send + Sync {
+    /// Start what `run` needs of them, bound on `address` (`freebind`:
+    /// the address may appear only when the sandbox starts); `None` when
+    /// it needs none.
+    async fn start(
+        &self,
+        run: &RunId,
+        needs: &ListenerNeeds,
+        address: std::net::IpAddr,
+        freebind: bool,
+    ) -> Result<Option<GatewayHandle>, String>;
+}
+
 /// Where and how the call runs.
 pub struct AgentContext<'a> {
     /// The run's sandbox (or the host passthrough on an unsandboxed run):

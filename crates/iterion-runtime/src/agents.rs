@@ -434,6 +434,31 @@ impl RunCx<'_> {
     }
 }
 
+/// What the per-run listeners must serve (seed step 18), from the
+/// workflow alone: each agent and judge node's backend field and servers.
+pub fn listener_needs(workflow: &ir::Workflow) -> iterion_core::agent::ListenerNeeds {
+    iterion_core::agent::ListenerNeeds {
+        default_backend: workflow
+            .properties
+            .get("default_backend")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        nodes: workflow
+            .nodes
+            .values()
+            .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge))
+            .map(|n| iterion_core::agent::ListenerNode {
+                backend: text_prop(n, "backend"),
+                mcp_servers: n
+                    .mcp_servers
+                    .iter()
+                    .filter_map(|s| workflow.mcp_servers.get(s).cloned())
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 /// Names and kinds of the nodes only an agent runner can execute.
 pub fn agent_nodes(workflow: &ir::Workflow) -> BTreeMap<NodeId, String> {
     workflow

@@ -125,6 +125,8 @@ struct Kept {
     secret_files: Option<SecretFiles>,
     /// The size of the tmpfs bounding the run-files dir, when mounted.
     run_files_bound: Option<iterion_core::ByteSize>,
+    /// The run's host listeners (seed step 18); stopped when dropped.
+    gateway: Option<iterion_core::agent::GatewayHandle>,
 }
 
 /// The booter of `iterion run`.
@@ -137,6 +139,8 @@ pub struct PolicyBooter {
     drain: DrainOptions,
     store_dir: Option<PathBuf>,
     extra_mounts: Vec<iterion_core::plan::Mount>,
+    /// Seed step 18's per-run listeners (`None`: the run gets none).
+    listeners: Option<Arc<dyn iterion_core::agent::GatewayListeners>>,
 }
 
 impl PolicyBooter {
@@ -158,7 +162,19 @@ impl PolicyBooter {
             drain: DrainOptions::default(),
             store_dir: None,
             extra_mounts: Vec::new(),
+            listeners: None,
         }
+    }
+
+    /// Start the run's host listeners (seed step 18) through `listeners`
+    /// before each sandbox: bound where the driver puts the run's gateway,
+    /// admitted by the run's firewall, kept until teardown.
+    pub fn with_listeners(
+        mut self,
+        listeners: Arc<dyn iterion_core::agent::GatewayListeners>,
+    ) -> Self {
+        self.listeners = Some(listeners);
+        self
     }
 
     /// The directory of the run store, when it is one: no bind may expose
@@ -216,6 +232,39 @@ impl PolicyBooter {
                 reason: e.to_string(),
             },
         }
+    }
+
+    /// Seed step 18: start what the run needs of the per-run listeners, on
+    /// the address the proxy got (`gateway_at`) or, without a proxy, where
+    /// the driver would put it.
+    async fn start_listeners(
+        &self,
+        ctx: &BootContext<'_>,
+        driver: &Arc<dyn Driver>,
+        info: &RunInfo,
+        gateway_at: Option<(std::net::IpAddr, bool)>,
+    ) -> Result<Option<iterion_core::agent::GatewayHandle>, BootError> {
+        let Some(listeners) = &self.listeners else {
+            return Ok(None);
+        };
+        let needs = crate::agents::listener_needs(ctx.workflow);
+        if needs.nodes.iter().all(|n| n.mcp_servers.is_empty()) {
+            return Ok(None);
+        }
+        let (address, freebind) = match gateway_at {
+            Some(a) => a,
+            None => {
+                let b = driver
+                    .egress_binding(info, false)
+                    .await
+                    .map_err(|e| driver_error(e, ctx))?;
+                (b.address, b.not_yet_configured)
+            }
+        };
+        listeners
+            .start(ctx.run_id, &needs, address, freebind)
+            .await
+            .map_err(|reason| refused(FailureCode::SandboxStartFailed, reason))
     }
 
     fn run_host_dir(&self, ctx: &BootContext<'_>) -> Result<PathBuf, BootError> {
@@ -637,6 +686,7 @@ impl SandboxBooter for PolicyBooter {
         let mut proxy = None;
         let mut credentials = None;
         let mut egress_network = None;
+        let mut gateway_at = None;
         if policy.needs_proxy() {
             match egress_verdict(resolved.mode, true, driver_name, caps.egress_enforcement) {
                 EgressVerdict::Refused { reason } => {
@@ -652,6 +702,7 @@ impl SandboxBooter for PolicyBooter {
                 .await
                 .map_err(|e| driver_error(e, ctx))?;
             egress_network = binding.network.clone();
+            gateway_at = Some((binding.address, binding.not_yet_configured));
             let token = ProxyToken::generate();
             let mut opts = ProxyOptions::new(
                 std::net::SocketAddr::new(binding.address, 0),
@@ -675,6 +726,21 @@ impl SandboxBooter for PolicyBooter {
                 enforce: caps.egress_enforcement,
             });
             proxy = Some(handle);
+        }
+        // Step 18: the listeners, before the sandbox (its alias and its
+        // firewall need their ports).
+        let gateway = match self.start_listeners(ctx, &driver, &info, gateway_at).await {
+            Ok(g) => g,
+            Err(e) => {
+                if let Some(p) = proxy {
+                    p.shutdown().await;
+                }
+                release_egress_network(&driver, ctx, egress_network).await;
+                return Err(e);
+            }
+        };
+        if let Some(g) = &gateway {
+            plan.gateway_ports.extend(&g.ports);
         }
         let started = self
             .prepare_and_start(ctx, &driver, plan.clone(), &source, resolved.mode, &info)
@@ -712,6 +778,7 @@ impl SandboxBooter for PolicyBooter {
                         host_dir: Some(host_dir),
                         secret_files: Some(secret_files),
                         run_files_bound,
+                        gateway,
                     })),
                     secrets: exec,
                 })
@@ -774,6 +841,8 @@ impl SandboxBooter for PolicyBooter {
                 p.shutdown().await;
             }
             drop(kept.secret_files);
+            // The sandbox is gone: nothing reaches the listeners any more.
+            drop(kept.gateway);
             if let Some(dir) = kept.host_dir {
                 remove_run_host_dir(&dir);
             }

@@ -397,6 +397,7 @@ pub fn plan_launch(
             limits: Limits::default(),
             egress: None,
             host_gateway_alias: false,
+            gateway_ports: Vec::new(),
         },
         events,
     })

@@ -15,6 +15,7 @@
 //! fails the call, never the run. It decides no placement (the table) and
 //! no policy (the node's, checked by the loop and the launcher).
 
+pub mod listener;
 pub(crate) mod process;
 
 use std::collections::HashMap;
@@ -107,7 +108,8 @@ pub struct McpHub {
     env: EnvSnapshot,
     settings: McpSettings,
     ledger: Option<Arc<dyn ProcessLedger>>,
-    log: Arc<dyn RunLog>,
+    /// The run log servers' stderr goes to (the latest node's handle).
+    log: std::sync::Mutex<Arc<dyn RunLog>>,
     slots: std::sync::Mutex<HashMap<String, Slot>>,
     /// Processes started whose connection is not up yet.
     parked: std::sync::Mutex<HashMap<String, Parked>>,
@@ -136,9 +138,17 @@ impl McpHub {
             env,
             settings,
             ledger,
-            log,
+            log: std::sync::Mutex::new(log),
             slots: std::sync::Mutex::new(HashMap::new()),
             parked: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Send later servers' stderr to `log` (a node's run-log handle; the
+    /// hub may be made at boot, before any node).
+    pub fn attach_log(&self, log: Arc<dyn RunLog>) {
+        if let Ok(mut l) = self.log.lock() {
+            *l = log;
         }
     }
 
@@ -200,6 +210,13 @@ impl McpHub {
         };
         match &spec.transport {
             McpTransport::Stdio { command, args, env } => {
+                let log = self
+                    .log
+                    .lock()
+                    .map(|l| l.clone())
+                    .map_err(|_| StartFailure::Failed {
+                        reason: "run log handle poisoned".to_owned(),
+                    })?;
                 let p = process::spawn(&process::Launch {
                     run: &self.run,
                     server: &spec.name,
@@ -208,7 +225,7 @@ impl McpHub {
                     env,
                     host_env: &self.env,
                     ledger: self.ledger.as_ref(),
-                    log: &self.log,
+                    log: &log,
                 })
                 .map_err(|e| match e {
                     AgentError::McpSpawnFailed {
@@ -302,6 +319,13 @@ impl McpHub {
             .collect()
     }
 
+    /// The raw tools of a started server (what the listener re-serves).
+    pub(crate) fn tools(&self, server: &str) -> Vec<Tool> {
+        self.started(server)
+            .map(|c| c.tools.clone())
+            .unwrap_or_default()
+    }
+
     fn started(&self, server: &str) -> Option<Arc<Connection>> {
         let slot = self
             .slots
@@ -314,6 +338,23 @@ impl McpHub {
     /// Call `tool` of `server` with `input`: the text the model gets, or
     /// the error it gets.
     pub async fn call(&self, server: &str, tool: &str, input: &Value) -> Result<String, String> {
+        let result = self.call_raw(server, tool, input).await?;
+        let text = content_text(&result);
+        if result.is_error.unwrap_or(false) {
+            Err(text)
+        } else {
+            Ok(text)
+        }
+    }
+
+    /// The server's own answer (content, structured content, error flag):
+    /// what the run's listener hands on to a CLI as is.
+    pub(crate) async fn call_raw(
+        &self,
+        server: &str,
+        tool: &str,
+        input: &Value,
+    ) -> Result<rmcp::model::CallToolResult, String> {
         let conn = self
             .started(server)
             .ok_or_else(|| format!("MCP server {server} is not running in this run"))?;
@@ -328,25 +369,15 @@ impl McpHub {
         };
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
         let bound = self.settings.call_timeout;
-        let result = match tokio::time::timeout(bound, conn.peer.call_tool(params)).await {
-            Err(_) => {
-                return Err(format!(
-                    "MCP server {server} did not answer {tool} within {} s",
-                    bound.as_secs()
-                ));
-            }
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "MCP server {server} failed during {tool}: {e} (its stderr is in the run log)"
-                ));
-            }
-            Ok(Ok(r)) => r,
-        };
-        let text = content_text(&result);
-        if result.is_error.unwrap_or(false) {
-            Err(text)
-        } else {
-            Ok(text)
+        match tokio::time::timeout(bound, conn.peer.call_tool(params)).await {
+            Err(_) => Err(format!(
+                "MCP server {server} did not answer {tool} within {} s",
+                bound.as_secs()
+            )),
+            Ok(Err(e)) => Err(format!(
+                "MCP server {server} failed during {tool}: {e} (its stderr is in the run log)"
+            )),
+            Ok(Ok(r)) => Ok(r),
         }
     }
 
@@ -410,6 +441,14 @@ fn content_text(result: &rmcp::model::CallToolResult) -> String {
 
 /// The launcher-side tools of one node: its MCP servers' tools and the
 /// privacy tools, served on the host ([`crate::LauncherTools`]).
+/// A run log that drops its lines (a hub made before any node runs gets
+/// the first node's log).
+pub struct NoLog;
+
+impl RunLog for NoLog {
+    fn line(&self, _stream: &str, _text: String) {}
+}
+
 pub(crate) struct NodeLauncher<'a> {
     pub hub: Option<Arc<McpHub>>,
     pub privacy: Option<(&'a crate::tools::privacy::PrivacyTools, RunId)>,

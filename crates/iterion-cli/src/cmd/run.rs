@@ -257,6 +257,14 @@ impl Session {
             let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
         });
 
+        // One agent runner: the engine's, and the booter's per-run MCP
+        // listener (seed step 18) serving its servers to a CLI in the box.
+        let backends = Arc::new(
+            agents
+                .backends
+                .with_store(store.clone())
+                .with_process_ledger(ledger),
+        );
         let booter = PolicyBooter::new(
             env,
             local_env,
@@ -268,15 +276,11 @@ impl Session {
             state_dir,
         )
         .with_store_dir(stores::store_dir())
-        .with_mounts(agents.mounts);
+        .with_mounts(agents.mounts)
+        .with_listeners(backends.clone());
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store.clone(), Arc::new(booter))
-            .with_agents(Arc::new(
-                agents
-                    .backends
-                    .with_store(store.clone())
-                    .with_process_ledger(ledger),
-            ))
+            .with_agents(backends)
             .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));

@@ -464,3 +464,91 @@ workflow killed:
     );
     nothing_left(&run_id);
 }
+
+/// The real Claude Code CLI in the sandbox uses the filesystem MCP server
+/// on the host through the run's listener (seed step 18): a host
+/// directory the container cannot see is read; the listener's port is
+/// admitted by the run's firewall, its token travels in the exec env only.
+fn claude_code_mcp(engine: Engine) {
+    let host = tempfile::tempdir().unwrap();
+    let secret = format!("cli-host-only-{}", std::process::id());
+    std::fs::write(host.path().join("note.txt"), &secret).unwrap();
+    let note = host.path().join("note.txt").display().to_string();
+    let prov = Provider::start(vec![
+        Turn::tool("mcp__fs__read_text_file", json!({ "path": note })),
+        Turn::text("read it"),
+    ]);
+    let sb = prov.sandbox(engine);
+    let text = format!(
+        r#"mcp_server fs:
+  transport: stdio
+  command: "node"
+  args: ["{fs}", "{dir}"]
+
+agent reader:
+  model: "anthropic/claude-sonnet-4-6"
+  backend: "claude_code"
+  user: "Read the note."
+  tools: [mcp.fs.read_text_file]
+  mcp:
+    servers: [fs]
+
+workflow cli_mcp:
+  sandbox:
+    image: "{image}"
+    host_state: none
+    network:
+      mode: allowlist
+      rules: ["{ip}"]
+  entry: reader
+  reader -> done
+"#,
+        fs = fs_server(),
+        dir = host.path().display(),
+        image = crate::support::slim(),
+        ip = host_ip(),
+    );
+    let file = sb.write("cli.iter", &text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    let events = sb.events(&run_id);
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}\n{}",
+        res.stderr,
+        serde_json::to_string_pretty(&events).unwrap()
+    );
+    let results: Vec<String> = prov
+        .p
+        .model_calls()
+        .iter()
+        .flat_map(|c| c.tool_results())
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains(&secret)),
+        "{engine:?}: the CLI did not read the host file through MCP: {results:?}"
+    );
+    let called: Vec<&Value> = of_type(&events, "tool_called");
+    assert!(
+        called
+            .iter()
+            .any(|e| e["data"]["server"] == "fs" && e["data"]["placement"] == "host"),
+        "{called:?}"
+    );
+    // The token never shows: no bearer value in events or logs.
+    let record = serde_json::to_string(&events).unwrap() + &run_logs(&sb, &run_id);
+    assert!(!record.contains("Bearer "), "a bearer header was recorded");
+    nothing_left(&run_id);
+    assert!(leftovers(engine, &run_id).is_empty());
+}
+
+#[test]
+fn dockerd_claude_code_uses_host_mcp_servers_through_the_listener() {
+    claude_code_mcp(Engine::Docker);
+}
+
+#[test]
+fn podman_claude_code_uses_host_mcp_servers_through_the_listener() {
+    claude_code_mcp(Engine::Podman);
+}
