@@ -552,3 +552,153 @@ fn dockerd_claude_code_uses_host_mcp_servers_through_the_listener() {
 fn podman_claude_code_uses_host_mcp_servers_through_the_listener() {
     claude_code_mcp(Engine::Podman);
 }
+
+/// Upstream's templates (`pr_refine_single_model.iter`, shortened): a
+/// context builder on the read-only built-ins, an actor that patches and
+/// runs commands, a judge; claw in the sandbox, the workspace a git
+/// checkout. Every built-in runs in the container and the patch lands in
+/// the host workspace through its bind.
+fn template_style(engine: Engine) {
+    let prov = Provider::start(vec![
+        Turn::tool("git_status", json!({})),
+        Turn::tool("tree", json!({})),
+        Turn::tool("search_codebase", json!({ "query": "hello" })),
+        Turn::tool("list_files", json!({})),
+        Turn::text("{\"summary\": \"one file\"}"),
+        Turn::tool("read_file", json!({ "path": "hello.txt" })),
+        Turn::tool(
+            "patch",
+            json!({ "patch": "--- a/hello.txt\n+++ b/hello.txt\n@@ -1 +1 @@\n-hello\n+hello patched\n" }),
+        ),
+        Turn::tool("run_command", json!({ "command": "cat hello.txt" })),
+        Turn::tool("git_diff", json!({})),
+        Turn::text("{\"applied\": true, \"summary\": \"patched\"}"),
+        Turn::text("{\"approved\": true, \"issues\": []}"),
+    ]);
+    let sb = prov.sandbox(engine);
+    let ws = sb.workspace();
+    std::fs::write(ws.join("hello.txt"), "hello\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", "hello.txt"]);
+    git(&["commit", "-q", "-m", "init"]);
+    let text = format!(
+        r#"schema ctx_out:
+  summary: string
+
+schema act_out:
+  applied: bool
+  summary: string
+
+schema verdict:
+  approved: bool
+  issues: string[]
+
+agent context_builder:
+  model: "anthropic/claude-sonnet-4-6"
+  user: "Build the context."
+  output: ctx_out
+  session: fresh
+  tools: [git_diff, git_status, read_file, list_files, search_codebase, tree]
+  tool_max_steps: 8
+
+agent act_on_plan:
+  model: "anthropic/claude-sonnet-4-6"
+  user: "Apply the plan: {{{{input.summary}}}}"
+  output: act_out
+  tools: [read_file, write_file, patch, list_files, search_codebase, git_diff, git_status, run_command]
+  tool_max_steps: 10
+
+judge final_verify:
+  model: "anthropic/claude-sonnet-4-6"
+  user: "Verify: {{{{input.summary}}}}"
+  output: verdict
+
+workflow pr_refine_single_model:
+  sandbox:
+    image: "{image}"
+    host_state: none
+    network:
+      mode: allowlist
+      rules: ["{ip}"]
+  entry: context_builder
+  context_builder -> act_on_plan with {{ summary: "{{{{outputs.context_builder.summary}}}}" }}
+  act_on_plan -> final_verify with {{ summary: "{{{{outputs.act_on_plan.summary}}}}" }}
+  final_verify -> done when approved
+  final_verify -> fail when not approved
+"#,
+        image = crate::support::slim(),
+        ip = host_ip(),
+    );
+    let file = sb.write("template.iter", &text);
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    let events = sb.events(&run_id);
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{engine:?}: {}\n{}",
+        res.stderr,
+        serde_json::to_string_pretty(&events).unwrap()
+    );
+    assert_eq!(prov.p.remaining(), 0);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "hello patched\n"
+    );
+    let called = of_type(&events, "tool_called");
+    for tool in [
+        "git_status",
+        "tree",
+        "search_codebase",
+        "list_files",
+        "read_file",
+        "patch",
+        "run_command",
+        "git_diff",
+    ] {
+        let e = called
+            .iter()
+            .find(|e| e["data"]["tool"] == tool)
+            .unwrap_or_else(|| panic!("{engine:?}: no tool_called for {tool}: {called:?}"));
+        assert_eq!(e["data"]["placement"], "container", "{e}");
+    }
+    assert!(
+        of_type(&events, "tool_error").is_empty(),
+        "{:?}",
+        of_type(&events, "tool_error")
+    );
+    let results: Vec<String> = prov
+        .p
+        .model_calls()
+        .iter()
+        .flat_map(|c| c.tool_results())
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("+hello patched")),
+        "the diff: {results:?}"
+    );
+    assert!(leftovers(engine, &run_id).is_empty());
+}
+
+#[test]
+fn dockerd_template_style_workflow_runs_its_builtins_in_the_box() {
+    template_style(Engine::Docker);
+}
+
+#[test]
+fn podman_template_style_workflow_runs_its_builtins_in_the_box() {
+    template_style(Engine::Podman);
+}
