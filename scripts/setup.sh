@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install what iterion's examples and tests need on a fresh Debian 12 machine:
-# Docker Engine, Podman, PostgreSQL, nftables (the per-run egress rules) and
-# the tools to build local images.
+# Docker Engine, Podman, PostgreSQL, nftables (the per-run egress rules),
+# the tools to build local images, and Chromium with its WebDriver (the
+# studio's browser tests: /usr/bin/chromium, /usr/bin/chromedriver).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 need=()
-for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates python3 python3-venv; do
+for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql uidmap iproute2 curl ca-certificates python3 python3-venv chromium chromium-driver; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then

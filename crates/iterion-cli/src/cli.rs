@@ -33,6 +33,8 @@ pub enum Command {
     /// Sandbox diagnostics and maintenance.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Serve a read-only web page over the run store.
+    Studio(StudioArgs),
     /// Internal: run one claw node inside the sandbox, over stdio.
     #[command(name = "__claw-runner", hide = true)]
     ClawRunner,
@@ -238,6 +240,17 @@ pub struct FilesArgs {
     /// Where to write the fetched file (default: stdout).
     #[arg(short = 'o', long = "output", value_name = "OUT", requires = "get")]
     pub output: Option<PathBuf>,
+}
+
+/// `iterion studio`.
+#[derive(Debug, Args)]
+pub struct StudioArgs {
+    /// Listen address; anything but loopback needs `ITERION_STUDIO_TOKEN`.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:4891")]
+    pub addr: std::net::SocketAddr,
+    /// Open the page in the desktop's browser.
+    #[arg(long)]
+    pub open: bool,
 }
 
 /// `iterion sandbox …`.

@@ -6,7 +6,9 @@
 //! [`RunStore`] seam, events, run statuses, failure codes and dispositions,
 //! size and duration parsing, the one parser of each sandbox-block rule
 //! (egress rules and presets in [`net`], container and read-back paths in
-//! [`path`]), and escaping run-supplied text for a terminal. It performs no IO and depends on no engine, database or
+//! [`path`]), escaping run-supplied text for a terminal, and the
+//! machine-readable [`view`]s of the store (the `--json` documents and the
+//! studio's API). It performs no IO and depends on no engine, database or
 //! HTTP crate: those live behind the traits, in their own crates.
 
 /// `serde` through the one parser of a parsed word or path: deserialising
@@ -43,6 +45,7 @@ pub mod plan;
 pub mod size;
 pub mod spec;
 pub mod store;
+pub mod view;
 
 pub use capabilities::Capabilities;
 pub use driver::{

@@ -320,6 +320,17 @@ pub enum DrainStatus {
     Failed,
 }
 
+impl DrainStatus {
+    /// The snake_case spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Partial => "partial",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// The drain record of one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainRecord {
@@ -592,6 +603,67 @@ pub trait RunStore: Send + Sync {
     async fn set_drain(&self, run: &RunId, drain: DrainRecord) -> Result<(), StoreError>;
     /// The drain record, if any drain ran.
     async fn get_drain(&self, run: &RunId) -> Result<Option<DrainRecord>, StoreError>;
+
+    /// Every run, newest first: [`RunStore::list_runs`] page after page
+    /// (what `iterion runs` and the studio's `/api/runs` list).
+    async fn list_all_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.list_runs(PageRequest { cursor, limit: 200 }).await?;
+            all.extend(page.items);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+    }
+}
+
+/// Checks the bytes read back for a stored file against its record, as
+/// they stream past: a file whose size or sha256 no longer matches is
+/// [`StoreError::Tampered`] and must reach nobody (issue 19 item 3). The
+/// one check every reader of run files uses (`iterion files --get`, the
+/// studio's downloads); the reader holds the bytes until it passes.
+#[derive(Debug, Clone, Default)]
+pub struct FileCheck {
+    hasher: sha2::Sha256,
+    size: u64,
+}
+
+impl FileCheck {
+    /// A check with nothing read yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Account for the next chunk.
+    pub fn update(&mut self, chunk: &[u8]) {
+        use sha2::Digest as _;
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+    }
+
+    /// Bytes seen so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether everything read matches `record`.
+    pub fn finish(self, record: &RunFileRecord) -> Result<(), StoreError> {
+        use sha2::Digest as _;
+        let sha256 = hex::encode(self.hasher.finalize());
+        if self.size != record.size || sha256 != record.sha256 {
+            return Err(StoreError::Tampered {
+                path: record.path.to_string(),
+                expected_size: record.size,
+                expected_sha256: record.sha256.clone(),
+                actual_size: self.size,
+                actual_sha256: sha256,
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,9 @@ use std::path::Path;
 use anyhow::Context as _;
 use futures_util::StreamExt;
 use iterion_core::display::printable;
-use iterion_core::store::{DrainRecord, DrainStatus, RunFilePath, RunFileRecord};
+use iterion_core::store::{DrainRecord, FileCheck, RunFilePath, RunFileRecord};
+use iterion_core::view::{FileStatus, FilesView};
 use iterion_core::{RunId, RunStore, StoreError};
-use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use crate::cli::FilesArgs;
 use crate::cmd::store_views::{parse_run_id, require_run, table};
@@ -67,26 +66,9 @@ pub(crate) async fn list(
     Ok(Exit::Success)
 }
 
-/// Per-file status: `stored`, or `stale` when the last drain says what is
-/// stored may be stale; declined members are listed as `declined`.
-fn file_status(drain: Option<&DrainRecord>) -> &'static str {
-    match drain {
-        Some(d) if d.stale => "stale",
-        _ => "stored",
-    }
-}
-
-fn drain_word(s: DrainStatus) -> &'static str {
-    match s {
-        DrainStatus::Complete => "complete",
-        DrainStatus::Partial => "partial",
-        DrainStatus::Failed => "failed",
-    }
-}
-
-/// The human listing.
+/// The human listing; declined members are listed as `declined`.
 pub(crate) fn render_files(files: &[RunFileRecord], drain: Option<&DrainRecord>) -> String {
-    let status = file_status(drain);
+    let status = FileStatus::under(drain).as_str();
     let mut rows: Vec<Vec<String>> = files
         .iter()
         .map(|f| {
@@ -116,7 +98,7 @@ pub(crate) fn render_files(files: &[RunFileRecord], drain: Option<&DrainRecord>)
     match drain {
         None => s.push_str("drain: none recorded\n"),
         Some(d) => {
-            s.push_str(&format!("drain: {}", drain_word(d.status)));
+            s.push_str(&format!("drain: {}", d.status.as_str()));
             if let Some(r) = &d.reason {
                 s.push_str(&format!(" ({})", printable(r)));
             }
@@ -133,29 +115,14 @@ pub(crate) fn render_files(files: &[RunFileRecord], drain: Option<&DrainRecord>)
     s
 }
 
-/// The JSON document of `iterion files --json`.
+/// The JSON document of `iterion files --json` (the shape the studio's
+/// `/api/runs/ID/files` serves too).
 pub(crate) fn files_json(
     run: &RunId,
     files: &[RunFileRecord],
     drain: Option<&DrainRecord>,
-) -> serde_json::Value {
-    let status = file_status(drain);
-    json!({
-        "run_id": run,
-        "files": files.iter().map(|f| json!({
-            "path": f.path,
-            "size": f.size,
-            "sha256": f.sha256,
-            "status": status,
-        })).collect::<Vec<_>>(),
-        "drain": drain.map(|d| json!({
-            "status": d.status,
-            "reason": d.reason,
-            "declined": d.declined,
-            "stale": d.stale,
-            "metered": d.metered.iter().map(|(p, n)| json!({"path": p, "bytes": n})).collect::<Vec<_>>(),
-        })),
-    })
+) -> FilesView {
+    FilesView::of(run, files, drain)
 }
 
 /// Stream one file to `output` (atomically) or to `out`, after checking
@@ -194,27 +161,16 @@ pub(crate) async fn fetch(
             )
         }
     };
-    let mut hasher = Sha256::new();
-    let mut size: u64 = 0;
+    let mut check = FileCheck::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.with_context(|| format!("reading {path} from the store"))?;
-        hasher.update(&chunk);
-        size += chunk.len() as u64;
+        check.update(&chunk);
         spool
             .file()
             .write_all(&chunk)
             .context("spooling the file to check it")?;
     }
-    let sha256 = hex::encode(hasher.finalize());
-    if size != record.size || sha256 != record.sha256 {
-        return Err(store_error(StoreError::Tampered {
-            path: path.to_string(),
-            expected_size: record.size,
-            expected_sha256: record.sha256,
-            actual_size: size,
-            actual_sha256: sha256,
-        }));
-    }
+    check.finish(&record).map_err(store_error)?;
     match (spool, output) {
         (Spool::Named(tmp), Some(target)) => {
             tmp.as_file()
@@ -256,7 +212,7 @@ mod tests {
     #![allow(clippy::expect_used, clippy::unwrap_used)]
 
     use bytes::Bytes;
-    use iterion_core::store::{NewRun, PutOutcome};
+    use iterion_core::store::{DrainStatus, NewRun, PutOutcome};
     use iterion_core::{ByteStream, Trust};
     use time::macros::datetime;
 
@@ -342,8 +298,8 @@ mod tests {
         // JSON keeps the names exact.
         let run = RunId::parse("r1").unwrap();
         let doc = files_json(&run, &files, Some(&drain));
-        assert_eq!(doc["files"][0]["path"], forged);
-        assert_eq!(doc["files"][1]["path"], ansi);
+        assert_eq!(doc.files[0].path.as_str(), forged);
+        assert_eq!(doc.files[1].path.as_str(), ansi);
     }
 
     #[test]

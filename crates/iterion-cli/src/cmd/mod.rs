@@ -8,6 +8,7 @@ mod resume;
 mod run;
 mod sandbox;
 mod store_views;
+mod studio;
 mod validate;
 
 use crate::cli::{Cli, Command, SandboxCommand};
@@ -23,6 +24,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Events(args) => store_views::events(args).await,
         Command::Logs(args) => store_views::logs(args).await,
         Command::Files(args) => files::run(args).await,
+        Command::Studio(args) => studio::run(args).await,
         Command::Sandbox(SandboxCommand::Doctor(args)) => sandbox::doctor(args).await,
         Command::Sandbox(SandboxCommand::Reap(args)) => sandbox::reap(args).await,
         #[cfg(feature = "driver-k8s")]

@@ -9,11 +9,10 @@ use unicode_width::UnicodeWidthStr;
 use futures_util::StreamExt;
 use iterion_core::display::printable;
 use iterion_core::event::EventRecord;
-use iterion_core::store::{LogLine, PageRequest, RunRecord};
+use iterion_core::store::{LogLine, RunRecord};
+use iterion_core::view::{RunsView, run_duration_ms};
+pub(crate) use iterion_core::view::{human_duration, human_time};
 use iterion_core::{RunId, RunStore};
-use serde_json::json;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::cli::{EventsArgs, LogsArgs, RunsArgs};
 use crate::exit::{Exit, UserInputError};
@@ -69,19 +68,7 @@ pub(crate) async fn list_runs(
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = store
-            .list_runs(PageRequest { cursor, limit: 200 })
-            .await
-            .map_err(store_error)?;
-        all.extend(page.items);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
+    let all = store.list_all_runs().await.map_err(store_error)?;
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&runs_json(&all))?)?;
     } else {
@@ -143,32 +130,6 @@ pub(crate) async fn show_logs(
     Ok(Exit::Success)
 }
 
-/// RFC 3339, whole seconds, UTC: what a human scans.
-pub(crate) fn human_time(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    t.replace_nanosecond(0)
-        .unwrap_or(t)
-        .format(&Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
-}
-
-/// A run's wall time, once it is terminal.
-fn duration_ms(r: &RunRecord) -> Option<u64> {
-    r.status
-        .is_terminal()
-        .then(|| ((r.updated_at - r.created_at).whole_milliseconds()).max(0) as u64)
-}
-
-/// `850ms`, `12.3s`, `4m05s`, `2h03m`.
-pub(crate) fn human_duration(ms: u64) -> String {
-    match ms {
-        0..=999 => format!("{ms}ms"),
-        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
-        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
-        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
-    }
-}
-
 /// Left-aligned columns, two spaces apart, no trailing blanks. Cells are
 /// run-supplied (file and workflow names): control and bidi characters are
 /// escaped, so a name can neither break a row nor drive the terminal.
@@ -221,7 +182,7 @@ pub(crate) fn render_runs(runs: &[RunRecord]) -> String {
                     .as_ref()
                     .map_or("-".to_owned(), |f| f.code.to_string()),
                 human_time(r.created_at),
-                duration_ms(r).map_or("-".to_owned(), human_duration),
+                run_duration_ms(r).map_or("-".to_owned(), human_duration),
             ]
         })
         .collect();
@@ -238,21 +199,10 @@ pub(crate) fn render_runs(runs: &[RunRecord]) -> String {
     )
 }
 
-/// The JSON document of `iterion runs --json`.
-pub(crate) fn runs_json(runs: &[RunRecord]) -> serde_json::Value {
-    json!({
-        "runs": runs.iter().map(|r| json!({
-            "id": r.id,
-            "workflow": r.workflow,
-            "file": r.file,
-            "trust": r.trust,
-            "status": r.status,
-            "failure_code": r.failure.as_ref().map(|f| f.code),
-            "disposition": r.failure.as_ref().map(|f| f.disposition),
-            "started": r.created_at.format(&Rfc3339).ok(),
-            "duration_ms": duration_ms(r),
-        })).collect::<Vec<_>>()
-    })
+/// The JSON document of `iterion runs --json` (the shape the studio's
+/// `/api/runs` serves too).
+pub(crate) fn runs_json(runs: &[RunRecord]) -> RunsView {
+    RunsView::of(runs)
 }
 
 /// One event, one line: `seq  time  type  [node]  data`.
@@ -298,6 +248,7 @@ mod tests {
     use iterion_core::failure::{FailureCode, RunStatus};
     use iterion_core::store::{Failure, NewLogLine, NewRun, Transition};
     use iterion_core::{EventDraft, NodeId, Trust};
+    use serde_json::json;
     use time::macros::datetime;
 
     use super::*;

@@ -23,6 +23,7 @@ mod run_flags_e2e;
 mod secrets_e2e;
 mod signals_e2e;
 mod store_schema_e2e;
+mod studio_e2e;
 mod support;
 mod tools_e2e;
 mod users_e2e;
