@@ -231,7 +231,8 @@ fn node_tools(
     Ok(allowed)
 }
 
-fn scrub_list() -> Vec<String> {
+/// The variables a built-in's child processes never inherit.
+pub(crate) fn scrub_list() -> Vec<String> {
     PROVIDER_CREDENTIAL_VARS
         .iter()
         .chain(CLAUDE_CODE_ONLY_VARS)

@@ -21,7 +21,6 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::claw::bash_timeout;
-use crate::credentials::{CLAUDE_CODE_ONLY_VARS, PROVIDER_CREDENTIAL_VARS};
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
@@ -204,11 +203,7 @@ fn host_context(
         area: ToolArea::Confined(root),
         http: HttpSettings::from_env(env, ResolverMode::System).client()?,
         bash_timeout: bash_timeout(env),
-        scrub_env: PROVIDER_CREDENTIAL_VARS
-            .iter()
-            .chain(CLAUDE_CODE_ONLY_VARS)
-            .map(|s| (*s).to_owned())
-            .collect(),
+        scrub_env: crate::agent::scrub_list(),
         cancel,
     })
 }

@@ -287,6 +287,27 @@ fn agent_failure(e: AgentError) -> NodeError {
 }
 
 impl RunCx<'_> {
+    /// Where a node's agent events go.
+    fn node_events(&self, frame: &FrameId, node: &ir::Node) -> NodeEvents {
+        NodeEvents {
+            emitter: self.events.clone(),
+            node: node.id.clone(),
+            branch: frame.branch_id().map(str::to_owned),
+            redactor: self.booted.secrets().redactor.clone(),
+        }
+    }
+
+    /// The seam's context of a node's call.
+    fn agent_context<'e>(&'e self, node: &ir::Node, events: &'e NodeEvents) -> AgentContext<'e> {
+        AgentContext {
+            sandbox: self.booted.run().as_ref(),
+            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
+            exec_env: self.exec_env(&node.id),
+            events,
+            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
+        }
+    }
+
     /// Run an agent, judge or llm-router node through the seam; its
     /// checked output.
     pub(crate) async fn run_agent(
@@ -306,19 +327,8 @@ impl RunCx<'_> {
         };
         let (request, schema) = build_request(self.run_id, self.workflow, node, scope, role)?;
         let secrets = self.booted.secrets();
-        let events = NodeEvents {
-            emitter: self.events.clone(),
-            node: node.id.clone(),
-            branch: frame.branch_id().map(str::to_owned),
-            redactor: secrets.redactor.clone(),
-        };
-        let cx = AgentContext {
-            sandbox: self.booted.run().as_ref(),
-            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
-            exec_env: self.exec_env(&node.id),
-            events: &events,
-            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
-        };
+        let events = self.node_events(frame, node);
+        let cx = self.agent_context(node, &events);
         let outcome = tokio::select! {
             r = runner.run(request, cx) => r.map_err(agent_failure)?,
             () = cancel.cancelled() => return Err(NodeError::Cancelled),
@@ -392,19 +402,8 @@ impl RunCx<'_> {
             ));
         };
         let secrets = self.booted.secrets();
-        let events = NodeEvents {
-            emitter: self.events.clone(),
-            node: node.id.clone(),
-            branch: frame.branch_id().map(str::to_owned),
-            redactor: secrets.redactor.clone(),
-        };
-        let cx = AgentContext {
-            sandbox: self.booted.run().as_ref(),
-            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
-            exec_env: self.exec_env(&node.id),
-            events: &events,
-            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
-        };
+        let events = self.node_events(frame, node);
+        let cx = self.agent_context(node, &events);
         let call = BuiltinCall {
             run_id: self.run_id.clone(),
             node: node.id.clone(),

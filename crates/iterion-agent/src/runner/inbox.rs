@@ -27,7 +27,7 @@ use super::protocol::{
     ToolCallData, ToolResultData, WireMessage, decode, encode, too_long,
 };
 use crate::claw::{ClawLoop, bash_timeout};
-use crate::credentials::{CLAUDE_CODE_ONLY_VARS, PROVIDER_CREDENTIAL_VARS, ProviderCredentials};
+use crate::credentials::ProviderCredentials;
 use crate::dispatch::{LauncherTools, LocalDispatch};
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
@@ -334,11 +334,7 @@ fn box_tool_context(
         area: ToolArea::Container,
         http: HttpSettings::from_env(env, ResolverMode::HostsFile).client()?,
         bash_timeout: bash_timeout(env),
-        scrub_env: PROVIDER_CREDENTIAL_VARS
-            .iter()
-            .chain(CLAUDE_CODE_ONLY_VARS)
-            .map(|s| (*s).to_owned())
-            .collect(),
+        scrub_env: crate::agent::scrub_list(),
         cancel,
     })
 }

@@ -217,14 +217,10 @@ async fn drive_inner(
             operation: "read the runner's output".to_owned(),
             source,
         })?;
-        if chunk.stream != OutputStream::Stdout {
-            stderr_tail.extend_from_slice(&chunk.data);
-            if stderr_tail.len() > STDERR_TAIL {
-                stderr_tail.drain(..stderr_tail.len() - STDERR_TAIL);
-            }
+        let Some(stdout) = stdout_of(&chunk, &mut stderr_tail) else {
             continue;
-        }
-        for line in splitter.feed(&chunk.data) {
+        };
+        for line in splitter.feed(stdout) {
             let line = match line {
                 Line::Complete(l) => l,
                 Line::TooLong { size } => return Err(too_long(size, Direction::RunnerToHost)),
@@ -356,16 +352,12 @@ async fn builtin_inner(
             operation: "read the runner's output".to_owned(),
             source,
         })?;
-        if chunk.stream != OutputStream::Stdout {
-            stderr_tail.extend_from_slice(&chunk.data);
-            if stderr_tail.len() > STDERR_TAIL {
-                stderr_tail.drain(..stderr_tail.len() - STDERR_TAIL);
-            }
+        let Some(stdout) = stdout_of(&chunk, &mut stderr_tail) else {
             continue;
-        }
+        };
         // The runner sends one line, its result: the first complete line
         // decides.
-        if let Some(line) = splitter.feed(&chunk.data).into_iter().next() {
+        if let Some(line) = splitter.feed(stdout).into_iter().next() {
             let line = match line {
                 Line::Complete(l) => l,
                 Line::TooLong { size } => return Err(too_long(size, Direction::RunnerToHost)),
@@ -393,6 +385,19 @@ async fn builtin_inner(
         exit_code,
         stderr_tail: String::from_utf8_lossy(&stderr_tail).trim().to_owned(),
     })
+}
+
+/// A chunk's stdout, or `None` after keeping its stderr in the bounded
+/// `tail` (for an error report).
+fn stdout_of<'c>(chunk: &'c iterion_core::OutputChunk, tail: &mut Vec<u8>) -> Option<&'c [u8]> {
+    if chunk.stream == OutputStream::Stdout {
+        return Some(&chunk.data);
+    }
+    tail.extend_from_slice(&chunk.data);
+    if tail.len() > STDERR_TAIL {
+        tail.drain(..tail.len() - STDERR_TAIL);
+    }
+    None
 }
 
 /// After its last message a process has [`EXIT_GRACE`] to exit; then it

@@ -197,18 +197,7 @@ fn assert_clean(engine: Engine, prov: &Provider, run_id: &str, events: &[Value])
 /// the run id and its events.
 fn run_finished(sb: &Sandbox, text: &str, extra: &[&str]) -> (RunResult, String, Vec<Value>) {
     let file = sb.write("agents.iter", text);
-    let res = sb.run(&file, extra);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{:?}: {}\n{}",
-        sb.engine,
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
-    (res, run_id, events)
+    crate::support::run_to_finish(sb, &file, extra)
 }
 
 fn claw_refine(engine: Engine, bindless: bool) {

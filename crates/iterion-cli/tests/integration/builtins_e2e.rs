@@ -83,16 +83,7 @@ fn privacy_round_trip(engine: Option<Engine>) {
     } else {
         &[]
     };
-    let res = sb.run(&file, extra);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, extra);
     let restored = std::fs::read_to_string(sb.workspace().join("restored.txt")).unwrap();
     assert_eq!(restored, ORIGINAL, "{engine:?}");
     let redacted = std::fs::read_to_string(sb.workspace().join("redacted.txt")).unwrap();
@@ -169,16 +160,7 @@ workflow box_read:
     );
     std::fs::write(sb.workspace().join("visible.txt"), "x").unwrap();
     let file = sb.write("box.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, &[]);
     assert!(!std::path::Path::new(&format!("/tmp/{marker}.txt")).exists());
     let out = node_output(&events, "rd");
     assert!(

@@ -140,16 +140,7 @@ workflow claw_mcp:
         sandbox = sandbox_block(Some(engine)),
     );
     let file = sb.write("mcp.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, &[]);
     let calls = prov.p.model_calls();
     let results: Vec<String> = calls.last().unwrap().tool_results();
     assert_eq!(results.len(), 6, "{results:?}");
@@ -283,6 +274,15 @@ fn failing(sb: &Sandbox, name: &str, text: &str) -> (String, String) {
     )
 }
 
+/// Our test server as server `s` in `mode`.
+fn test_server_block(mode: &str) -> String {
+    format!(
+        "mcp_server s:\n  transport: stdio\n  command: \"node\"\n  args: [\"{}\", \"{mode}\"]\n  env:\n    NODE_PATH: \"{}\"\n",
+        test_server(),
+        servers_dir().join("node_modules").display()
+    )
+}
+
 fn one_server_agent(block: &str, tools: &str) -> String {
     format!(
         r#"{block}
@@ -310,7 +310,6 @@ fn bad_mcp_servers_fail_typed_and_leave_nothing() {
     let sb = prov
         .sandbox(Engine::Docker)
         .with_env("ITERION_MCP_STARTUP_TIMEOUT", "2s");
-    let modules = servers_dir().join("node_modules").display().to_string();
 
     let missing = one_server_agent(
         "mcp_server s:\n  transport: stdio\n  command: \"/nonexistent/iterion-mcp-server\"\n",
@@ -320,35 +319,17 @@ fn bad_mcp_servers_fail_typed_and_leave_nothing() {
     assert!(error.contains("AGENT_MCP_SPAWN_FAILED"), "{error}");
     assert!(error.contains("/nonexistent/iterion-mcp-server"), "{error}");
 
-    let silent = one_server_agent(
-        &format!(
-            "mcp_server s:\n  transport: stdio\n  command: \"node\"\n  args: [\"{}\", \"silent\"]\n",
-            test_server()
-        ),
-        "mcp.s.anything",
-    );
+    let silent = one_server_agent(&test_server_block("silent"), "mcp.s.anything");
     let (_, error) = failing(&sb, "silent.iter", &silent);
     assert!(error.contains("AGENT_MCP_STARTUP_TIMEOUT"), "{error}");
 
-    let collide = one_server_agent(
-        &format!(
-            "mcp_server s:\n  transport: stdio\n  command: \"node\"\n  args: [\"{}\", \"collide\"]\n  env:\n    NODE_PATH: \"{modules}\"\n",
-            test_server()
-        ),
-        "read_file, mcp.s.*",
-    );
+    let collide = one_server_agent(&test_server_block("collide"), "read_file, mcp.s.*");
     let (_, error) = failing(&sb, "collide.iter", &collide);
     assert!(error.contains("AGENT_TOOL_COLLISION"), "{error}");
     assert!(error.contains("mcp__s__read_file"), "{error}");
 
-    let deny_all = one_server_agent(
-        &format!(
-            "mcp_server s:\n  transport: stdio\n  command: \"node\"\n  args: [\"{}\", \"tools\"]\n  env:\n    NODE_PATH: \"{modules}\"\n",
-            test_server()
-        ),
-        "mcp.s.echo",
-    )
-    .replace("  entry: a\n", "  tool_policy: []\n  entry: a\n");
+    let deny_all = one_server_agent(&test_server_block("tools"), "mcp.s.echo")
+        .replace("  entry: a\n", "  tool_policy: []\n  entry: a\n");
     let file = sb.write("denyall.iter", &deny_all);
     let res = sb.run(&file, &["--sandbox", "none"]);
     assert_eq!(res.code, Some(2), "{}", res.stderr);
@@ -509,16 +490,7 @@ workflow cli_mcp:
         ip = host_ip(),
     );
     let file = sb.write("cli.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, &[]);
     let results: Vec<String> = prov
         .p
         .model_calls()
@@ -643,16 +615,7 @@ workflow pr_refine_single_model:
         ip = host_ip(),
     );
     let file = sb.write("template.iter", &text);
-    let res = sb.run(&file, &[]);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{engine:?}: {}\n{}",
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, &[]);
     assert_eq!(prov.p.remaining(), 0);
     assert_eq!(
         std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
