@@ -48,7 +48,7 @@ pub struct LaunchPlan {
     /// TCP ports of the run's own host listeners (seed step 18: the MCP
     /// listener) on the gateway a confined sandbox may reach besides the
     /// proxy's; the firewall admits them for this run only.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gateway_ports: Vec<u16>,
 }
 
