@@ -410,6 +410,11 @@ impl Engine {
         let booted = match self.booter.boot(ctx).await {
             Ok(b) => b,
             Err(e) => {
+                // What the booter asked of the agent runner (the run's MCP
+                // listener) goes with the failed boot.
+                if let Some(agents) = &self.agents {
+                    agents.run_finished(ctx.run_id).await;
+                }
                 let setup = SetupContext {
                     cancelled: cancel.is_cancelled(),
                     interrupted: false,
