@@ -1,36 +1,72 @@
 //! Driver construction for the CLI: the one place the `iterion` binary
-//! builds its sandbox drivers, so `doctor`, `reap` and `run` see the same
-//! set. Policy (which one a run gets) stays in `iterion_sandbox::host`.
+//! finds its sandbox drivers and makes the one probe every verb reads
+//! ([`probe`]: `run`, `resume`, `doctor`, `reap` see the same set and the
+//! same readiness). Policy (which one a run gets) stays in
+//! `iterion_sandbox::host` and the decision.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use iterion_core::{Driver, DriverName};
 use iterion_driver_docker::DockerDriver;
+use iterion_runtime::HostDrivers;
 use iterion_sandbox::env::EnvSnapshot;
-use iterion_sandbox::host::{DriverProbe, HostKind, detect_host, driver_order};
+use iterion_sandbox::host::{HostKind, detect_host};
 
 /// The drivers that constructed on this host and, when none did, why.
-pub struct Discovered {
+struct Discovered {
     /// Every real driver whose engine answered, in discovery order.
-    pub drivers: Vec<Arc<dyn Driver>>,
+    drivers: Vec<Arc<dyn Driver>>,
     /// Why discovery found nothing (shown as the degrade/refuse reason).
-    pub failure: Option<String>,
+    failure: Option<String>,
 }
 
-/// Discover every real driver: on a cloud host the Kubernetes cluster the
-/// environment points at; elsewhere each distinct Docker or Podman engine
-/// that answers (`DOCKER_HOST`, `CONTAINER_HOST`, then the standard sockets).
+/// The one probe: discover every real driver — on a cloud host the
+/// Kubernetes cluster the environment points at; elsewhere each distinct
+/// Docker or Podman engine that answers (`DOCKER_HOST`, `CONTAINER_HOST`,
+/// then the standard sockets) — and ask each whether its engine answers,
+/// what it can do and what of the host it owns; every driver this binary
+/// knows gets an offer, with why it is not here when it is not.
+pub async fn probe(env: &EnvSnapshot) -> HostDrivers {
+    let discovered = discover(env).await;
+    let cloud = detect_host(env) == HostKind::Cloud;
+    let not_found = |name: DriverName| {
+        match (name, cloud) {
+        (DriverName::Kubernetes, false) if cfg!(feature = "driver-k8s") => {
+            "no Kubernetes cluster answered (KUBECONFIG, the in-cluster service account, ~/.kube/config)"
+                .to_owned()
+        }
+        (DriverName::Kubernetes, false) => NOT_BUILT.to_owned(),
+        (DriverName::Docker | DriverName::Podman, true) => {
+            "not looked for on a cloud host (the Kubernetes driver or nothing)".to_owned()
+        }
+        _ => discovered
+            .failure
+            .clone()
+            .unwrap_or_else(|| "no such engine answered".to_owned()),
+    }
+    };
+    let missing = [
+        DriverName::Docker,
+        DriverName::Podman,
+        DriverName::Kubernetes,
+    ]
+    .into_iter()
+    .map(|name| (name, not_found(name)))
+    .collect();
+    HostDrivers::probe(discovered.drivers, missing).await
+}
+
 /// The driver is wrapped with nothing here; the runtime tees its lines
 /// into the run log through the observer it passes to each call.
-pub async fn discover(env: &EnvSnapshot) -> Discovered {
+async fn discover(env: &EnvSnapshot) -> Discovered {
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     // Scoped to this store: a run never reaps what another store's runs
     // created on the same engine (see `DockerDriver::with_store_scope`).
     let scope = crate::stores::scope_from_env();
     // Host kind cloud (facts §5.2): the Kubernetes driver or nothing,
     // never a Docker engine that happens to answer.
-    if detect_host(env, None) == HostKind::Cloud {
+    if detect_host(env) == HostKind::Cloud {
         return discover_cloud(&process_env, scope).await;
     }
     match DockerDriver::discover_all(&process_env).await {
@@ -80,38 +116,6 @@ async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -
 /// Why a cloud host has no driver in a binary built without it.
 const NOT_BUILT: &str =
     "the Kubernetes driver is not built into this binary (cargo feature driver-k8s)";
-
-/// Every real driver that constructs on this host.
-pub async fn available_drivers(env: &EnvSnapshot) -> Vec<Arc<dyn Driver>> {
-    discover(env).await.drivers
-}
-
-/// Probe each driver of the host's order: available when constructed and
-/// its engine answers a ping.
-pub async fn probe_drivers(host: HostKind, drivers: &[Arc<dyn Driver>]) -> Vec<DriverProbe> {
-    let mut probes = Vec::new();
-    for name in driver_order(host)
-        .iter()
-        .copied()
-        .filter(|d| *d != DriverName::Noop)
-    {
-        let unavailable = match drivers.iter().find(|d| d.name() == name) {
-            None => Some(match name {
-                DriverName::Kubernetes if cfg!(feature = "driver-k8s") => {
-                    "no Kubernetes cluster answered (KUBECONFIG, the in-cluster service account, ~/.kube/config)".to_owned()
-                }
-                DriverName::Kubernetes => NOT_BUILT.to_owned(),
-                _ => "no such engine answered".to_owned(),
-            }),
-            Some(d) => d.ping().await.err().map(|e| e.to_string()),
-        };
-        probes.push(DriverProbe {
-            driver: name,
-            unavailable,
-        });
-    }
-    probes
-}
 
 /// Container runtimes found on `PATH` (informational; drivers speak the API).
 pub fn runtimes_on_path() -> Vec<String> {

@@ -231,10 +231,16 @@ impl FailureCode {
         }
     }
 
-    /// The status a run with this failure ends in.
+    /// The status a run with this failure ends in. A failure a retry may
+    /// cure — the platform's (infrastructure), or a transient failure of the
+    /// sandbox start or of the store (issue 14 item 8(c); upstream keeps a
+    /// failed sandbox start resumable) — ends `failed_resumable`, so a
+    /// runner that NAKs it finds it redeliverable; a run's own bound
+    /// (`TIMEOUT`) and everything the same input repeats end `failed`.
     pub fn status(self) -> RunStatus {
         match self {
             Self::Cancelled => RunStatus::Cancelled,
+            Self::SandboxStartFailed | Self::StoreError => RunStatus::FailedResumable,
             _ if self.disposition() == Disposition::Infrastructure => RunStatus::FailedResumable,
             _ => RunStatus::Failed,
         }
@@ -278,6 +284,11 @@ mod tests {
             Disposition::Infrastructure
         );
         assert_eq!(FailureCode::Cancelled.status(), RunStatus::Cancelled);
+        // Transient failures of the platform stay resumable (issue 14 8(c)).
+        for c in [FailureCode::SandboxStartFailed, FailureCode::StoreError] {
+            assert_eq!(c.disposition(), Disposition::Transient);
+            assert_eq!(c.status(), RunStatus::FailedResumable);
+        }
         // A bound that was hit is a plain failure: a redelivery would hit it
         // again (budget) or may pass (timeout), never an infrastructure NAK.
         assert_eq!(FailureCode::Timeout.status(), RunStatus::Failed);

@@ -82,6 +82,20 @@ pub struct NetworkSpec {
     pub inherit: Option<NetworkInherit>,
 }
 
+impl NetworkSpec {
+    /// The mode the block resolves to: a block without `mode:` is open
+    /// (facts §7.1 [I], compile warning C312).
+    pub fn effective_mode(&self) -> NetworkMode {
+        self.mode.unwrap_or(NetworkMode::Open)
+    }
+
+    /// Whether enforcing `network` (no block: open) needs the egress proxy:
+    /// anything but open does (facts §7.1).
+    pub fn needs_proxy(network: Option<&NetworkSpec>) -> bool {
+        network.is_some_and(|n| n.effective_mode() != NetworkMode::Open)
+    }
+}
+
 /// Egress policy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

@@ -1,7 +1,7 @@
 //! [`K8sError`]: every way the Kubernetes driver fails, each with a stable
 //! [`K8sError::code`], and the one mapping onto the driver seam's
 //! [`DriverError`] (which decides the run's failure code through
-//! `iterion_sandbox::verdict::setup_failure_status`).
+//! `iterion_sandbox::classify::classify`).
 //!
 //! The mapping is the place where an API answer becomes a run outcome, so
 //! it is kept here and nowhere else: a missing namespace or a cluster that

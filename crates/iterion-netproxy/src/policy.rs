@@ -59,7 +59,7 @@ impl Policy {
     /// (facts §7.1 [I], compile warning C312). Preset rules come first,
     /// then the block's (facts §2.3).
     pub fn compile(spec: &NetworkSpec) -> Result<Self, NetproxyError> {
-        let mode = spec.mode.unwrap_or(NetworkMode::Open);
+        let mode = spec.effective_mode();
         let preset_rules = spec.preset.map(preset::rules).unwrap_or(&[]);
         let mut rules = Vec::with_capacity(preset_rules.len() + spec.rules.len());
         for r in preset_rules {

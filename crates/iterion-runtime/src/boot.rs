@@ -4,53 +4,30 @@
 //! (seed steps 3–19: admission verdict, precedence, driver selection,
 //! degrade-vs-refuse, mounts, proxy, prepare/start). The engine calls it at
 //! three points — `admit` before anything starts, `boot` after the run is
-//! `running`, `teardown` always — and executes nodes in whatever
-//! [`SandboxRun`] it hands back. [`HostBooter`] is the trivial booter:
-//! every run on the host through the noop driver.
+//! `running` (with what `admit` returned, so the run is decided once),
+//! `teardown` always — and executes nodes in whatever [`SandboxRun`] it
+//! hands back. [`HostBooter`] is the trivial booter: every run on the host
+//! through the noop driver.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use iterion_core::plan::PROXY_ENV_VARS;
-use iterion_core::{DriverError, FailureCode, NodeId, RunId, SandboxRun, Trust};
+use iterion_core::{DriverError, NodeId, RunId, SandboxRun, Trust};
 use iterion_dsl::ir;
 use iterion_netproxy::CredentialBook;
+use iterion_sandbox::admission::AdmissionVerdict;
+use iterion_sandbox::classify::{Cause, Classified, Refused, SetupContext, Stage, classify};
+use iterion_sandbox::decision::SandboxDecision;
 use iterion_sandbox::noop::NoopDriver;
-use iterion_sandbox::verdict::{SetupContext, setup_failure_status};
+use iterion_sandbox::precedence::SandboxFlags;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
+use crate::sandbox_boot::{Decided, Kept};
 use crate::secrets::Redactor;
-
-/// Booter-specific flags of a run (`--sandbox`, preflight, …), opaque to
-/// the engine: the booter that defined the type downcasts it.
-#[derive(Clone, Default)]
-pub struct BootFlags(Option<Arc<dyn Any + Send + Sync>>);
-
-impl BootFlags {
-    /// Wrap flags.
-    pub fn new<T: Any + Send + Sync>(flags: T) -> Self {
-        Self(Some(Arc::new(flags)))
-    }
-
-    /// The flags, when they are a `T`.
-    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
-        self.0.as_deref().and_then(|a| a.downcast_ref::<T>())
-    }
-}
-
-impl std::fmt::Debug for BootFlags {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "BootFlags(..)"
-        } else {
-            "BootFlags(none)"
-        })
-    }
-}
 
 /// What a booter sees of the run.
 #[derive(Debug)]
@@ -65,29 +42,91 @@ pub struct BootContext<'a> {
     pub trust: Trust,
     /// Absolute host workspace.
     pub workspace: &'a Path,
-    /// Booter flags.
-    pub flags: &'a BootFlags,
+    /// The CLI's sandbox knobs of the run.
+    pub flags: &'a SandboxFlags,
     /// The run's event writer (sandbox_* events, driver log lines).
     pub events: &'a Emitter,
     /// Fires when the run is cancelled; a slow boot should stop on it.
     pub cancel: &'a CancellationToken,
 }
 
-/// The admission verdict of a booter (seed step 3–4).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdmissionVerdict {
-    /// The run may start.
-    Admit {
-        /// Why (names the tier that spoke, when one did).
-        reason: String,
-    },
-    /// The run is refused before anything starts.
-    Deny {
-        /// Admission code (`untrusted_without_sandbox`).
-        code: String,
-        /// Why (names the tier that spoke).
-        reason: String,
-    },
+/// What admission hands boot: the verdict the engine persists and, for the
+/// policy booter, the run's sandbox decision — decided once, at admission,
+/// and executed by boot.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Whether the run may start.
+    pub verdict: AdmissionVerdict,
+    decided: Option<Box<Decided>>,
+}
+
+impl Admitted {
+    /// A verdict with no sandbox decision (a booter without a policy, the
+    /// engine's own refusals).
+    pub fn new(verdict: AdmissionVerdict) -> Self {
+        Self {
+            verdict,
+            decided: None,
+        }
+    }
+
+    pub(crate) fn decided(decided: Decided) -> Self {
+        Self {
+            verdict: decided.decision.admission.clone(),
+            decided: Some(Box::new(decided)),
+        }
+    }
+
+    pub(crate) fn into_decided(self) -> Option<Box<Decided>> {
+        self.decided
+    }
+
+    /// The sandbox decision admission was read from, when a policy made one.
+    pub fn decision(&self) -> Option<&SandboxDecision> {
+        self.decided.as_deref().map(|d| &d.decision)
+    }
+}
+
+impl From<AdmissionVerdict> for Admitted {
+    fn from(verdict: AdmissionVerdict) -> Self {
+        Self::new(verdict)
+    }
+}
+
+/// What a booter keeps alive until teardown: nothing, the private scratch
+/// directory of a host run (removed when dropped), or what a sandbox of the
+/// policy booter holds (its proxy, host directories and secret files).
+#[derive(Debug, Default)]
+pub struct Keep(Kind);
+
+#[derive(Debug, Default)]
+enum Kind {
+    #[default]
+    Nothing,
+    Scratch(#[allow(dead_code)] tempfile::TempDir),
+    Sandbox(Box<Kept>),
+}
+
+impl Keep {
+    /// Nothing to keep.
+    pub fn nothing() -> Self {
+        Self(Kind::Nothing)
+    }
+
+    pub(crate) fn scratch(dir: tempfile::TempDir) -> Self {
+        Self(Kind::Scratch(dir))
+    }
+
+    pub(crate) fn sandbox(kept: Kept) -> Self {
+        Self(Kind::Sandbox(Box::new(kept)))
+    }
+
+    pub(crate) fn into_sandbox(self) -> Option<Box<Kept>> {
+        match self.0 {
+            Kind::Sandbox(k) => Some(k),
+            Kind::Nothing | Kind::Scratch(_) => None,
+        }
+    }
 }
 
 /// What every exec of a run carries of its secrets: `as: env` values for
@@ -165,7 +204,7 @@ pub enum Booted {
         scratch_dir: String,
         /// Whatever the booter must keep alive until teardown (proxy,
         /// listeners); handed back to [`SandboxBooter::teardown`].
-        keep: Option<Box<dyn Any + Send + Sync>>,
+        keep: Keep,
         /// The run's `as: env` secrets and their redactor.
         secrets: ExecSecrets,
     },
@@ -178,7 +217,7 @@ pub enum Booted {
         /// A private host directory for script files.
         scratch_dir: String,
         /// Kept until teardown (the scratch directory's guard).
-        keep: Option<Box<dyn Any + Send + Sync>>,
+        keep: Keep,
         /// The run's `as: env` secrets and their redactor.
         secrets: ExecSecrets,
     },
@@ -239,14 +278,16 @@ impl Booted {
     }
 }
 
-/// Why boot failed. Each maps to one failure code (facts §9.2).
+/// Why boot failed. Each maps to one failure code through the one
+/// classifier ([`iterion_sandbox::classify`], facts §9.2).
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
-    /// The policy refused (inline with no driver, …).
+    /// The sandbox decision refused the run (inline with no driver, a
+    /// refused spec, …).
     #[error("{reason}")]
     Refused {
-        /// The failure code to stamp.
-        code: FailureCode,
+        /// Which refusal.
+        refused: Refused,
         /// Why.
         reason: String,
     },
@@ -260,7 +301,7 @@ pub enum BootError {
     /// Boot stopped because the run was cancelled.
     #[error("boot cancelled")]
     Cancelled,
-    /// Local setup failed.
+    /// A host-side step failed (the run's private directories).
     #[error("{operation}: {source}")]
     Io {
         /// What was being done.
@@ -269,29 +310,51 @@ pub enum BootError {
         #[source]
         source: std::io::Error,
     },
+    /// The run's file secrets could not be written.
+    #[error("file secrets: {source}")]
+    Secrets {
+        /// Cause.
+        #[source]
+        source: crate::secrets::SecretError,
+    },
+    /// `boot` was called without this booter's admission (an engine
+    /// defect: it boots only what `admit` admitted).
+    #[error("boot without this booter's admission decision")]
+    NotAdmitted,
+    /// The run's egress proxy could not be started.
+    #[error("egress proxy: {source}")]
+    Proxy {
+        /// Cause.
+        #[source]
+        source: iterion_netproxy::NetproxyError,
+    },
 }
 
 impl BootError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
+    /// What the failure was, for the one classifier.
+    pub fn cause(&self) -> Cause<'_> {
         match self {
-            Self::Refused { code, .. } => code.as_str(),
-            Self::Driver { source } => source.code(),
-            Self::Cancelled => "CANCELLED",
-            Self::Io { .. } => "SANDBOX_START_FAILED",
+            Self::Refused { refused, .. } => Cause::Refused(*refused),
+            Self::Driver { source } => Cause::Driver(source),
+            Self::Cancelled => Cause::Cancelled,
+            Self::Io { .. } | Self::Secrets { .. } | Self::Proxy { .. } | Self::NotAdmitted => {
+                Cause::HostSetup
+            }
         }
     }
 
-    /// The run's failure code. A driver error goes through the one
-    /// setup-failure classifier of the policy (facts §9.2), with whether
-    /// the run was cancelled meanwhile.
-    pub fn failure_code(&self, setup: SetupContext) -> FailureCode {
+    /// The run's status, failure code and disposition (facts §9.2), with
+    /// whether the run was cancelled meanwhile.
+    pub fn classify(&self, setup: SetupContext) -> Classified {
+        classify(self.cause(), Stage::Setup, setup)
+    }
+
+    /// Stable code: the driver's own for a driver error, else the failure
+    /// code the failure is classified with.
+    pub fn code(&self) -> &'static str {
         match self {
-            Self::Refused { code, .. } => *code,
-            Self::Cancelled => FailureCode::Cancelled,
-            Self::Io { .. } if setup.cancelled => FailureCode::Cancelled,
-            Self::Io { .. } => FailureCode::SandboxStartFailed,
-            Self::Driver { source } => setup_failure_status(source, setup).1,
+            Self::Driver { source } => source.code(),
+            other => other.classify(SetupContext::default()).code.as_str(),
         }
     }
 }
@@ -300,16 +363,18 @@ impl BootError {
 #[async_trait]
 pub trait SandboxBooter: Send + Sync {
     /// The admission gate (seed step 3), before workspace setup and any
-    /// container. The engine persists the verdict before a refusal returns.
-    async fn admit(&self, ctx: &BootContext<'_>) -> AdmissionVerdict {
+    /// container. The engine persists the verdict before a refusal returns,
+    /// and hands what this returns to [`SandboxBooter::boot`].
+    async fn admit(&self, ctx: &BootContext<'_>) -> Admitted {
         let _ = ctx;
         AdmissionVerdict::Admit {
             reason: "no admission policy".into(),
         }
+        .into()
     }
 
-    /// Resolve the mode and start the sandbox (or settle on the host).
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError>;
+    /// Start the sandbox admission decided on (or settle on the host).
+    async fn boot(&self, ctx: &BootContext<'_>, admitted: Admitted) -> Result<Booted, BootError>;
 
     /// Drain and clean up, best effort. Called exactly once after a
     /// successful boot, whatever the run's outcome; an error here is
@@ -341,7 +406,7 @@ impl Default for HostBooter {
 
 #[async_trait]
 impl SandboxBooter for HostBooter {
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+    async fn boot(&self, ctx: &BootContext<'_>, _admitted: Admitted) -> Result<Booted, BootError> {
         host_booted(ctx, self.reason.clone())
     }
 
@@ -371,7 +436,7 @@ pub fn host_booted(ctx: &BootContext<'_>, reason: String) -> Result<Booted, Boot
         reason,
         run: Arc::new(NoopDriver::host_run(workspace)),
         scratch_dir,
-        keep: Some(Box::new(scratch)),
+        keep: Keep::scratch(scratch),
         secrets: ExecSecrets::default(),
     })
 }

@@ -15,22 +15,24 @@ use std::time::Instant;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::AgentRunner;
-use iterion_core::store::{Admission, AdmissionDecision, Failure, NewRun, RunRecord, Transition};
+use iterion_core::store::{AdmissionDecision, Failure, NewRun, RunRecord, Transition};
 use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
 use iterion_dsl::ir;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use iterion_sandbox::verdict::SetupContext;
+use iterion_sandbox::classify::SetupContext;
 
 use crate::admission;
-use crate::boot::{AdmissionVerdict, BootContext, BootFlags, Booted, SandboxBooter};
+use crate::boot::{Admitted, BootContext, Booted, SandboxBooter};
 use crate::bounds::{BoundsError, RunBounds, Watchdog};
 use crate::events::{Emitter, EventTap, spawn_writer};
 use crate::exec::{RunCx, Stop};
 use crate::human::HumanPrompter;
 use crate::owner;
 use crate::progress::{PROGRESS_VERSION, ProgressStep, ResumePoint, RunLaunch, RunProgress};
+use iterion_sandbox::admission::AdmissionVerdict;
+use iterion_sandbox::precedence::SandboxFlags;
 
 /// Engine-wide knobs.
 #[derive(Debug, Clone)]
@@ -71,8 +73,8 @@ pub struct RunOptions {
     pub run_id: RunId,
     /// Absolute host workspace (the default exec workdir on the host).
     pub workspace: PathBuf,
-    /// Flags for the booter.
-    pub flags: BootFlags,
+    /// The CLI's sandbox knobs.
+    pub flags: SandboxFlags,
     /// SHA-256 (hex) of the workflow source (a resume of a changed source
     /// is refused unless forced).
     pub source_sha256: Option<String>,
@@ -274,48 +276,30 @@ impl Engine {
             Err(e) => Err((e.code(), e.to_string())),
             Ok(b) => checked.map(|vars| (vars, b)),
         };
-        let (verdict, vars, bounds) = match checked {
+        let (admitted, vars, bounds) = match checked {
             Err((code, reason)) => (
-                AdmissionVerdict::Deny {
-                    code: code.to_owned(),
-                    reason,
-                },
+                Admitted::new(AdmissionVerdict::deny(code, reason)),
                 BTreeMap::new(),
                 None,
             ),
             Ok((vars, b)) => (self.booter.admit(ctx).await, vars, Some(b)),
         };
-        let (decision, code, reason) = match &verdict {
-            AdmissionVerdict::Admit { reason } => (AdmissionDecision::Admitted, None, reason),
-            AdmissionVerdict::Deny { code, reason } => {
-                (AdmissionDecision::Denied, Some(code.clone()), reason)
-            }
-        };
+        let admission = admitted.verdict.record(OffsetDateTime::now_utc());
         events.emit(EventKind::RunAdmission {
-            decision: match decision {
+            decision: match admission.decision {
                 AdmissionDecision::Admitted => "admitted",
                 AdmissionDecision::Denied => "denied",
             }
             .into(),
-            phase: "pre_model".into(),
-            code: code.clone(),
-            reason: reason.clone(),
+            phase: admission.phase.clone(),
+            code: admission.code.clone(),
+            reason: admission.reason.clone(),
         });
         // The verdict is on the record before a refusal returns, so the run
         // explains itself (seed "Collections touched").
         let record = match self
             .store
-            .record_admission(
-                &options.run_id,
-                Admission {
-                    decision,
-                    phase: "pre_model".into(),
-                    code,
-                    reason: reason.clone(),
-                    checked_at: OffsetDateTime::now_utc(),
-                },
-                Some(record.revision),
-            )
+            .record_admission(&options.run_id, admission, Some(record.revision))
             .await
         {
             Ok(r) => r,
@@ -328,9 +312,21 @@ impl Engine {
             }
         };
         // Bounds exist exactly when our own checks admitted the run.
-        let (AdmissionVerdict::Admit { .. }, Some(bounds)) = (&verdict, bounds) else {
-            let failure = Failure::new(FailureCode::LaunchFailed, reason.clone());
-            return self.finish(ctx, &record, Some(failure), started).await;
+        let bounds = match (&admitted.verdict, bounds) {
+            (AdmissionVerdict::Admit { .. }, Some(bounds)) => bounds,
+            (
+                AdmissionVerdict::Deny {
+                    failure, reason, ..
+                },
+                _,
+            ) => {
+                let failure = Failure::new(*failure, reason.clone());
+                return self.finish(ctx, &record, Some(failure), started).await;
+            }
+            (AdmissionVerdict::Admit { reason }, None) => {
+                let failure = Failure::new(FailureCode::LaunchFailed, reason.clone());
+                return self.finish(ctx, &record, Some(failure), started).await;
+            }
         };
         if cancel.is_cancelled() {
             let failure = stopped(&bounds, watchdog, events);
@@ -384,7 +380,7 @@ impl Engine {
             bounds,
             watchdog,
         };
-        self.boot_and_walk(ctx, &record, started, cancel, walk)
+        self.boot_and_walk(ctx, &record, started, cancel, walk, admitted)
             .await
     }
 
@@ -397,6 +393,7 @@ impl Engine {
         started: Instant,
         cancel: &CancellationToken,
         walk: Walk<'_>,
+        admitted: Admitted,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
         let Walk {
@@ -407,7 +404,7 @@ impl Engine {
             watchdog,
         } = walk;
         // ---- boot
-        let booted = match self.booter.boot(ctx).await {
+        let booted = match self.booter.boot(ctx, admitted).await {
             Ok(b) => b,
             Err(e) => {
                 // What the booter asked of the agent runner (the run's MCP
@@ -419,7 +416,7 @@ impl Engine {
                     cancelled: cancel.is_cancelled(),
                     interrupted: false,
                 };
-                let failure = match e.failure_code(setup) {
+                let failure = match e.classify(setup).code {
                     // A boot stopped by the run's deadline failed on it.
                     FailureCode::Cancelled => stopped(&bounds, watchdog, events),
                     code => Failure::new(code, e.to_string()),

@@ -69,13 +69,13 @@ impl NodeError {
         }
     }
 
+    /// A driver error of a node's exec, through the one classifier.
     pub(crate) fn driver(e: DriverError) -> Self {
-        let code = match e {
-            DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
-            DriverError::Cancelled => return Self::Cancelled,
-            _ => FailureCode::NodeFailed,
-        };
-        Self::failed(code, format!("{} ({})", e, e.code()))
+        use iterion_sandbox::classify::{Cause, SetupContext, Stage, classify};
+        match classify(Cause::Driver(&e), Stage::Exec, SetupContext::default()).code {
+            FailureCode::Cancelled => Self::Cancelled,
+            code => Self::failed(code, format!("{} ({})", e, e.code())),
+        }
     }
 }
 

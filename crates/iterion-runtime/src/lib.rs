@@ -16,14 +16,14 @@
 //! or parse `.iter` files (`iterion-dsl` does).
 //!
 //! Wiring a real sandbox is one type: implement [`SandboxBooter`] —
-//! `admit` returns the policy's verdict (e.g. `untrusted_without_sandbox`),
-//! `boot` resolves the mode, selects the driver (with a [`RunObserver`] so
-//! driver lines land in the run log), starts the proxy, prepares and
-//! starts, and returns [`Booted::Sandbox`] (or [`Booted::Host`] for an
-//! opt-out or a degraded `auto`, after emitting `sandbox_skipped`); a
-//! refusal is a [`BootError::Refused`] carrying its failure code;
-//! `teardown` drains and cleans up. CLI flags reach it through
-//! [`BootFlags`]. The engine does everything else.
+//! `admit` returns the [`Admitted`] verdict (the policy booter decides the
+//! run's sandbox there, once: `iterion_sandbox::decision`), `boot` executes
+//! what was admitted (with a [`RunObserver`] so driver lines land in the
+//! run log) and returns [`Booted::Sandbox`] (or [`Booted::Host`] for an
+//! opt-out or a degraded `auto`); a refusal is a [`BootError`] the one
+//! classifier (`iterion_sandbox::classify`) turns into a status and code;
+//! `teardown` drains and cleans up. CLI flags reach it as typed
+//! [`SandboxFlags`]. The engine does everything else.
 
 pub mod admission;
 pub mod agents;
@@ -51,9 +51,11 @@ mod tool;
 mod walk;
 
 pub use boot::{
-    AdmissionVerdict, BootContext, BootError, BootFlags, Booted, ExecEgress, ExecSecrets,
-    HostBooter, SandboxBooter,
+    Admitted, BootContext, BootError, Booted, ExecEgress, ExecSecrets, HostBooter, Keep,
+    SandboxBooter,
 };
 pub use engine::{Engine, EngineSettings, RunOptions, RunOutcome, RuntimeError};
 pub use events::{Emitter, EventTap, RunObserver};
-pub use sandbox_boot::{DriverCatalog, PolicyBooter, SandboxFlags};
+pub use iterion_sandbox::admission::AdmissionVerdict;
+pub use iterion_sandbox::precedence::SandboxFlags;
+pub use sandbox_boot::{Decided, HostDrivers, PolicyBooter, RunRequest, SandboxHost};

@@ -291,7 +291,7 @@ impl crate::Engine {
     pub async fn resume(
         &self,
         plan: ResumePlan,
-        flags: crate::BootFlags,
+        flags: crate::SandboxFlags,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<crate::RunOutcome, crate::RuntimeError> {
         use crate::RuntimeError;
@@ -371,14 +371,13 @@ impl crate::Engine {
         let checked = crate::admission::check_workflow(&workflow, self.has_agents())
             .map_err(|e| (e.code(), e.to_string()))
             .and_then(|()| bounds.map_err(|e| (e.code(), e.to_string())));
-        let verdict = match &checked {
-            Err((code, reason)) => crate::AdmissionVerdict::Deny {
-                code: (*code).to_owned(),
-                reason: reason.clone(),
-            },
+        let admitted = match &checked {
+            Err((code, reason)) => {
+                crate::Admitted::new(crate::AdmissionVerdict::deny(*code, reason.clone()))
+            }
             Ok(_) => self.booter().admit(&ctx).await,
         };
-        let result = match (verdict, checked) {
+        let result = match (&admitted.verdict, checked) {
             (crate::AdmissionVerdict::Admit { .. }, Ok(bounds)) => {
                 let walk = crate::engine::Walk {
                     workflow: &workflow,
@@ -391,11 +390,19 @@ impl crate::Engine {
                     bounds,
                     watchdog: &watchdog,
                 };
-                self.boot_and_walk(&ctx, &record, started, &cancel, walk)
+                self.boot_and_walk(&ctx, &record, started, &cancel, walk, admitted)
                     .await
             }
-            (crate::AdmissionVerdict::Deny { reason, .. }, _)
-            | (crate::AdmissionVerdict::Admit { .. }, Err((_, reason))) => {
+            (
+                crate::AdmissionVerdict::Deny {
+                    reason, failure, ..
+                },
+                _,
+            ) => {
+                let failure = iterion_core::store::Failure::new(*failure, reason.clone());
+                self.finish(&ctx, &record, Some(failure), started).await
+            }
+            (crate::AdmissionVerdict::Admit { .. }, Err((_, reason))) => {
                 let failure = iterion_core::store::Failure::new(FailureCode::LaunchFailed, reason);
                 self.finish(&ctx, &record, Some(failure), started).await
             }

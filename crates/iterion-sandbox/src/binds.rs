@@ -28,13 +28,14 @@
 //! workspace can hold the default `.iterion` store.
 //!
 //! [`sensitive_reason`] is the pure half (a normalised absolute path and a
-//! role in, a reason out); [`judge_bind`] resolves and calls it;
-//! [`resolve_plan_binds`] (booter, doctor) rewrites a plan's sources to
-//! their real paths and adds the masks; [`recheck_plan_binds`] (the driver,
+//! role in, a reason out); [`judge_bind_in`] resolves through a
+//! [`HostPaths`] and calls it ([`judge_bind`] on [`RealHost`]);
+//! [`resolve_plan_binds`] (the sandbox decision, so a run and `doctor`)
+//! rewrites a plan's sources to their real paths and adds the masks; [`recheck_plan_binds`] (the driver,
 //! in `prepare` and immediately before create) refuses a plan whose
 //! sources no longer resolve to themselves, so a component swapped for a
-//! symlink after the judgement cannot win. `doctor --strict` and a run call
-//! the same functions. This module does not decide which binds a plan has
+//! symlink after the judgement cannot win. `doctor --strict` and a run get
+//! the same verdicts: they share the decision. This module does not decide which binds a plan has
 //! (`mounts`) nor who the sandbox runs as (`identity`).
 
 use std::os::unix::fs::FileTypeExt;
@@ -399,28 +400,129 @@ pub fn check_spelling(
     Ok(lexical)
 }
 
-/// Judge one bind source: its spelling, then its real path (every
-/// symlink followed) and the kind of file it is. Returns the real path,
-/// which is what the engine must be given.
+/// What a host path really is: its real path (every symlink followed)
+/// and the kind of file there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    /// The real path.
+    pub real: String,
+    /// What is there.
+    pub kind: PathKind,
+}
+
+/// The kind of file a real path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A unix socket.
+    Socket,
+    /// A block or character device.
+    Device,
+    /// A fifo.
+    Fifo,
+}
+
+/// Why a host path could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// Nothing is there.
+    NotFound,
+    /// It resolves to a path that is not UTF-8.
+    NotUtf8,
+    /// Resolving or inspecting it failed.
+    Failed {
+        /// The error as the OS said it.
+        reason: String,
+    },
+}
+
+/// The host's filesystem as the bind judge sees it. The judge asks only
+/// this, so the sandbox decision stays a function of what it is given:
+/// [`RealHost`] asks the kernel; the decision layers the per-run
+/// directories the booter will create over it (`crate::decision`), and
+/// tests hand a table.
+pub trait HostPaths {
+    /// Resolve `path` (absolute, normalised).
+    fn resolve(&self, path: &str) -> Result<ResolvedPath, ResolveError>;
+}
+
+/// The real filesystem of this host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealHost;
+
+impl HostPaths for RealHost {
+    fn resolve(&self, path: &str) -> Result<ResolvedPath, ResolveError> {
+        let real = match std::fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ResolveError::NotFound);
+            }
+            Err(e) => {
+                return Err(ResolveError::Failed {
+                    reason: format!("cannot be resolved: {e}"),
+                });
+            }
+        };
+        let real = real
+            .to_str()
+            .map(str::to_owned)
+            .ok_or(ResolveError::NotUtf8)?;
+        let meta = std::fs::symlink_metadata(&real).map_err(|e| ResolveError::Failed {
+            reason: format!("cannot be inspected: {e}"),
+        })?;
+        let t = meta.file_type();
+        let kind = if t.is_socket() {
+            PathKind::Socket
+        } else if t.is_block_device() || t.is_char_device() {
+            PathKind::Device
+        } else if t.is_fifo() {
+            PathKind::Fifo
+        } else if t.is_dir() {
+            PathKind::Dir
+        } else {
+            PathKind::File
+        };
+        Ok(ResolvedPath { real, kind })
+    }
+}
+
+/// Judge one bind source on this host's real filesystem (the driver's
+/// re-check); [`judge_bind_in`] with [`RealHost`].
 pub fn judge_bind(
     source: &str,
     role: BindRole,
     settings: &HostBindSettings,
     scope: &BindScope<'_>,
 ) -> Result<String, GuardViolation> {
+    judge_bind_in(&RealHost, source, role, settings, scope)
+}
+
+/// Judge one bind source: its spelling, then its real path (every
+/// symlink followed) and the kind of file it is. Returns the real path,
+/// which is what the engine must be given.
+pub fn judge_bind_in(
+    fs: &dyn HostPaths,
+    source: &str,
+    role: BindRole,
+    settings: &HostBindSettings,
+    scope: &BindScope<'_>,
+) -> Result<String, GuardViolation> {
     let lexical = check_spelling(source, role, settings)?;
-    let real = match std::fs::canonicalize(&lexical) {
-        Ok(p) => p,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let ResolvedPath { real, kind } = match fs.resolve(&lexical) {
+        Ok(r) => r,
+        Err(ResolveError::NotFound) => {
             return Err(refuse(
                 source,
                 "does not exist (a bind source must exist so its real path can be judged)",
             ));
         }
-        Err(e) => return Err(refuse(source, format!("cannot be resolved: {e}"))),
-    };
-    let Some(real) = real.to_str().map(str::to_owned) else {
-        return Err(refuse(source, "resolves to a path that is not UTF-8"));
+        Err(ResolveError::NotUtf8) => {
+            return Err(refuse(source, "resolves to a path that is not UTF-8"));
+        }
+        Err(ResolveError::Failed { reason }) => return Err(refuse(source, reason)),
     };
     let shown = |reason: String| {
         if real == lexical {
@@ -429,22 +531,16 @@ pub fn judge_bind(
             format!("resolves to {real}: {reason}")
         }
     };
-    let meta = std::fs::symlink_metadata(&real)
-        .map_err(|e| refuse(source, shown(format!("cannot be inspected: {e}"))))?;
-    let kind = meta.file_type();
-    if kind.is_socket() {
-        return Err(refuse(source, shown("is a socket".to_owned())));
+    match kind {
+        PathKind::Socket => return Err(refuse(source, shown("is a socket".to_owned()))),
+        PathKind::Device => return Err(refuse(source, shown("is a device".to_owned()))),
+        PathKind::Fifo => return Err(refuse(source, shown("is a fifo".to_owned()))),
+        PathKind::Dir | PathKind::File => {}
     }
-    if kind.is_block_device() || kind.is_char_device() {
-        return Err(refuse(source, shown("is a device".to_owned())));
-    }
-    if kind.is_fifo() {
-        return Err(refuse(source, shown("is a fifo".to_owned())));
-    }
-    if role == BindRole::Workspace && !kind.is_dir() {
+    if role == BindRole::Workspace && kind != PathKind::Dir {
         return Err(refuse(source, shown("is not a directory".to_owned())));
     }
-    if role == BindRole::Runtime && !kind.is_file() {
+    if role == BindRole::Runtime && kind != PathKind::File {
         return Err(refuse(source, shown("is not a regular file".to_owned())));
     }
     if role == BindRole::Managed
@@ -473,6 +569,7 @@ pub fn judge_bind(
 /// a forged one at its path). No `mask_source` when one is needed is a
 /// refusal: the store is never left visible.
 pub fn resolve_plan_binds(
+    fs: &dyn HostPaths,
     plan: &mut LaunchPlan,
     settings: &HostBindSettings,
     scope: &BindScope<'_>,
@@ -482,7 +579,7 @@ pub fn resolve_plan_binds(
     for m in plan.mounts.iter_mut().filter(|m| m.kind == MountKind::Bind) {
         let source = m.source.clone().unwrap_or_default();
         let role = BindRole::of(m.origin);
-        let real = judge_bind(&source, role, settings, scope)?;
+        let real = judge_bind_in(fs, &source, role, settings, scope)?;
         if role != BindRole::Managed {
             for private in &settings.private {
                 if !path_is_under(private, &real) || private == &real {

@@ -1,8 +1,13 @@
-//! A snapshot of the environment variables the policy reads. Pure
-//! functions take this struct; only [`EnvSnapshot::from_process`] reads the
-//! real process environment.
+//! A snapshot of the environment the policy reads (the variables and
+//! `argv[0]`), and its one parse into typed words ([`SandboxEnv`]). Pure
+//! functions take these structs; only [`EnvSnapshot::from_process`] reads
+//! the real process environment.
 
 use std::collections::BTreeMap;
+
+use iterion_core::{ByteSize, HostState, Mode, parse_size};
+
+use crate::error::PolicyError;
 
 /// The variables the sandbox policy reads (upstream names, SPEC §2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +38,10 @@ pub struct EnvSnapshot {
     pub gocache: Option<String>,
     /// `GOMODCACHE`.
     pub gomodcache: Option<String>,
+    /// `argv[0]` of the process (an `iterion-desktop` names the desktop
+    /// host kind). Not a variable: [`EnvSnapshot::from_lookup`] leaves it
+    /// unset.
+    pub argv0: Option<String>,
 }
 
 impl EnvSnapshot {
@@ -69,6 +78,7 @@ impl EnvSnapshot {
             home: get("HOME"),
             gocache: get("GOCACHE"),
             gomodcache: get("GOMODCACHE"),
+            argv0: None,
         }
     }
 
@@ -77,9 +87,112 @@ impl EnvSnapshot {
         Self::from_lookup(|k| map.get(k).cloned())
     }
 
-    /// Snapshot the real process environment (the one impure entry point).
+    /// Snapshot the real process environment and `argv[0]` (the one
+    /// impure entry point).
     pub fn from_process() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self {
+            argv0: std::env::args().next(),
+            ..Self::from_lookup(|k| std::env::var(k).ok())
+        }
+    }
+
+    /// The same snapshot with `argv[0]` set.
+    pub fn with_argv0(mut self, argv0: impl Into<String>) -> Self {
+        self.argv0 = Some(argv0.into());
+        self
+    }
+}
+
+/// The environment as the sandbox policy reads it: the snapshot, with the
+/// operator's words parsed once ([`SandboxEnv::parse`]). A value outside
+/// its vocabulary is refused here, before anything else reads it, so the
+/// precedence chain cannot fail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxEnv {
+    /// What was read (host kind detection and the host snapshot read it).
+    pub snapshot: EnvSnapshot,
+    /// `ITERION_SANDBOX_OVERRIDE` (tier 1, CLI strength): `none` or `auto`.
+    pub override_mode: Option<Mode>,
+    /// `ITERION_SANDBOX_DEFAULT` (tier 3): `none` or `auto`.
+    pub default_mode: Option<Mode>,
+    /// `ITERION_SANDBOX_HOST_STATE`.
+    pub host_state: Option<HostState>,
+    /// `ITERION_SANDBOX_DEFAULT_IMAGE`, when not blank.
+    pub default_image: Option<String>,
+    /// `ITERION_SANDBOX_READBACK_CAP`, when not blank.
+    pub readback_cap: Option<ByteSize>,
+}
+
+impl SandboxEnv {
+    /// Parse the operator's words of `snapshot`. The mode and host_state
+    /// words are read case-insensitively and trimmed, blank meaning unset
+    /// (facts §4: `iterion run` reads `ITERION_SANDBOX_DEFAULT` raw, the
+    /// config loaders lower-case it); anything else is
+    /// [`PolicyError::InvalidEnv`] naming the variable.
+    pub fn parse(snapshot: &EnvSnapshot) -> Result<Self, PolicyError> {
+        Ok(Self {
+            override_mode: mode_word(
+                "ITERION_SANDBOX_OVERRIDE",
+                snapshot.sandbox_override.as_deref(),
+            )?,
+            default_mode: mode_word(
+                "ITERION_SANDBOX_DEFAULT",
+                snapshot.sandbox_default.as_deref(),
+            )?,
+            host_state: host_state_word(snapshot.host_state.as_deref())?,
+            default_image: snapshot
+                .default_image
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            readback_cap: match snapshot
+                .readback_cap
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+            {
+                None => None,
+                Some(raw) => Some(parse_size(raw).map_err(|_| PolicyError::InvalidEnv {
+                    name: "ITERION_SANDBOX_READBACK_CAP",
+                    value: raw.to_owned(),
+                    expected: "a size (N, NKiB, NMiB, NGiB)",
+                })?),
+            },
+            snapshot: snapshot.clone(),
+        })
+    }
+}
+
+fn word(raw: &str) -> String {
+    raw.trim().to_ascii_lowercase()
+}
+
+fn mode_word(name: &'static str, value: Option<&str>) -> Result<Option<Mode>, PolicyError> {
+    let Some(raw) = value else { return Ok(None) };
+    match word(raw).as_str() {
+        "" => Ok(None),
+        "none" => Ok(Some(Mode::None)),
+        "auto" => Ok(Some(Mode::Auto)),
+        _ => Err(PolicyError::InvalidEnv {
+            name,
+            value: raw.to_owned(),
+            expected: "\"\", none or auto",
+        }),
+    }
+}
+
+fn host_state_word(value: Option<&str>) -> Result<Option<HostState>, PolicyError> {
+    let Some(raw) = value else { return Ok(None) };
+    match word(raw).as_str() {
+        "" => Ok(None),
+        "auto" => Ok(Some(HostState::Auto)),
+        "none" => Ok(Some(HostState::None)),
+        _ => Err(PolicyError::InvalidEnv {
+            name: "ITERION_SANDBOX_HOST_STATE",
+            value: raw.to_owned(),
+            expected: "\"\", auto or none",
+        }),
     }
 }
 
@@ -97,6 +210,32 @@ pub fn preflight_enabled(value: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_parse_once_and_bad_ones_name_their_variable() {
+        let env = |k: &str, v: &str| {
+            let (k, v) = (k.to_owned(), v.to_owned());
+            EnvSnapshot::from_lookup(move |n| (n == k).then(|| v.clone()))
+        };
+        let parsed = SandboxEnv::parse(&env("ITERION_SANDBOX_DEFAULT", " NONE ")).expect("ok");
+        assert_eq!(parsed.default_mode, Some(Mode::None));
+        let parsed = SandboxEnv::parse(&env("ITERION_SANDBOX_OVERRIDE", "")).expect("ok");
+        assert_eq!(parsed.override_mode, None);
+        let parsed = SandboxEnv::parse(&env("ITERION_SANDBOX_HOST_STATE", "Auto")).expect("ok");
+        assert_eq!(parsed.host_state, Some(HostState::Auto));
+        let parsed = SandboxEnv::parse(&env("ITERION_SANDBOX_READBACK_CAP", "1MiB")).expect("ok");
+        assert_eq!(parsed.readback_cap, Some(ByteSize(1024 * 1024)));
+        for (name, bad) in [
+            ("ITERION_SANDBOX_DEFAULT", "inline"),
+            ("ITERION_SANDBOX_OVERRIDE", "yes"),
+            ("ITERION_SANDBOX_HOST_STATE", "maybe"),
+            ("ITERION_SANDBOX_READBACK_CAP", "lots"),
+        ] {
+            let e = SandboxEnv::parse(&env(name, bad)).expect_err(name);
+            assert_eq!(e.code(), "SANDBOX_INVALID_ENV");
+            assert!(e.to_string().contains(name), "{e}");
+        }
+    }
 
     #[test]
     fn preflight_words() {

@@ -2,8 +2,6 @@
 //! contract type ([`crate::guards::GuardViolation`]) and ride here as a
 //! source.
 
-use iterion_core::FailureCode;
-
 use crate::guards::GuardViolation;
 
 /// Everything a policy function can refuse.
@@ -65,10 +63,5 @@ impl PolicyError {
             Self::ReadBackUnservable { .. } => "SANDBOX_READBACK_UNSERVABLE",
             Self::GuardProfile { .. } => "SANDBOX_GUARD_PROFILE_INVALID",
         }
-    }
-
-    /// The run failure code this refusal stamps when it ends a run.
-    pub fn failure_code(&self) -> FailureCode {
-        FailureCode::SandboxSpecRefused
     }
 }

@@ -1,4 +1,7 @@
-//! Host kind detection and the driver preference order (facts §5.2).
+//! Host kind detection, the driver preference order (facts §5.2), and
+//! what a host offers: one [`DriverOffer`] per driver this binary knows,
+//! from the one probe the entry point makes (the CLI's `drivers::probe`),
+//! read alike by a run and by `doctor`.
 //!
 //! The factory here only *reports* what the host can do: for an active
 //! mode, falling through to noop is a [`DriverUnavailable`] value, never a
@@ -6,7 +9,8 @@
 
 use std::fmt;
 
-use iterion_core::{DriverName, Mode};
+use iterion_core::driver::{EngineInfo, HostFootprint};
+use iterion_core::{Capabilities, DriverName, Mode};
 
 use crate::env::EnvSnapshot;
 
@@ -41,7 +45,8 @@ impl fmt::Display for HostKind {
 /// `ITERION_MODE` (cloud/local) wins; else `KUBERNETES_SERVICE_HOST` ⇒
 /// cloud; else `ITERION_DESKTOP` or an argv\[0\] naming `iterion-desktop`
 /// ⇒ desktop; else local.
-pub fn detect_host(env: &EnvSnapshot, argv0: Option<&str>) -> HostKind {
+pub fn detect_host(env: &EnvSnapshot) -> HostKind {
+    let argv0 = env.argv0.as_deref();
     match env
         .iterion_mode
         .as_deref()
@@ -77,13 +82,34 @@ pub fn driver_order(host: HostKind) -> &'static [DriverName] {
     }
 }
 
-/// One constructor attempt: the driver and why it could not run, if it could not.
+/// What one driver offers on this host, as the one probe found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DriverProbe {
+pub struct DriverOffer {
     /// Which driver.
     pub driver: DriverName,
-    /// `None` when it constructed; else the reason.
-    pub unavailable: Option<String>,
+    /// Ready (what its engine said of itself), or why it cannot run here.
+    pub readiness: Result<EngineInfo, String>,
+    /// What it can do (default when not ready).
+    pub capabilities: Capabilities,
+    /// The host paths its engine owns and how it maps users.
+    pub footprint: HostFootprint,
+}
+
+impl DriverOffer {
+    /// A driver that cannot run here, and why.
+    pub fn unavailable(driver: DriverName, reason: impl Into<String>) -> Self {
+        Self {
+            driver,
+            readiness: Err(reason.into()),
+            capabilities: Capabilities::default(),
+            footprint: HostFootprint::default(),
+        }
+    }
+
+    /// Whether it can run a sandbox.
+    pub fn is_ready(&self) -> bool {
+        self.readiness.is_ok()
+    }
 }
 
 /// No real driver for an active mode: a capability report.
@@ -103,12 +129,12 @@ impl DriverUnavailable {
     }
 }
 
-/// Pick the first driver of the host's order that constructed. An inactive
+/// Pick the first driver of the host's order that is ready. An inactive
 /// mode gets noop; an active mode never falls through to noop.
 pub fn select_driver(
     host: HostKind,
     mode: Mode,
-    probes: &[DriverProbe],
+    offers: &[DriverOffer],
 ) -> Result<DriverName, DriverUnavailable> {
     if !mode.is_active() {
         return Ok(DriverName::Noop);
@@ -119,13 +145,12 @@ pub fn select_driver(
         .copied()
         .filter(|d| *d != DriverName::Noop)
     {
-        match probes.iter().find(|p| p.driver == driver) {
-            Some(DriverProbe {
-                unavailable: None, ..
+        match offers.iter().find(|o| o.driver == driver) {
+            Some(DriverOffer {
+                readiness: Ok(_), ..
             }) => return Ok(driver),
-            Some(DriverProbe {
-                unavailable: Some(r),
-                ..
+            Some(DriverOffer {
+                readiness: Err(r), ..
             }) => tried.push((driver, r.clone())),
             None => tried.push((driver, "not built into this binary".to_owned())),
         }
@@ -148,35 +173,32 @@ mod tests {
 
     #[test]
     fn host_detection_order() {
-        assert_eq!(detect_host(&env(&[]), None), HostKind::Local);
+        assert_eq!(detect_host(&env(&[])), HostKind::Local);
         assert_eq!(
-            detect_host(&env(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]), None),
+            detect_host(&env(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")])),
             HostKind::Cloud
         );
         assert_eq!(
-            detect_host(
-                &env(&[
-                    ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
-                    ("ITERION_MODE", "LOCAL")
-                ]),
-                None
-            ),
+            detect_host(&env(&[
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("ITERION_MODE", "LOCAL")
+            ])),
             HostKind::Local
         );
         assert_eq!(
-            detect_host(&env(&[("ITERION_MODE", "cloud")]), None),
+            detect_host(&env(&[("ITERION_MODE", "cloud")])),
             HostKind::Cloud
         );
         assert_eq!(
-            detect_host(&env(&[("ITERION_DESKTOP", "1")]), None),
+            detect_host(&env(&[("ITERION_DESKTOP", "1")])),
             HostKind::Desktop
         );
         assert_eq!(
-            detect_host(&env(&[]), Some("/opt/iterion-desktop")),
+            detect_host(&env(&[]).with_argv0("/opt/iterion-desktop")),
             HostKind::Desktop
         );
         assert_eq!(
-            detect_host(&env(&[("KUBERNETES_SERVICE_HOST", "")]), None),
+            detect_host(&env(&[("KUBERNETES_SERVICE_HOST", "")])),
             HostKind::Local
         );
     }
@@ -199,28 +221,26 @@ mod tests {
 
     #[test]
     fn active_mode_never_falls_to_noop() {
+        let ready = |driver| DriverOffer {
+            readiness: Ok(EngineInfo {
+                driver,
+                endpoint: "unix:///x".into(),
+                version: "1".into(),
+                api_version: "1.41".into(),
+                local: true,
+            }),
+            ..DriverOffer::unavailable(driver, "")
+        };
         let probes = [
-            DriverProbe {
-                driver: DriverName::Docker,
-                unavailable: Some("no socket".into()),
-            },
-            DriverProbe {
-                driver: DriverName::Podman,
-                unavailable: None,
-            },
-            DriverProbe {
-                driver: DriverName::Noop,
-                unavailable: None,
-            },
+            DriverOffer::unavailable(DriverName::Docker, "no socket"),
+            ready(DriverName::Podman),
+            ready(DriverName::Noop),
         ];
         assert_eq!(
             select_driver(HostKind::Local, Mode::Auto, &probes),
             Ok(DriverName::Podman)
         );
-        let only_noop = [DriverProbe {
-            driver: DriverName::Noop,
-            unavailable: None,
-        }];
+        let only_noop = [ready(DriverName::Noop)];
         let err =
             select_driver(HostKind::Local, Mode::Inline, &only_noop).expect_err("unavailable");
         assert_eq!(err.tried.len(), 2);

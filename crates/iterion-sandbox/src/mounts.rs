@@ -24,7 +24,7 @@ use iterion_core::plan::{
 };
 use iterion_core::{
     ByteSize, Capabilities, DriverName, EventKind, HostState, LaunchPlan, Mount, MountKind,
-    MountOrigin, ReadBackDecl, Spec, parse_size,
+    MountOrigin, ReadBackDecl, Spec,
 };
 
 use crate::binds::{BindRole, HostBindSettings, check_spelling};
@@ -161,8 +161,8 @@ pub struct PlanInputs<'a> {
     pub run_files_dir: Option<&'a str>,
     /// Host bundle dir.
     pub bundle_dir: Option<&'a str>,
-    /// Raw `ITERION_SANDBOX_READBACK_CAP`.
-    pub readback_cap: Option<&'a str>,
+    /// `ITERION_SANDBOX_READBACK_CAP`, parsed ([`crate::env::SandboxEnv`]).
+    pub readback_cap: Option<ByteSize>,
     /// `--trust untrusted`: host_state candidates outside the workspace
     /// are skipped (a declared bind outside it is refused by the judge).
     pub untrusted: bool,
@@ -211,14 +211,7 @@ pub fn plan_launch(
     let mut events = Vec::new();
     let mut env: BTreeMap<String, String> = spec.env.clone();
     let mut mounts = Vec::new();
-    let env_cap = match inputs.readback_cap.map(str::trim).filter(|s| !s.is_empty()) {
-        Some(raw) => Some(parse_size(raw).map_err(|_| PolicyError::InvalidEnv {
-            name: "ITERION_SANDBOX_READBACK_CAP",
-            value: raw.to_owned(),
-            expected: "a size (N, NKiB, NMiB, NGiB)",
-        })?),
-        None => None,
-    };
+    let env_cap = inputs.readback_cap;
 
     // host_state auto: uid-owned tmpfs HOME first (binds land on top of it).
     let mut host_state_mounts = Vec::new();

@@ -4,14 +4,16 @@
 //!
 //! The source label only *labels*: it rides events and `doctor`, and no
 //! caller may key behaviour on it (seed, "the mode decides, the source only
-//! labels"). Inputs are a plain struct; nothing here reads the process env.
+//! labels"). Inputs are a plain struct of parsed words
+//! ([`crate::env::SandboxEnv`]), so the chain cannot fail; nothing here
+//! reads the process env. Its one caller is the sandbox decision
+//! ([`crate::decision::decide`]).
 
 use std::fmt;
 
 use iterion_core::{HostState, Mode, Spec};
 
-use crate::env::EnvSnapshot;
-use crate::error::PolicyError;
+use crate::env::SandboxEnv;
 
 /// The image `auto` falls back to: built locally by `scripts/images.sh`
 /// (no registry exists here, so no `ghcr.io/...:<tag>` default).
@@ -115,23 +117,32 @@ impl ImageSource {
     }
 }
 
-/// Everything the chain reads: flags, an env snapshot, the workflow block
-/// and whether the product entry point installed its global default.
-#[derive(Debug, Clone, Default)]
-pub struct PrecedenceInputs<'a> {
+/// The CLI's sandbox knobs of one run (tier 1 and its siblings), as the
+/// entry point parsed them, plus tier 4 as it installs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxFlags {
     /// `--sandbox` (only `none`/`auto` are expressible).
-    pub cli_sandbox: Option<Mode>,
+    pub sandbox: Option<Mode>,
     /// `--sandbox-host-state`.
-    pub cli_host_state: Option<HostState>,
+    pub host_state: Option<HostState>,
     /// `--sandbox-default-image`.
-    pub cli_default_image: Option<String>,
-    /// The environment.
-    pub env: EnvSnapshot,
+    pub default_image: Option<String>,
+    /// Tier 4 as the product entry point installs it (`Some(Auto)` for the
+    /// `iterion` binary: [`PRODUCT_GLOBAL_DEFAULT`]); `None` keeps an
+    /// engine neutral.
+    pub global_default: Option<Mode>,
+}
+
+/// Everything the chain reads: the flags, the parsed environment and the
+/// workflow block.
+#[derive(Debug, Clone, Copy)]
+pub struct PrecedenceInputs<'a> {
+    /// The CLI's knobs and tier 4.
+    pub flags: &'a SandboxFlags,
+    /// The operator's words.
+    pub env: &'a SandboxEnv,
     /// The workflow-level block (node-level blocks are not a tier).
     pub workflow: Option<&'a Spec>,
-    /// Tier 4, as installed by the entry point (`Some(Auto)` for the
-    /// `iterion` binary); `None` keeps an engine neutral.
-    pub global_default: Option<Mode>,
 }
 
 /// The winning mode and who spoke.
@@ -143,37 +154,16 @@ pub struct ResolvedMode {
     pub source: ModeSource,
 }
 
-fn env_mode(name: &'static str, value: Option<&str>) -> Result<Option<Mode>, PolicyError> {
-    let Some(raw) = value else { return Ok(None) };
-    match raw.trim().to_ascii_lowercase().as_str() {
-        "" => Ok(None),
-        "none" => Ok(Some(Mode::None)),
-        "auto" => Ok(Some(Mode::Auto)),
-        _ => Err(PolicyError::InvalidEnv {
-            name,
-            value: raw.to_owned(),
-            expected: "\"\", none or auto",
-        }),
-    }
-}
-
 /// Walk the four tiers. `none` at the winning tier is final; CLI `auto`
 /// yields to a workflow block naming `image:` or `build:`.
-pub fn resolve_mode(inputs: &PrecedenceInputs<'_>) -> Result<ResolvedMode, PolicyError> {
-    let override_mode = env_mode(
-        "ITERION_SANDBOX_OVERRIDE",
-        inputs.env.sandbox_override.as_deref(),
-    )?;
-    let env_default = env_mode(
-        "ITERION_SANDBOX_DEFAULT",
-        inputs.env.sandbox_default.as_deref(),
-    )?;
+pub fn resolve_mode(inputs: &PrecedenceInputs<'_>) -> ResolvedMode {
     // The CLI can say only none/auto; an `inline` or `inherit` there is not a word of tier 1.
     let cli = inputs
-        .cli_sandbox
+        .flags
+        .sandbox
         .filter(|m| matches!(m, Mode::None | Mode::Auto))
         .map(|m| (m, ModeSource::CliFlag))
-        .or(override_mode.map(|m| (m, ModeSource::Override)));
+        .or(inputs.env.override_mode.map(|m| (m, ModeSource::Override)));
     let block_mode = inputs
         .workflow
         .map(|s| s.mode)
@@ -188,77 +178,64 @@ pub fn resolve_mode(inputs: &PrecedenceInputs<'_>) -> Result<ResolvedMode, Polic
             } else {
                 block.mode
             };
-            return Ok(ResolvedMode {
+            return ResolvedMode {
                 mode,
                 source: ModeSource::WorkflowOverCliAuto,
-            });
+            };
         }
-        return Ok(ResolvedMode { mode, source });
+        return ResolvedMode { mode, source };
     }
     if let Some(mode) = block_mode {
-        return Ok(ResolvedMode {
+        return ResolvedMode {
             mode,
             source: ModeSource::Workflow,
-        });
+        };
     }
-    if let Some(mode) = env_default {
-        return Ok(ResolvedMode {
+    if let Some(mode) = inputs.env.default_mode {
+        return ResolvedMode {
             mode,
             source: ModeSource::EnvDefault,
-        });
+        };
     }
-    if let Some(mode) = inputs.global_default.filter(|m| *m != Mode::Inherit) {
-        return Ok(ResolvedMode {
+    if let Some(mode) = inputs.flags.global_default.filter(|m| *m != Mode::Inherit) {
+        return ResolvedMode {
             mode,
             source: ModeSource::GlobalDefault,
-        });
+        };
     }
-    Ok(ResolvedMode {
+    ResolvedMode {
         mode: Mode::Inherit,
         source: ModeSource::Unset,
-    })
+    }
 }
 
 /// `--sandbox-host-state` > workflow > `ITERION_SANDBOX_HOST_STATE` > `auto`.
-pub fn resolve_host_state(
-    inputs: &PrecedenceInputs<'_>,
-) -> Result<(HostState, HostStateSource), PolicyError> {
-    if let Some(h) = inputs.cli_host_state {
-        return Ok((h, HostStateSource::CliFlag));
+pub fn resolve_host_state(inputs: &PrecedenceInputs<'_>) -> (HostState, HostStateSource) {
+    if let Some(h) = inputs.flags.host_state {
+        return (h, HostStateSource::CliFlag);
     }
     if let Some(h) = inputs.workflow.and_then(|s| s.host_state) {
-        return Ok((h, HostStateSource::Workflow));
+        return (h, HostStateSource::Workflow);
     }
-    if let Some(raw) = inputs.env.host_state.as_deref() {
-        match raw.trim().to_ascii_lowercase().as_str() {
-            "" => {}
-            "auto" => return Ok((HostState::Auto, HostStateSource::Env)),
-            "none" => return Ok((HostState::None, HostStateSource::Env)),
-            _ => {
-                return Err(PolicyError::InvalidEnv {
-                    name: "ITERION_SANDBOX_HOST_STATE",
-                    value: raw.to_owned(),
-                    expected: "\"\", auto or none",
-                });
-            }
-        }
+    if let Some(h) = inputs.env.host_state {
+        return (h, HostStateSource::Env);
     }
-    Ok((HostState::Auto, HostStateSource::Default))
+    (HostState::Auto, HostStateSource::Default)
 }
 
 /// `--sandbox-default-image` > `ITERION_SANDBOX_DEFAULT_IMAGE` > built-in.
 pub fn resolve_default_image(inputs: &PrecedenceInputs<'_>) -> (String, ImageSource) {
-    let pick = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    if let Some(i) = pick(&inputs.cli_default_image) {
-        return (i, ImageSource::CliFlag);
+    let flag = inputs
+        .flags
+        .default_image
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    if let Some(i) = flag {
+        return (i.to_owned(), ImageSource::CliFlag);
     }
-    if let Some(i) = pick(&inputs.env.default_image) {
-        return (i, ImageSource::Env);
+    if let Some(i) = &inputs.env.default_image {
+        return (i.clone(), ImageSource::Env);
     }
     (BUILTIN_DEFAULT_IMAGE.to_owned(), ImageSource::Builtin)
 }
@@ -266,7 +243,31 @@ pub fn resolve_default_image(inputs: &PrecedenceInputs<'_>) -> (String, ImageSou
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EnvSnapshot;
     use iterion_core::BuildSpec;
+
+    /// The chain over raw words, parsed as the entry point parses them.
+    fn chain(
+        flags: &SandboxFlags,
+        env: EnvSnapshot,
+        workflow: Option<&Spec>,
+    ) -> (
+        ResolvedMode,
+        (HostState, HostStateSource),
+        (String, ImageSource),
+    ) {
+        let env = SandboxEnv::parse(&env).expect("valid words");
+        let inputs = PrecedenceInputs {
+            flags,
+            env: &env,
+            workflow,
+        };
+        (
+            resolve_mode(&inputs),
+            resolve_host_state(&inputs),
+            resolve_default_image(&inputs),
+        )
+    }
 
     #[derive(Debug, Clone, Copy)]
     enum Block {
@@ -367,18 +368,17 @@ mod tests {
                     for env in envs {
                         for global in globals {
                             let spec = block(b);
-                            let inputs = PrecedenceInputs {
-                                cli_sandbox: cli,
-                                env: EnvSnapshot {
-                                    sandbox_override: ovr.map(str::to_owned),
-                                    sandbox_default: env.map(str::to_owned),
-                                    ..EnvSnapshot::default()
-                                },
-                                workflow: spec.as_ref(),
+                            let flags = SandboxFlags {
+                                sandbox: cli,
                                 global_default: global,
-                                ..PrecedenceInputs::default()
+                                ..SandboxFlags::default()
                             };
-                            let got = resolve_mode(&inputs).expect("valid inputs");
+                            let snapshot = EnvSnapshot {
+                                sandbox_override: ovr.map(str::to_owned),
+                                sandbox_default: env.map(str::to_owned),
+                                ..EnvSnapshot::default()
+                            };
+                            let got = chain(&flags, snapshot, spec.as_ref()).0;
                             let want = expected(cli, ovr, b, env, global);
                             assert_eq!(
                                 (got.mode, got.source),
@@ -398,40 +398,16 @@ mod tests {
     fn spot_checks_from_the_facts() {
         // CLI auto over a workflow `none` → auto (only image/build makes auto yield).
         let none = Spec::with_mode(Mode::None);
-        let r = resolve_mode(&PrecedenceInputs {
-            cli_sandbox: Some(Mode::Auto),
-            workflow: Some(&none),
-            ..PrecedenceInputs::default()
-        })
-        .expect("ok");
+        let flags = SandboxFlags {
+            sandbox: Some(Mode::Auto),
+            ..SandboxFlags::default()
+        };
+        let r = chain(&flags, EnvSnapshot::default(), Some(&none)).0;
         assert_eq!((r.mode, r.source), (Mode::Auto, ModeSource::CliFlag));
         // Neutral engine, no block → no sandbox.
-        let r = resolve_mode(&PrecedenceInputs::default()).expect("ok");
+        let r = chain(&SandboxFlags::default(), EnvSnapshot::default(), None).0;
         assert!(!r.mode.is_active());
         assert_eq!(r.source.to_string(), "default (no sandbox)");
-    }
-
-    #[test]
-    fn bad_env_words_are_typed_errors() {
-        let inputs = PrecedenceInputs {
-            env: EnvSnapshot {
-                sandbox_default: Some("inline".into()),
-                ..EnvSnapshot::default()
-            },
-            ..PrecedenceInputs::default()
-        };
-        assert!(matches!(
-            resolve_mode(&inputs),
-            Err(PolicyError::InvalidEnv { .. })
-        ));
-        let inputs = PrecedenceInputs {
-            env: EnvSnapshot {
-                host_state: Some("maybe".into()),
-                ..EnvSnapshot::default()
-            },
-            ..PrecedenceInputs::default()
-        };
-        assert!(resolve_host_state(&inputs).is_err());
     }
 
     #[test]
@@ -480,31 +456,30 @@ mod tests {
             ),
         ];
         for (cli, workflow, env, want) in cases {
-            let inputs = PrecedenceInputs {
-                cli_host_state: cli,
-                workflow,
-                env,
-                ..PrecedenceInputs::default()
+            let flags = SandboxFlags {
+                host_state: cli,
+                ..SandboxFlags::default()
             };
-            assert_eq!(resolve_host_state(&inputs).expect("ok"), want);
+            assert_eq!(chain(&flags, env, workflow).1, want);
         }
     }
 
     #[test]
     fn default_image_chain() {
-        let mut inputs = PrecedenceInputs::default();
+        let mut flags = SandboxFlags::default();
+        let mut env = EnvSnapshot::default();
         assert_eq!(
-            resolve_default_image(&inputs),
+            chain(&flags, env.clone(), None).2,
             (BUILTIN_DEFAULT_IMAGE.into(), ImageSource::Builtin)
         );
-        inputs.env.default_image = Some("env:img".into());
+        env.default_image = Some("env:img".into());
         assert_eq!(
-            resolve_default_image(&inputs),
+            chain(&flags, env.clone(), None).2,
             ("env:img".into(), ImageSource::Env)
         );
-        inputs.cli_default_image = Some("cli:img".into());
+        flags.default_image = Some("cli:img".into());
         assert_eq!(
-            resolve_default_image(&inputs),
+            chain(&flags, env, None).2,
             ("cli:img".into(), ImageSource::CliFlag)
         );
     }
@@ -522,14 +497,9 @@ mod tests {
             ) {
                 let blocks = [Block::Absent, Block::None, Block::Auto, Block::AutoWithImage, Block::InlineImage, Block::InlineBuild];
                 let spec = block(blocks[b]);
-                let inputs = PrecedenceInputs {
-                    cli_sandbox: Some(Mode::None),
-                    env: EnvSnapshot { sandbox_default: env, sandbox_override: ovr, ..EnvSnapshot::default() },
-                    workflow: spec.as_ref(),
-                    global_default: global,
-                    ..PrecedenceInputs::default()
-                };
-                let r = resolve_mode(&inputs).expect("valid");
+                let flags = SandboxFlags { sandbox: Some(Mode::None), global_default: global, ..SandboxFlags::default() };
+                let env = EnvSnapshot { sandbox_default: env, sandbox_override: ovr, ..EnvSnapshot::default() };
+                let r = chain(&flags, env, spec.as_ref()).0;
                 prop_assert_eq!(r.mode, Mode::None);
                 prop_assert_eq!(r.source, ModeSource::CliFlag);
             }

@@ -1,12 +1,15 @@
 //! Degrade vs refuse (the one place that policy lives, seed step 10) and
-//! the setup-failure classifier (facts §9.2).
+//! enforce, advise or refuse for egress. The failure classifier is
+//! [`crate::classify`].
 //!
 //! The mode alone decides what an absent container runtime means: `auto`
 //! degrades with a visible `sandbox_skipped`, `inline` refuses with a typed
 //! failure, an explicit opt-out is silent. The source label only rides the
 //! event.
 
-use iterion_core::{Disposition, DriverError, DriverName, EventKind, FailureCode, Mode, RunStatus};
+use iterion_core::{DriverName, EventKind, Mode};
+
+use crate::classify::{Cause, Classified, Refused, SetupContext, Stage, classify};
 
 /// What stands between an active mode and a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,12 +40,9 @@ pub enum SandboxVerdict {
     Refused {
         /// `sandbox_skipped {refused: true, error_code, …}`.
         event: EventKind,
-        /// Always [`FailureCode::SandboxDriverUnavailable`].
-        code: FailureCode,
-        /// `failed`.
-        status: RunStatus,
-        /// Deterministic (parked).
-        disposition: Disposition,
+        /// How the run ends: [`Refused::NoDriver`] classified
+        /// (`SANDBOX_DRIVER_UNAVAILABLE`, `failed`, deterministic).
+        failure: Classified,
     },
 }
 
@@ -74,7 +74,12 @@ pub fn sandbox_verdict(
             },
         },
         _ => {
-            let code = FailureCode::SandboxDriverUnavailable;
+            let failure = classify(
+                Cause::Refused(Refused::NoDriver),
+                Stage::Setup,
+                SetupContext::default(),
+            );
+            let code = failure.code;
             SandboxVerdict::Refused {
                 event: EventKind::SandboxSkipped {
                     mode: mode.as_str().to_owned(),
@@ -85,9 +90,7 @@ pub fn sandbox_verdict(
                     error_code: Some(code.as_str().to_owned()),
                     driver: None,
                 },
-                code,
-                status: RunStatus::Failed,
-                disposition: Disposition::Deterministic,
+                failure,
             }
         }
     }
@@ -140,51 +143,10 @@ pub fn egress_verdict(
     }
 }
 
-/// Whether the run's context was still alive when setup failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SetupContext {
-    /// The run was cancelled (user or signal).
-    pub cancelled: bool,
-    /// The run's process is going away (drain, lost heartbeat).
-    pub interrupted: bool,
-}
-
-/// The one setup-failure classifier (facts §9.2, every row). Context wins
-/// over the error: a setup that failed *because* the run was cancelled is
-/// a cancellation, not an engine fault.
-pub fn setup_failure_status(
-    err: &DriverError,
-    ctx: SetupContext,
-) -> (RunStatus, FailureCode, Disposition) {
-    let code = if ctx.cancelled {
-        FailureCode::Cancelled
-    } else if ctx.interrupted {
-        FailureCode::Interrupted
-    } else {
-        match err {
-            DriverError::Unavailable { .. } => FailureCode::SandboxDriverUnavailable,
-            DriverError::PhaseTimeout { .. } => FailureCode::SandboxSetupTimeout,
-            DriverError::Capacity { .. } => FailureCode::SandboxCapacity,
-            DriverError::ImageUnavailable { .. } => FailureCode::SandboxImageUnavailable,
-            DriverError::BuildFailed { .. } => FailureCode::SandboxBuildFailed,
-            DriverError::SpecRefused { .. }
-            | DriverError::Unsupported { .. }
-            | DriverError::GuardUnavailable { .. } => FailureCode::SandboxSpecRefused,
-            DriverError::ContainerGone { .. } => FailureCode::SandboxLost,
-            DriverError::Cancelled => FailureCode::Cancelled,
-            DriverError::PostCreateFailed { .. }
-            | DriverError::ForeignPrepared { .. }
-            | DriverError::Engine { .. }
-            | DriverError::Io { .. } => FailureCode::SandboxStartFailed,
-        }
-    };
-    (code.status(), code, code.disposition())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use iterion_core::{Disposition, FailureCode, RunStatus};
 
     fn blocked() -> Availability {
         Availability::Blocked {
@@ -220,17 +182,11 @@ mod tests {
         insta::assert_json_snapshot!("degraded_auto", json);
 
         let v = sandbox_verdict(Mode::Inline, "workflow sandbox: block", &blocked(), 0);
-        let SandboxVerdict::Refused {
-            event,
-            code,
-            status,
-            disposition,
-        } = v
-        else {
+        let SandboxVerdict::Refused { event, failure } = v else {
             panic!("refused")
         };
         assert_eq!(
-            (code, status, disposition),
+            (failure.code, failure.status, failure.disposition),
             (
                 FailureCode::SandboxDriverUnavailable,
                 RunStatus::Failed,
@@ -249,126 +205,6 @@ mod tests {
             sandbox_verdict(Mode::Auto, "x", &Availability::Ready(DriverName::Docker), 0),
             SandboxVerdict::Sandbox(DriverName::Docker)
         );
-    }
-
-    #[test]
-    fn every_row_of_the_setup_table() {
-        use FailureCode as F;
-        use RunStatus as S;
-        let alive = SetupContext::default();
-        let rows: Vec<(DriverError, SetupContext, S, F, Disposition)> = vec![
-            (
-                DriverError::Unavailable { reason: "x".into() },
-                alive,
-                S::Failed,
-                F::SandboxDriverUnavailable,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::PhaseTimeout {
-                    phase: "pull",
-                    timeout: Duration::from_secs(1),
-                    variable: "ITERION_SANDBOX_PULL_TIMEOUT",
-                },
-                alive,
-                S::FailedResumable,
-                F::SandboxSetupTimeout,
-                Disposition::Infrastructure,
-            ),
-            (
-                DriverError::Capacity { reason: "x".into() },
-                alive,
-                S::FailedResumable,
-                F::SandboxCapacity,
-                Disposition::Infrastructure,
-            ),
-            (
-                DriverError::ImageUnavailable {
-                    image: "i".into(),
-                    reason: "x".into(),
-                },
-                alive,
-                S::Failed,
-                F::SandboxImageUnavailable,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::BuildFailed {
-                    stderr_tail: "x".into(),
-                },
-                alive,
-                S::Failed,
-                F::SandboxBuildFailed,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::SpecRefused { reason: "x".into() },
-                alive,
-                S::Failed,
-                F::SandboxSpecRefused,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::GuardUnavailable { reason: "x".into() },
-                alive,
-                S::Failed,
-                F::SandboxSpecRefused,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::ContainerGone {
-                    container: "c".into(),
-                },
-                alive,
-                S::FailedResumable,
-                F::SandboxLost,
-                Disposition::Infrastructure,
-            ),
-            (
-                DriverError::PostCreateFailed {
-                    exit_code: 1,
-                    output_tail: "x".into(),
-                },
-                alive,
-                S::Failed,
-                F::SandboxStartFailed,
-                Disposition::Transient,
-            ),
-            (
-                DriverError::Capacity { reason: "x".into() },
-                SetupContext {
-                    interrupted: true,
-                    cancelled: false,
-                },
-                S::FailedResumable,
-                F::Interrupted,
-                Disposition::Infrastructure,
-            ),
-            (
-                DriverError::Capacity { reason: "x".into() },
-                SetupContext {
-                    interrupted: false,
-                    cancelled: true,
-                },
-                S::Cancelled,
-                F::Cancelled,
-                Disposition::Deterministic,
-            ),
-            (
-                DriverError::Cancelled,
-                alive,
-                S::Cancelled,
-                F::Cancelled,
-                Disposition::Deterministic,
-            ),
-        ];
-        for (err, ctx, status, code, disp) in rows {
-            assert_eq!(
-                setup_failure_status(&err, ctx),
-                (status, code, disp),
-                "{err:?} {ctx:?}"
-            );
-        }
     }
 
     mod props {

@@ -2,120 +2,119 @@
 //! a run of FILE would create (a `v1` List, as `kubectl --dry-run=client`
 //! prints several objects), nothing applied and no cluster contacted.
 //!
-//! The plan goes through the same steps as a run's (precedence, spec
-//! construction, the kubernetes compatibility guard, `plan_launch`,
-//! `finalize_mounts_for_driver` with the driver's capabilities, the proxy
-//! for a non-open network policy), then the driver's own render with every
-//! Secret value redacted. What it cannot know before a run: the run id
-//! (a fresh one is drawn), the proxy's port and token (inside the redacted
-//! Secret), and file secrets (resolved only when a run starts).
+//! The plan is the sandbox decision a run of FILE here gets on a cloud
+//! host whose Kubernetes driver offers what these settings give it
+//! (`iterion_sandbox::decision`, through the same `SandboxHost::decide` a
+//! run calls), then the driver's own render with every Secret value
+//! redacted. What it cannot know before a run: the run id (a fresh one is
+//! drawn) and the proxy's port and token (inside the redacted Secret).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use iterion_core::driver::{EngineInfo, HostFootprint};
 use iterion_core::plan::EgressAttachment;
-use iterion_core::{DriverName, HostState, RunId, RunInfo};
+use iterion_core::{DriverName, RunInfo};
 use iterion_driver_k8s::K8sSettings;
 use iterion_driver_k8s::manifest::{REDACTED, RenderOptions, render_for_display};
-use iterion_netproxy::Policy;
-use iterion_sandbox::env::EnvSnapshot;
+use iterion_runtime::HostDrivers;
+use iterion_sandbox::decision::Verdict;
+use iterion_sandbox::env::{EnvSnapshot, SandboxEnv};
 use iterion_sandbox::guards::{KubeCheck, check_kubernetes_spec};
-use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
-use iterion_sandbox::precedence::{
-    PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
-};
-use iterion_sandbox::spec::{SpecInputs, build_spec};
+use iterion_sandbox::host::{DriverOffer, HostKind};
+use iterion_sandbox::verdict::EgressVerdict;
 
+use super::run::LaunchFlags;
 use crate::cli::{ManifestFormat, ManifestsArgs};
 use crate::exit::{Exit, UserInputError};
 
 /// Print the objects; every refusal (no sandbox, a spec a pod cannot
 /// express, a bad operator variable) is a [`UserInputError`] (exit 2).
 pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
-    let env = EnvSnapshot::from_process();
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     let refused = |what: String| UserInputError::new(what);
+    let env =
+        SandboxEnv::parse(&EnvSnapshot::from_process()).map_err(|e| refused(e.to_string()))?;
     let settings =
         K8sSettings::from_env(&process_env).map_err(|e| refused(format!("{e} ({})", e.code())))?;
     let (_, workflow) = crate::workflow::load_workflow(&args.file)?;
-    let declared = workflow.sandbox.as_ref().map(|d| d.spec.clone());
-    let inputs = PrecedenceInputs {
-        cli_sandbox: None,
-        cli_host_state: None,
-        cli_default_image: None,
-        env: env.clone(),
-        workflow: declared.as_ref(),
-        global_default: Some(iterion_sandbox::precedence::PRODUCT_GLOBAL_DEFAULT),
+    // The driver as these settings make it, not contacted.
+    let caps = iterion_driver_k8s::capabilities(&settings);
+    let offer = DriverOffer {
+        driver: DriverName::Kubernetes,
+        readiness: Ok(EngineInfo {
+            driver: DriverName::Kubernetes,
+            endpoint: "(not contacted)".to_owned(),
+            version: String::new(),
+            api_version: String::new(),
+            local: false,
+        }),
+        capabilities: caps,
+        footprint: HostFootprint::default(),
     };
-    let resolved = resolve_mode(&inputs).map_err(|e| refused(e.to_string()))?;
-    if !resolved.mode.is_active() {
-        return Err(refused(format!(
-            "{} runs without a sandbox (mode {:?} from {}): a run creates no Kubernetes object",
-            args.file.display(),
-            resolved.mode.as_str(),
-            resolved.source
-        ))
-        .into());
-    }
-    let (host_state, host_state_source) =
-        resolve_host_state(&inputs).map_err(|e| refused(e.to_string()))?;
-    let (default_image, _) = resolve_default_image(&inputs);
-    let run_id = RunId::generate();
-    let workspace = std::env::current_dir()
-        .map(|p| p.to_string_lossy().into_owned())
+    let host = super::run::sandbox_host(env, HostDrivers::offered(vec![offer]), Some(&workflow));
+    let decided = super::sandbox::decide_here(
+        &host,
+        Some(&workflow),
+        &LaunchFlags::default().sandbox_flags(),
+        false,
+        Some(HostKind::Cloud),
+    )?;
+    let d = decided.decision;
+    let plan = match d.verdict {
+        Verdict::Sandbox(plan) => plan,
+        Verdict::Host { .. } if !d.mode.mode.is_active() => {
+            return Err(refused(format!(
+                "{} runs without a sandbox (mode {:?} from {}): a run creates no Kubernetes object",
+                args.file.display(),
+                d.mode.mode.as_str(),
+                d.mode.source
+            ))
+            .into());
+        }
+        other => {
+            let mut why = match &other {
+                Verdict::Refused(r) => r.reason.clone(),
+                _ => d.admission.reason().to_owned(),
+            };
+            // Why the driver cannot confine it: the NetworkPolicy admits
+            // only the runner's address.
+            let egress_refused = d
+                .driver
+                .as_ref()
+                .is_some_and(|s| matches!(s.egress, EgressVerdict::Refused { .. }));
+            if egress_refused && settings.pod_ip.is_none() {
+                why.push_str(&format!(
+                    " ({} is not set: the NetworkPolicy confining the pod needs the runner's address)",
+                    iterion_driver_k8s::settings::POD_IP_ENV
+                ));
+            }
+            return Err(refused(why).into());
+        }
+    };
+    let mut spec = d
+        .spec
+        .and_then(Result::ok)
+        .map(|b| b.spec)
         .unwrap_or_default();
-    let built = build_spec(&SpecInputs {
-        mode: resolved.mode,
-        workflow: declared.as_ref(),
-        // A pod never reads the repo's devcontainer.json (no host files).
-        devcontainer: None,
-        default_image: &default_image,
-        operator_env: BTreeMap::new(),
-        run_id: run_id.as_str(),
-        local_env: BTreeMap::new(),
-        workspace: &workspace,
-    })
-    .map_err(|e| refused(e.to_string()))?;
-    let mut spec = built.spec;
-    spec.host_state = Some(host_state);
+    spec.host_state = Some(d.host_state);
     check_kubernetes_spec(&spec, KubeCheck::Engine)
         .map_err(|e| refused(format!("kubernetes refuses this spec: {e}")))?;
-    // Where a run's files would live; on a pod it becomes an emptyDir.
-    let run_files = format!("/iterion-store/runs/{run_id}/artifact-files");
-    let snapshot = HostSnapshot::capture(&env, &[run_files.as_str()]);
-    let planned = plan_launch(
-        &PlanInputs {
-            spec: &spec,
-            host_state: Some(HostState::None),
-            host_state_source: host_state_source.as_str(),
-            workspace: &workspace,
-            worktree_git_dir: None,
-            scratch_dir: None,
-            attachments_dir: None,
-            run_files_dir: Some(&run_files),
-            bundle_dir: None,
-            readback_cap: env.readback_cap.as_deref(),
-            // No host_state and no host path on a pod: nothing to confine.
-            untrusted: false,
-        },
-        &snapshot,
-    )
-    .map_err(|e| refused(e.to_string()))?;
-    let caps = iterion_driver_k8s::capabilities(&settings);
-    let mut plan = finalize_mounts_for_driver(planned.plan, DriverName::Kubernetes, &caps)
-        .map_err(|e| refused(e.to_string()))?
-        .plan;
-    let policy = Policy::from_spec(spec.network.as_ref()).map_err(|e| refused(e.to_string()))?;
-    if policy.needs_proxy() {
+    let mut plan = plan.launch;
+    if let Some(enforce) = plan_egress(&d.driver) {
         plan.egress = Some(EgressAttachment {
             proxy_port: 0,
             token: REDACTED.to_owned(),
-            enforce: caps.egress_enforcement,
+            enforce,
         });
     }
     if plan.user.as_deref().is_none_or(|u| u.trim().is_empty()) {
         plan.user = Some(iterion_sandbox::guards::DEFAULT_KUBE_USER.to_owned());
     }
+    let workspace = std::env::current_dir()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let run_id = iterion_core::RunId::generate();
     let namespace = match &settings.namespace {
         Some(ns) => ns.clone(),
         None => iterion_driver_k8s::discovery::load_config(&process_env)
@@ -149,4 +148,14 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
     };
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(Exit::Success)
+}
+
+/// Whether the run's proxy is enforced (`Some(true)`), advisory
+/// (`Some(false)`), or absent.
+fn plan_egress(driver: &Option<iterion_sandbox::decision::SelectedDriver>) -> Option<bool> {
+    match driver.as_ref().map(|s| &s.egress) {
+        Some(EgressVerdict::Enforced) => Some(true),
+        Some(EgressVerdict::Advisory { .. }) => Some(false),
+        _ => None,
+    }
 }

@@ -32,8 +32,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
     let (loaded, workflow) = workflow::load_workflow(&file)?;
     let launch = LaunchFlags::from_settings(&resumable.launch.settings);
     let flags = launch.sandbox_flags();
-    let env = EnvSnapshot::from_process();
-    check_env(&env, &flags)?;
+    let env = check_env(EnvSnapshot::from_process())?;
     let cancel = cancel_on_signals()?;
     // The agents of the workflow as compiled now (it may have changed
     // under --force), with this process's credentials.
@@ -53,20 +52,18 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
         );
     }
     tracing::info!(run = %run_id, file = %file.display(), "run resuming");
+    let drivers = crate::drivers::probe(&env.snapshot).await;
     let session = Session {
         store,
         env,
+        drivers,
         agents,
         json: args.json,
         interactive: !args.no_interactive,
         cancel,
     };
     session
-        .execute(|engine, cancel| async move {
-            engine
-                .resume(plan, iterion_runtime::BootFlags::new(flags), cancel)
-                .await
-        })
+        .execute(|engine, cancel| async move { engine.resume(plan, flags, cancel).await })
         .await
 }
 

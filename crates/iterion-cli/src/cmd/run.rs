@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use iterion_core::{HostState, Mode, RunId, RunStatus, RunStore, Trust};
 use iterion_runtime::{
-    BootFlags, DriverCatalog, Engine, PolicyBooter, RunOptions, RunOutcome, RuntimeError,
-    SandboxFlags,
+    Engine, HostDrivers, PolicyBooter, RunOptions, RunOutcome, RuntimeError, SandboxFlags,
+    SandboxHost,
 };
-use iterion_sandbox::env::{EnvSnapshot, preflight_enabled};
-use iterion_sandbox::precedence::{PrecedenceInputs, resolve_host_state, resolve_mode};
+use iterion_sandbox::env::{EnvSnapshot, SandboxEnv, preflight_enabled};
+use iterion_sandbox::precedence::PRODUCT_GLOBAL_DEFAULT;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{HostStateFlag, RunArgs, SandboxFlag, TrustFlag};
@@ -31,16 +31,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     }
     let (loaded, workflow) = workflow::load_workflow(&args.file)?;
     let vars = parse_vars(&args.vars)?;
-    let env = EnvSnapshot::from_process();
-    let launch = LaunchFlags {
-        sandbox: args.sandbox,
-        host_state: args.sandbox_host_state,
-        default_image: args.sandbox_default_image.clone(),
-    };
+    let env = check_env(EnvSnapshot::from_process())?;
+    let launch = LaunchFlags::of(
+        args.sandbox,
+        args.sandbox_host_state,
+        &args.sandbox_default_image,
+    );
     let flags = launch.sandbox_flags();
-    check_env(&env, &flags)?;
-    if preflight_enabled(env.preflight.as_deref()) {
-        preflight(&args, &env).await?;
+    // The one probe of this run's drivers: the pre-flight renders the
+    // decision made on it, and the run decides on it again.
+    let drivers = drivers::probe(&env.snapshot).await;
+    if preflight_enabled(env.snapshot.preflight.as_deref()) {
+        preflight(&args, &env, &drivers).await?;
     }
     let cancel = cancel_on_signals()?;
     let agents = AgentWiring::admit(&workflow)?;
@@ -77,7 +79,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         },
         run_id,
         workspace,
-        flags: BootFlags::new(flags),
+        flags,
         timeout: args.timeout,
         source_sha256: Some(source_sha256(&loaded.source)),
         launch_settings: launch.to_settings(),
@@ -85,6 +87,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let session = Session {
         store,
         env,
+        drivers,
         agents,
         json: args.json,
         interactive: !args.no_interactive,
@@ -98,13 +101,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
 /// The sandbox flags a run was launched with, kept in its launch record
 /// so `iterion resume` boots it the same way.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct LaunchFlags {
+pub(crate) struct LaunchFlags {
     pub sandbox: Option<SandboxFlag>,
     pub host_state: Option<HostStateFlag>,
     pub default_image: Option<String>,
 }
 
 impl LaunchFlags {
+    /// The flags as clap parsed them (`run`, `doctor`).
+    pub(super) fn of(
+        sandbox: Option<SandboxFlag>,
+        host_state: Option<HostStateFlag>,
+        default_image: &Option<String>,
+    ) -> Self {
+        Self {
+            sandbox,
+            host_state,
+            default_image: default_image.clone(),
+        }
+    }
+
+    /// The one mapping of the CLI's words to the policy's knobs (`run`,
+    /// `resume`, `doctor --strict` and the pre-flight).
     pub(super) fn sandbox_flags(&self) -> SandboxFlags {
         SandboxFlags {
             sandbox: self.sandbox.map(|s| match s {
@@ -117,7 +135,7 @@ impl LaunchFlags {
             }),
             default_image: self.default_image.clone(),
             // The product entry point installs tier 4 (seed step 1).
-            global_default: Some(Mode::Auto),
+            global_default: Some(PRODUCT_GLOBAL_DEFAULT),
         }
     }
 
@@ -185,29 +203,67 @@ impl AgentWiring {
         let backends = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
             .with_budget(&workflow.budget);
         admit_agents(&backends, workflow)?;
-        // A tool node naming a file or process built-in runs it in the box
-        // through the same runner.
-        let box_builtins = workflow.nodes.values().any(|n| {
-            matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
-                if iterion_agent::tool_node::runs_in_box(c.trim()))
-        });
-        let mounts = match &runner_binary {
-            Some(bin)
-                if box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty() =>
-            {
-                vec![iterion_agent::runner::runner_mount(bin)]
-            }
-            _ => Vec::new(),
-        };
+        let mounts = runner_mounts(workflow, runner_binary.as_deref());
         Ok(Self { backends, mounts })
     }
+}
+
+/// The claw runner's read-only bind, for a workflow with agent nodes or
+/// tool nodes calling an in-box built-in.
+fn runner_mounts(
+    workflow: &iterion_dsl::ir::Workflow,
+    runner_binary: Option<&std::path::Path>,
+) -> Vec<iterion_core::plan::Mount> {
+    // A tool node naming a file or process built-in runs it in the box
+    // through the same runner.
+    let box_builtins = workflow.nodes.values().any(|n| {
+        matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
+            if iterion_agent::tool_node::runs_in_box(c.trim()))
+    });
+    match runner_binary {
+        Some(bin) if box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
+            vec![iterion_agent::runner::runner_mount(bin)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The host every sandbox decision of this process is made on — a run's
+/// and `doctor --strict`'s alike: the parsed environment, the probed
+/// drivers, the state and store dirs, and the runner bind `workflow` needs.
+pub(super) fn sandbox_host(
+    env: SandboxEnv,
+    drivers: HostDrivers,
+    workflow: Option<&iterion_dsl::ir::Workflow>,
+) -> SandboxHost {
+    let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let mounts = workflow
+        .map(|w| {
+            let agent_env = iterion_agent::EnvSnapshot::from_process();
+            let runner = iterion_agent::runner::locate_runner_binary(
+                &agent_env,
+                std::env::current_exe().ok().as_deref(),
+            );
+            runner_mounts(w, runner.as_deref())
+        })
+        .unwrap_or_default();
+    SandboxHost::new(
+        env,
+        local_env,
+        drivers,
+        iterion_runtime::sandbox_boot::default_state_dir(),
+    )
+    .with_store_dir(stores::store_dir())
+    .with_mounts(mounts)
 }
 
 /// What `run` and `resume` share: the drivers, the reaper, the booter, the
 /// live view, and how an outcome is printed and exits.
 pub(super) struct Session {
     pub store: Arc<dyn RunStore>,
-    pub env: EnvSnapshot,
+    pub env: SandboxEnv,
+    /// The one probe of this process's drivers.
+    pub drivers: HostDrivers,
     pub agents: AgentWiring,
     pub json: bool,
     /// Human nodes may ask on the terminal (not `--no-interactive`).
@@ -225,18 +281,18 @@ impl Session {
         let Session {
             store,
             env,
+            drivers,
             agents,
             json,
             interactive,
             cancel,
         } = self;
-        let discovered = drivers::discover(&env).await;
         // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
         // start of every run: bounded, in the background, never blocking it.
         let local_env: BTreeMap<String, String> = std::env::vars().collect();
         let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
         let reap_store = store.clone();
-        let reap_drivers = discovered.drivers.clone();
+        let reap_drivers = drivers.handles().to_vec();
         let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
         // MCP server processes are recorded where this reaper looks.
         let ledger = Arc::new(iterion_runtime::procs::HostProcesses::new(
@@ -244,7 +300,8 @@ impl Session {
         ));
         // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
         // itself the boundary and judges no one's sandboxes.
-        let reaping = iterion_sandbox::reaper::reaper_enabled(env.sandbox_override.as_deref());
+        let reaping =
+            iterion_sandbox::reaper::reaper_enabled(env.snapshot.sandbox_override.as_deref());
         let reaper = tokio::spawn(async move {
             if !reaping {
                 return;
@@ -265,19 +322,8 @@ impl Session {
                 .with_store(store.clone())
                 .with_process_ledger(ledger),
         );
-        let booter = PolicyBooter::new(
-            env,
-            local_env,
-            DriverCatalog {
-                drivers: discovered.drivers,
-                failure: discovered.failure,
-            },
-            store.clone(),
-            state_dir,
-        )
-        .with_store_dir(stores::store_dir())
-        .with_mounts(agents.mounts)
-        .with_listeners(backends.clone());
+        let host = sandbox_host(env, drivers, None).with_mounts(agents.mounts);
+        let booter = PolicyBooter::new(host, store.clone()).with_listeners(backends.clone());
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store.clone(), Arc::new(booter))
             .with_agents(backends)
@@ -410,40 +456,32 @@ fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 /// An operator setting the run cannot read is bad input (exit 2), caught
-/// before anything is created.
-pub(super) fn check_env(env: &EnvSnapshot, flags: &SandboxFlags) -> anyhow::Result<()> {
-    let inputs = PrecedenceInputs {
-        cli_sandbox: flags.sandbox,
-        cli_host_state: flags.host_state,
-        env: env.clone(),
-        ..PrecedenceInputs::default()
-    };
-    resolve_mode(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
-    resolve_host_state(&inputs).map_err(|e| UserInputError::new(e.to_string()))?;
+/// before anything is created: the sandbox words are parsed once, here
+/// (the decision then reads them typed).
+pub(super) fn check_env(env: EnvSnapshot) -> anyhow::Result<SandboxEnv> {
+    let parsed = SandboxEnv::parse(&env).map_err(|e| UserInputError::new(e.to_string()))?;
     // A limit the driver cannot read would make discovery find no engine,
     // and `auto` would then run on the host: bad input, never a degrade.
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
     iterion_driver_docker::DockerSettings::from_env(&process_env)
         .map_err(|e| UserInputError::new(e.to_string()))?;
-    if let Some(raw) = env.readback_cap.as_deref().filter(|s| !s.trim().is_empty()) {
-        iterion_core::parse_size(raw)
-            .map_err(|e| UserInputError::new(format!("ITERION_SANDBOX_READBACK_CAP: {e}")))?;
-    }
-    Ok(())
+    Ok(parsed)
 }
 
-/// `ITERION_SANDBOX_PREFLIGHT`: the strict doctor on the exact spec; a
-/// failed check is bad input (exit 2), warnings are only printed.
-async fn preflight(args: &RunArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
+/// `ITERION_SANDBOX_PREFLIGHT`: the strict doctor on the exact decision;
+/// a failed check is bad input (exit 2), warnings are only printed.
+async fn preflight(args: &RunArgs, env: &SandboxEnv, drivers: &HostDrivers) -> anyhow::Result<()> {
     let opts = super::sandbox::StrictOptions {
         file: Some(args.file.clone()),
         target: None,
-        sandbox: args.sandbox,
-        default_image: args.sandbox_default_image.clone(),
-        host_state: args.sandbox_host_state,
+        launch: LaunchFlags::of(
+            args.sandbox,
+            args.sandbox_host_state,
+            &args.sandbox_default_image,
+        ),
         untrusted: args.trust == TrustFlag::Untrusted,
     };
-    let report = super::sandbox::strict_report(&opts, env).await?;
+    let report = super::sandbox::strict_report(&opts, env, drivers).await?;
     if report.failed() {
         let failed: Vec<String> = report
             .checks

@@ -13,14 +13,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    Engine, RunResult, Sandbox, busybox, container_exists, force_remove, leftovers, node_output,
-    of_type, one, run_record, runs, signal, spawn_until_node_started, types, wait_child,
-    wait_until,
+    Engine, RunResult, Sandbox, busybox, container_exists, force_remove, node_output, of_type, one,
+    run_record, runs, signal, spawn_until_node_started, types, wait_child, wait_until,
 };
 
 /// One tool node printing where it ran (the kernel hostname: the
 /// container's differs from the host's).
-fn where_workflow(sandbox: &str) -> String {
+pub(crate) fn where_workflow(sandbox: &str) -> String {
     format!(
         r#"schema where_out:
   host: string
@@ -36,7 +35,7 @@ workflow where_am_i:
     )
 }
 
-fn inline_block(image: &str) -> String {
+pub(crate) fn inline_block(image: &str) -> String {
     format!("  sandbox:\n    image: \"{image}\"\n    host_state: none\n")
 }
 
@@ -544,108 +543,6 @@ fn invalid_workflow_is_exit_2_and_creates_no_run() {
     assert_eq!(r.code, Some(2), "stdout={} stderr={}", r.stdout, r.stderr);
     assert!(!r.stderr.trim().is_empty(), "no diagnostics on stderr");
     assert!(runs(&sb).is_empty(), "a run was created");
-}
-
-#[test]
-fn missing_image_is_a_typed_failure_without_a_container() {
-    for engine in Engine::ALL {
-        let sb = Sandbox::new(engine).with_env("ITERION_SANDBOX_PULL_TIMEOUT", "20s");
-        let file = sb.write(
-            "w.iter",
-            &where_workflow(&inline_block("127.0.0.1:1/iterion-e2e/missing:nope")),
-        );
-        let r = sb.run(&file, &[]);
-        assert_eq!(r.code, Some(1), "{}", r.stderr);
-        assert_eq!(r.status(), "failed");
-        assert_eq!(
-            r.failure_code(),
-            Some("SANDBOX_IMAGE_UNAVAILABLE"),
-            "{}",
-            r.stderr
-        );
-        let run_id = r.run_id();
-        assert!(!container_exists(engine, &run_id));
-        let events = sb.events(&run_id);
-        assert!(of_type(&events, "node_started").is_empty());
-        assert_eq!(
-            one(&events, "run_failed")["data"]["failure_code"],
-            "SANDBOX_IMAGE_UNAVAILABLE"
-        );
-    }
-}
-
-#[test]
-fn failing_post_create_is_a_start_failure_and_removes_the_container() {
-    for engine in Engine::ALL {
-        let sb = Sandbox::new(engine);
-        let file = sb.write(
-            "w.iter",
-            &where_workflow(&format!(
-                "  sandbox:\n    image: \"{}\"\n    host_state: none\n    post_create: \"echo setting up; exit 3\"\n",
-                busybox()
-            )),
-        );
-        let r = sb.run(&file, &[]);
-        assert_eq!(r.code, Some(1), "{}", r.stderr);
-        assert_eq!(r.status(), "failed");
-        assert_eq!(
-            r.failure_code(),
-            Some("SANDBOX_START_FAILED"),
-            "{}",
-            r.stderr
-        );
-        let run_id = r.run_id();
-        assert!(
-            !container_exists(engine, &run_id),
-            "{engine:?}: container left"
-        );
-        let events = sb.events(&run_id);
-        assert!(of_type(&events, "node_started").is_empty());
-    }
-}
-
-/// `ITERION_SANDBOX_POST_CREATE_TIMEOUT` bounds the post-create commands
-/// (issue 14 item 7, upstream #719): past it the run fails
-/// `SANDBOX_SETUP_TIMEOUT` (resumable: an infrastructure failure), what
-/// they printed is in the log, nothing is left.
-#[test]
-fn post_create_past_its_bound_is_a_setup_timeout() {
-    for engine in Engine::ALL {
-        let sb = Sandbox::new(engine).with_env("ITERION_SANDBOX_POST_CREATE_TIMEOUT", "3s");
-        let file = sb.write(
-            "w.iter",
-            &where_workflow(&format!(
-                "  sandbox:\n    image: \"{}\"\n    host_state: none\n    post_create: \"echo setting up; sleep 300; echo slept-through\"\n",
-                busybox()
-            )),
-        );
-        let r = sb.run(&file, &[]);
-        assert_eq!(r.code, Some(1), "{engine:?}: {}", r.stderr);
-        assert_eq!(
-            (r.status(), r.failure_code()),
-            ("failed_resumable", Some("SANDBOX_SETUP_TIMEOUT")),
-            "{engine:?}: {}",
-            r.stderr
-        );
-        let run_id = r.run_id();
-        assert!(
-            leftovers(engine, &run_id).is_empty(),
-            "{engine:?}: sandbox left"
-        );
-        let events = sb.events(&run_id);
-        assert!(of_type(&events, "node_started").is_empty());
-        let error = one(&events, "run_failed")["data"]["error"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned();
-        assert!(
-            error.contains("ITERION_SANDBOX_POST_CREATE_TIMEOUT"),
-            "{engine:?}: {error}"
-        );
-        let logs = String::from_utf8_lossy(&sb.iterion(&["logs", &run_id]).stdout).into_owned();
-        assert!(logs.contains("setting up"), "{engine:?}: {logs}");
-        assert!(!logs.contains("slept-through"), "{engine:?}: {logs}");
-    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use iterion_core::{Disposition, DriverError, FailureCode, RunStatus};
 use iterion_runtime::{
-    AdmissionVerdict, BootContext, BootError, Booted, Engine, HostBooter, SandboxBooter,
+    AdmissionVerdict, Admitted, BootContext, BootError, Booted, Engine, HostBooter, SandboxBooter,
 };
 
 use crate::support::*;
@@ -24,23 +24,25 @@ struct Scripted {
 
 #[async_trait]
 impl SandboxBooter for Scripted {
-    async fn admit(&self, _ctx: &BootContext<'_>) -> AdmissionVerdict {
+    async fn admit(&self, _ctx: &BootContext<'_>) -> Admitted {
         if self.deny {
-            AdmissionVerdict::Deny {
-                code: "untrusted_without_sandbox".into(),
-                reason: "untrusted workspace resolves no sandbox (mode none from --sandbox)".into(),
-            }
+            AdmissionVerdict::deny(
+                "untrusted_without_sandbox",
+                "untrusted workspace resolves no sandbox (mode none from --sandbox)",
+            )
+            .into()
         } else {
             AdmissionVerdict::Admit {
                 reason: "trusted".into(),
             }
+            .into()
         }
     }
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+    async fn boot(&self, ctx: &BootContext<'_>, admitted: Admitted) -> Result<Booted, BootError> {
         self.boots.fetch_add(1, Ordering::SeqCst);
         match self.boot_error {
             Some(make) => Err(make()),
-            None => HostBooter::default().boot(ctx).await,
+            None => HostBooter::default().boot(ctx, admitted).await,
         }
     }
     async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
@@ -98,7 +100,7 @@ async fn a_policy_refusal_is_persisted_and_nothing_boots() {
 #[tokio::test]
 async fn boot_failures_take_their_classified_status() {
     type Case = (fn() -> BootError, FailureCode, RunStatus, Disposition);
-    let cases: [Case; 3] = [
+    let cases: [Case; 5] = [
         (
             || BootError::Driver {
                 source: DriverError::Unavailable {
@@ -121,9 +123,30 @@ async fn boot_failures_take_their_classified_status() {
             RunStatus::FailedResumable,
             Disposition::Infrastructure,
         ),
+        // Issue 14 item 8(c): transient setup failures stay resumable.
+        (
+            || BootError::Driver {
+                source: DriverError::PostCreateFailed {
+                    exit_code: 3,
+                    output_tail: "setting up".into(),
+                },
+            },
+            FailureCode::SandboxStartFailed,
+            RunStatus::FailedResumable,
+            Disposition::Transient,
+        ),
+        (
+            || BootError::Io {
+                operation: "create the run's host dir".into(),
+                source: std::io::Error::other("disk full"),
+            },
+            FailureCode::SandboxStartFailed,
+            RunStatus::FailedResumable,
+            Disposition::Transient,
+        ),
         (
             || BootError::Refused {
-                code: FailureCode::SandboxDriverUnavailable,
+                refused: iterion_sandbox::classify::Refused::NoDriver,
                 reason: "inline needs a container runtime".into(),
             },
             FailureCode::SandboxDriverUnavailable,

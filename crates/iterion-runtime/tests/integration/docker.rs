@@ -14,7 +14,7 @@ use iterion_core::driver::{NullObserver, RunInfo};
 use iterion_core::{Driver, FailureCode, LaunchPlan, RunStatus};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
 use iterion_dsl::ir::ToolSpec;
-use iterion_runtime::{BootContext, BootError, Booted, Engine, SandboxBooter};
+use iterion_runtime::{Admitted, BootContext, BootError, Booted, Engine, Keep, SandboxBooter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +46,7 @@ struct ContainerBooter {
 
 #[async_trait]
 impl SandboxBooter for ContainerBooter {
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+    async fn boot(&self, ctx: &BootContext<'_>, _admitted: Admitted) -> Result<Booted, BootError> {
         let plan = LaunchPlan {
             image: Some(self.image.into()),
             workdir: "/tmp/iterion-ws".into(),
@@ -71,7 +71,7 @@ impl SandboxBooter for ContainerBooter {
         Ok(Booted::Sandbox {
             run: Arc::from(run),
             scratch_dir: "/tmp/iterion-scripts".into(),
-            keep: None,
+            keep: Keep::nothing(),
             secrets: Default::default(),
         })
     }

@@ -5,6 +5,7 @@
 mod agents;
 mod booting;
 mod bounds;
+mod decided;
 mod docker;
 mod dsl;
 mod graph;

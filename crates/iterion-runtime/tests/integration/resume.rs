@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use iterion_core::{NodeId, RunId, RunStatus};
 use iterion_runtime::human::AnswerInput;
 use iterion_runtime::resume::{self, ResumeError};
-use iterion_runtime::{BootFlags, RunOutcome};
+use iterion_runtime::{RunOutcome, SandboxFlags};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{Harness, compile};
@@ -76,7 +76,7 @@ async fn resume(
             .await?
             .plan(compile(GATED), sha, force, answers)?;
     Ok(h.engine
-        .resume(plan, BootFlags::default(), CancellationToken::new())
+        .resume(plan, SandboxFlags::default(), CancellationToken::new())
         .await
         .expect("engine resume"))
 }
@@ -207,7 +207,7 @@ async fn a_reopened_run_belongs_to_the_resuming_process() {
         .unwrap();
     let end = h
         .engine
-        .resume(plan, BootFlags::default(), CancellationToken::new())
+        .resume(plan, SandboxFlags::default(), CancellationToken::new())
         .await
         .unwrap();
     // `approved: false` routes to fail: WORKFLOW_FAILED, which no resume
@@ -281,7 +281,7 @@ async fn a_failed_fan_out_resumes_at_its_router() {
     );
     let done = h
         .engine
-        .resume(plan, BootFlags::default(), CancellationToken::new())
+        .resume(plan, SandboxFlags::default(), CancellationToken::new())
         .await
         .unwrap();
     assert_eq!(done.status, RunStatus::Finished, "{:?}", done.failure);

@@ -410,6 +410,7 @@ impl iterion_runtime::SandboxBooter for Hijacker {
     async fn boot(
         &self,
         ctx: &iterion_runtime::BootContext<'_>,
+        admitted: iterion_runtime::Admitted,
     ) -> Result<iterion_runtime::Booted, iterion_runtime::BootError> {
         let rec = self.1.load_run(ctx.run_id).await.unwrap().unwrap();
         self.1
@@ -427,7 +428,7 @@ impl iterion_runtime::SandboxBooter for Hijacker {
             )
             .await
             .unwrap();
-        self.0.boot(ctx).await
+        self.0.boot(ctx, admitted).await
     }
     async fn teardown(
         &self,

@@ -10,8 +10,8 @@ use iterion_core::store::LogLine;
 use iterion_core::{EventRecord, NodeId, RunId, RunStore, Trust};
 use iterion_dsl::ir::*;
 use iterion_runtime::{
-    BootContext, BootError, BootFlags, Booted, Engine, HostBooter, RunOptions, RunOutcome,
-    SandboxBooter,
+    Admitted, BootContext, BootError, Booted, Engine, HostBooter, RunOptions, RunOutcome,
+    SandboxBooter, SandboxFlags,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -136,9 +136,9 @@ pub struct CountingBooter {
 
 #[async_trait]
 impl SandboxBooter for CountingBooter {
-    async fn boot(&self, ctx: &BootContext<'_>) -> Result<Booted, BootError> {
+    async fn boot(&self, ctx: &BootContext<'_>, admitted: Admitted) -> Result<Booted, BootError> {
         self.boots.fetch_add(1, Ordering::SeqCst);
-        self.host.boot(ctx).await
+        self.host.boot(ctx, admitted).await
     }
     async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
         self.teardowns.fetch_add(1, Ordering::SeqCst);
@@ -182,7 +182,7 @@ impl Harness {
             trust: Trust::Trusted,
             run_id: RunId::generate(),
             workspace: PathBuf::from(self.workspace.path()),
-            flags: BootFlags::default(),
+            flags: SandboxFlags::default(),
             source_sha256: None,
             launch_settings: serde_json::Map::new(),
             timeout: None,

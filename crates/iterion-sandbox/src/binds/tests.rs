@@ -229,7 +229,7 @@ fn the_store_inside_a_bind_is_masked_and_its_parents_pinned() {
         mounts: vec![bind(&ws, "/work", MountOrigin::Workspace)],
         ..LaunchPlan::default()
     };
-    resolve_plan_binds(&mut plan, &settings, &scope, Some(&s(&mask))).expect("resolved");
+    resolve_plan_binds(&RealHost, &mut plan, &settings, &scope, Some(&s(&mask))).expect("resolved");
     let targets: Vec<(&str, bool, MountOrigin)> = plan
         .mounts
         .iter()
@@ -262,19 +262,19 @@ fn the_store_inside_a_bind_is_masked_and_its_parents_pinned() {
         mounts: vec![bind(&ws, "/work", MountOrigin::Workspace)],
         ..LaunchPlan::default()
     };
-    assert!(resolve_plan_binds(&mut plan, &settings, &scope, None).is_err());
+    assert!(resolve_plan_binds(&RealHost, &mut plan, &settings, &scope, None).is_err());
     // A declared bind into the store, or the workspace being the store: refused.
     let mut plan = LaunchPlan {
         mounts: vec![bind(&store, "/s", MountOrigin::Workflow)],
         ..LaunchPlan::default()
     };
-    assert!(resolve_plan_binds(&mut plan, &settings, &scope, Some(&s(&mask))).is_err());
+    assert!(resolve_plan_binds(&RealHost, &mut plan, &settings, &scope, Some(&s(&mask))).is_err());
     let settings = HostBindSettings::default().with_private([s(&ws)]);
     let mut plan = LaunchPlan {
         mounts: vec![bind(&ws, "/work", MountOrigin::Workspace)],
         ..LaunchPlan::default()
     };
-    assert!(resolve_plan_binds(&mut plan, &settings, &scope, Some(&s(&mask))).is_err());
+    assert!(resolve_plan_binds(&RealHost, &mut plan, &settings, &scope, Some(&s(&mask))).is_err());
 }
 
 #[test]
@@ -291,7 +291,8 @@ fn sources_are_rewritten_to_real_paths_and_a_later_swap_is_caught() {
         ],
         ..LaunchPlan::default()
     };
-    resolve_plan_binds(&mut plan, &settings, &BindScope::default(), None).expect("resolved");
+    resolve_plan_binds(&RealHost, &mut plan, &settings, &BindScope::default(), None)
+        .expect("resolved");
     assert_eq!(
         plan.mounts[1].source.as_deref(),
         Some(s(&ws.join("data")).as_str())

@@ -228,7 +228,7 @@ fn read_back_caps() {
     s.mounts.push("type=tmpfs,target=/out,size=8MiB".into());
     s.read_back = ["/out", "/var/report"].map(rb).to_vec();
     let mut i = inputs(&s, HostState::Auto);
-    i.readback_cap = Some("1GiB");
+    i.readback_cap = Some(ByteSize(1 << 30));
     let planned = plan_launch(&i, &host()).expect("plan");
     let caps: Vec<(String, u64)> = planned
         .plan
@@ -244,11 +244,6 @@ fn read_back_caps() {
             ("/var/report".to_owned(), 1 << 30),
         ]
     );
-    i.readback_cap = Some("lots");
-    assert!(matches!(
-        plan_launch(&i, &host()),
-        Err(PolicyError::InvalidEnv { .. })
-    ));
     i.readback_cap = None;
     let planned = plan_launch(&i, &host()).expect("plan");
     assert_eq!(

@@ -1,18 +1,17 @@
 use std::collections::BTreeMap;
 
-use iterion_core::store::AdmissionDecision;
+use iterion_core::driver::{EngineInfo, HostFootprint};
 use iterion_core::{Capabilities, DriverName, Mode, Spec, Trust};
-use iterion_sandbox::admission::admit;
-use iterion_sandbox::devcontainer::read_repo_devcontainer;
-use iterion_sandbox::env::EnvSnapshot;
-use iterion_sandbox::guards::check_launch_plan;
-use iterion_sandbox::host::{DriverProbe, HostKind, select_driver};
-use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
-use iterion_sandbox::precedence::{
-    PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
+use iterion_sandbox::admission::AdmissionVerdict;
+use iterion_sandbox::binds::{HostBindSettings, RealHost};
+use iterion_sandbox::decision::{
+    DecisionRequest, RepoSnapshot, RunPaths, SandboxDecision, Verdict, WorkflowFacts, decide,
 };
-use iterion_sandbox::spec::{SpecInputs, build_spec, source_label};
-use iterion_sandbox::verdict::{Availability, SandboxVerdict, sandbox_verdict};
+use iterion_sandbox::env::{EnvSnapshot, SandboxEnv};
+use iterion_sandbox::guards::check_launch_plan;
+use iterion_sandbox::host::DriverOffer;
+use iterion_sandbox::mounts::HostSnapshot;
+use iterion_sandbox::precedence::{PRODUCT_GLOBAL_DEFAULT, SandboxFlags};
 
 fn docker_caps() -> Capabilities {
     Capabilities {
@@ -27,6 +26,70 @@ fn docker_caps() -> Capabilities {
         archive_in: true,
         ..Capabilities::default()
     }
+}
+
+fn offer(driver: DriverName, capabilities: Capabilities) -> DriverOffer {
+    DriverOffer {
+        driver,
+        readiness: Ok(EngineInfo {
+            driver,
+            endpoint: "unix:///run/test.sock".into(),
+            version: "1".into(),
+            api_version: "1.41".into(),
+            local: capabilities.host_bind_mounts,
+        }),
+        capabilities,
+        footprint: HostFootprint::default(),
+    }
+}
+
+/// A run in the real temporary `repo`, with its private dirs under `state`.
+fn decide_in(
+    repo: &std::path::Path,
+    state: &std::path::Path,
+    block: Option<&Spec>,
+    offers: &[DriverOffer],
+    trust: Trust,
+) -> SandboxDecision {
+    let flags = SandboxFlags {
+        global_default: Some(PRODUCT_GLOBAL_DEFAULT),
+        ..SandboxFlags::default()
+    };
+    let env = SandboxEnv::parse(&EnvSnapshot::default()).unwrap_or_default();
+    let snapshot = RepoSnapshot::capture(repo);
+    let host = HostSnapshot {
+        uid: 1000,
+        gid: 1000,
+        ..HostSnapshot::default()
+    };
+    let state = state.to_string_lossy().into_owned();
+    let paths = RunPaths {
+        run_files: format!("{state}/sandboxes/r1/artifact-files"),
+        mask: format!("{state}/sandboxes/r1/mask"),
+        secrets_dir: Err("no memory filesystem in this test".into()),
+    };
+    let binds = HostBindSettings::default()
+        .with_private([state.clone()])
+        .with_managed_roots([state]);
+    decide(&DecisionRequest {
+        run_id: "r1",
+        trust,
+        flags: &flags,
+        env: &env,
+        target: None,
+        workflow: WorkflowFacts {
+            sandbox: block,
+            file_secrets: Ok(&[]),
+        },
+        repo: &snapshot,
+        host: &host,
+        offers,
+        paths: &paths,
+        binds: &binds,
+        fs: &RealHost,
+        local_env: &BTreeMap::new(),
+        runtime_mounts: &[],
+    })
 }
 
 #[test]
@@ -44,114 +107,76 @@ fn auto_run_from_a_repo_devcontainer_to_a_guarded_plan() {
         }"#,
     )
     .expect("write");
-    let run_files = dir.path().join("store/runs/r1/artifact-files");
-    std::fs::create_dir_all(&run_files).expect("mkdir");
-
+    let state = dir.path().join("state");
     let block = Spec {
         mode: Mode::Auto,
         read_back: vec!["/out".parse().expect("path")],
         ..Spec::default()
     };
-    let inputs = PrecedenceInputs {
-        env: EnvSnapshot::default(),
-        workflow: Some(&block),
-        global_default: Some(Mode::Auto),
-        ..PrecedenceInputs::default()
-    };
-    let resolved = resolve_mode(&inputs).expect("mode");
-    assert_eq!(resolved.mode, Mode::Auto);
-    let (host_state, hs_source) = resolve_host_state(&inputs).expect("host_state");
-    let (default_image, _) = resolve_default_image(&inputs);
 
-    let probes = [DriverProbe {
-        driver: DriverName::Docker,
-        unavailable: None,
-    }];
-    let driver = select_driver(HostKind::Local, resolved.mode, &probes).expect("driver");
-    let verdict = sandbox_verdict(
-        resolved.mode,
-        resolved.source.as_str(),
-        &Availability::Ready(driver),
-        0,
-    );
-    assert_eq!(verdict, SandboxVerdict::Sandbox(DriverName::Docker));
-    let admission = admit(
+    let d = decide_in(
+        &repo,
+        &state,
+        Some(&block),
+        &[offer(DriverName::Docker, docker_caps())],
         Trust::Untrusted,
-        &resolved,
-        true,
-        time::OffsetDateTime::UNIX_EPOCH,
     );
-    assert_eq!(admission.admission.decision, AdmissionDecision::Admitted);
-
-    let (path, dc) = read_repo_devcontainer(&repo).expect("read").expect("found");
-    let path = path.to_string_lossy().into_owned();
-    let built = build_spec(&SpecInputs {
-        mode: resolved.mode,
-        workflow: Some(&block),
-        devcontainer: Some((&path, &dc)),
-        default_image: &default_image,
-        operator_env: BTreeMap::new(),
-        run_id: "r1",
-        local_env: BTreeMap::new(),
-        workspace: &repo.to_string_lossy(),
-    })
-    .expect("spec");
-    let names: Vec<&str> = built.events.iter().map(|e| e.name()).collect();
-    assert_eq!(names, ["sandbox_env_denied", "sandbox_network_defaulted"]);
-    assert!(source_label(resolved.source.as_str(), &built.origin).ends_with("devcontainer.json)"));
-
-    let ws = repo.to_string_lossy().into_owned();
-    let rf = run_files.to_string_lossy().into_owned();
-    let host = HostSnapshot {
-        home: None,
-        uid: 1000,
-        gid: 1000,
-        existing: [rf.clone()].into_iter().collect(),
-        ..HostSnapshot::default()
+    assert_eq!(d.mode.mode, Mode::Auto);
+    assert!(d.admission.admitted(), "{:?}", d.admission);
+    assert!(d.source.ends_with("devcontainer.json)"), "{}", d.source);
+    let names: Vec<&str> = d.events.iter().map(|e| e.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "sandbox_env_denied",
+            "sandbox_network_defaulted",
+            "sandbox_driver_selected",
+            "sandbox_host_state_mounted",
+            "sandbox_user_remap",
+        ]
+    );
+    let Verdict::Sandbox(docker) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
     };
-    let planned = plan_launch(
-        &PlanInputs {
-            spec: &built.spec,
-            host_state: Some(host_state),
-            host_state_source: hs_source.as_str(),
-            workspace: &ws,
-            worktree_git_dir: None,
-            scratch_dir: None,
-            attachments_dir: None,
-            run_files_dir: Some(&rf),
-            bundle_dir: None,
-            readback_cap: None,
-            untrusted: false,
-        },
-        &host,
-    )
-    .expect("plan");
+    check_launch_plan(&docker.launch).expect("docker plan passes the guards");
+    assert!(!docker.launch.env.contains_key("PATH"), "repo PATH denied");
+    // The workspace bind got its real path from the real filesystem.
+    let real = repo.canonicalize().expect("real");
+    assert!(
+        docker
+            .launch
+            .mounts
+            .iter()
+            .any(|m| m.source.as_deref() == Some(&*real.to_string_lossy()))
+    );
 
-    let docker =
-        finalize_mounts_for_driver(planned.plan.clone(), DriverName::Docker, &docker_caps())
-            .expect("finalize docker");
-    assert!(docker.dropped.is_none(), "docker local keeps every bind");
-    check_launch_plan(&docker.plan).expect("docker plan passes the guards");
-    assert!(!docker.plan.env.contains_key("PATH"), "repo PATH denied");
-
-    let k8s_caps = Capabilities {
+    // A bindless driver that drains: driver-owned storage, the promise kept.
+    let bindless = Capabilities {
         host_bind_mounts: false,
         build: false,
         ..docker_caps()
     };
-    let k8s = finalize_mounts_for_driver(planned.plan, DriverName::Kubernetes, &k8s_caps)
-        .expect("finalize kubernetes");
-    check_launch_plan(&k8s.plan).expect("kubernetes plan passes the guards");
-    assert!(k8s.plan.mounts.iter().all(|m| !m.is_host_bind()));
+    let d = decide_in(
+        &repo,
+        &state,
+        Some(&block),
+        &[offer(DriverName::Docker, bindless)],
+        Trust::Trusted,
+    );
+    let Verdict::Sandbox(k8s) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    check_launch_plan(&k8s.launch).expect("bindless plan passes the guards");
+    assert!(k8s.launch.mounts.iter().all(|m| !m.is_host_bind()));
     assert_eq!(
-        k8s.plan
+        k8s.launch
             .env
             .get("ITERION_ARTIFACT_FILES_DIR")
             .map(String::as_str),
         Some("/iterion/artifact-files")
     );
     assert!(
-        k8s.plan
+        k8s.launch
             .read_back
             .iter()
             .any(|d| d.container_path == "/out")
@@ -160,29 +185,32 @@ fn auto_run_from_a_repo_devcontainer_to_a_guarded_plan() {
 
 #[test]
 fn runtime_less_host_degrades_auto_and_refuses_untrusted() {
-    let inputs = PrecedenceInputs {
-        global_default: Some(Mode::Auto),
-        ..PrecedenceInputs::default()
-    };
-    let resolved = resolve_mode(&inputs).expect("mode");
-    let err = select_driver(HostKind::Local, resolved.mode, &[]).expect_err("no driver");
-    let verdict = sandbox_verdict(
-        resolved.mode,
-        resolved.source.as_str(),
-        &Availability::Blocked {
-            reason: err.to_string(),
-        },
-        1,
+    let dir = tempfile::tempdir().expect("tmp");
+    let down = [DriverOffer::unavailable(
+        DriverName::Docker,
+        "no such engine answered",
+    )];
+    let d = decide_in(
+        dir.path(),
+        &dir.path().join("state"),
+        None,
+        &down,
+        Trust::Trusted,
     );
-    assert!(matches!(verdict, SandboxVerdict::Degraded { .. }));
-    let admission = admit(
+    assert_eq!(d.verdict_kind(), "degraded");
+    assert!(d.events.iter().any(|e| e.name() == "sandbox_skipped"));
+    let d = decide_in(
+        dir.path(),
+        &dir.path().join("state"),
+        None,
+        &down,
         Trust::Untrusted,
-        &resolved,
-        false,
-        time::OffsetDateTime::UNIX_EPOCH,
     );
-    assert_eq!(admission.admission.decision, AdmissionDecision::Denied);
-    assert!(admission.admission.reason.contains("global default"));
+    assert_eq!(d.verdict, Verdict::Denied);
+    let AdmissionVerdict::Deny { reason, .. } = &d.admission else {
+        panic!("denied")
+    };
+    assert!(reason.contains("global default"), "{reason}");
 }
 
 #[test]

@@ -1,0 +1,132 @@
+//! The real booter, [`PolicyBooter`]: it decides a run's sandbox once, at
+//! admission ([`SandboxHost::decide`], the pure
+//! [`iterion_sandbox::decision::decide`] over snapshots), and then only
+//! *executes* the decision — emits its events, and for a sandbox creates
+//! the run's host directories, writes the secret files, starts the proxy,
+//! prepares and starts the driver (`start`) — and tears it down
+//! (`teardown`). It decides nothing itself: a refusal, a degrade, the
+//! plan, the identity and the egress verdict are the decision's.
+//!
+//! Drivers come in as `Arc<dyn Driver>` through [`HostDrivers`] (the CLI
+//! discovers and probes them); the runtime never names an engine.
+
+mod dirs;
+mod host;
+mod start;
+mod teardown;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iterion_core::RunStore;
+use iterion_readback::DrainOptions;
+use iterion_sandbox::decision::Verdict;
+
+pub use self::dirs::{default_state_dir, host_state_roots, private_state_dirs};
+pub use self::host::{Decided, HostDrivers, RunRequest, SandboxHost};
+pub(crate) use self::start::Kept;
+
+use crate::boot::{Admitted, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
+
+/// The booter of `iterion run` and `iterion resume`.
+pub struct PolicyBooter {
+    host: SandboxHost,
+    store: Arc<dyn RunStore>,
+    drain: DrainOptions,
+    /// Seed step 18's per-run listeners (`None`: the run gets none).
+    listeners: Option<Arc<dyn iterion_core::agent::GatewayListeners>>,
+}
+
+impl PolicyBooter {
+    /// A booter over `host`, draining read-back paths into `store`.
+    pub fn new(host: SandboxHost, store: Arc<dyn RunStore>) -> Self {
+        Self {
+            host,
+            store,
+            drain: DrainOptions::default(),
+            listeners: None,
+        }
+    }
+
+    /// Start the run's host listeners (seed step 18) through `listeners`
+    /// before each sandbox: bound where the driver puts the run's gateway,
+    /// admitted by the run's firewall, kept until teardown.
+    pub fn with_listeners(
+        mut self,
+        listeners: Arc<dyn iterion_core::agent::GatewayListeners>,
+    ) -> Self {
+        self.listeners = Some(listeners);
+        self
+    }
+
+    /// The host it decides on.
+    pub fn host(&self) -> &SandboxHost {
+        &self.host
+    }
+}
+
+#[async_trait]
+impl SandboxBooter for PolicyBooter {
+    async fn admit(&self, ctx: &BootContext<'_>) -> Admitted {
+        Admitted::decided(self.host.decide(&RunRequest {
+            run_id: ctx.run_id,
+            sandbox: ctx.workflow.sandbox.as_ref().map(|d| &d.spec),
+            secrets: &ctx.workflow.secrets,
+            trust: ctx.trust,
+            workspace: ctx.workspace,
+            flags: ctx.flags,
+            target: None,
+        }))
+    }
+
+    async fn boot(&self, ctx: &BootContext<'_>, admitted: Admitted) -> Result<Booted, BootError> {
+        // The engine boots only what this booter admitted.
+        let Some(decided) = admitted.into_decided() else {
+            return Err(BootError::NotAdmitted);
+        };
+        let Decided { decision, secrets } = *decided;
+        let exec = ExecSecrets {
+            env: secrets.env.clone(),
+            redactor: secrets.redactor(),
+            egress: None,
+        };
+        // Masked from the first event that could carry one (a driver line,
+        // a blocked host during post_create).
+        ctx.events.set_redactor(exec.redactor.clone());
+        for event in decision.events {
+            ctx.events.emit(event);
+        }
+        match decision.verdict {
+            Verdict::Sandbox(plan) => {
+                start::start(
+                    &self.host,
+                    self.listeners.as_ref(),
+                    ctx,
+                    *plan,
+                    &decision.source,
+                    decision.mode.mode,
+                    &secrets,
+                    exec,
+                )
+                .await
+            }
+            Verdict::Host { reason, .. } => {
+                crate::boot::host_booted(ctx, reason).map(|b| b.with_secrets(exec))
+            }
+            Verdict::Refused(refusal) => Err(BootError::Refused {
+                refused: refusal.refused,
+                reason: refusal.reason,
+            }),
+            // Admission denied it; the engine does not boot a denied run.
+            Verdict::Denied => Err(BootError::Refused {
+                refused: iterion_sandbox::classify::Refused::Spec,
+                reason: decision.admission.reason().to_owned(),
+            }),
+        }
+    }
+
+    async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
+        teardown::teardown(self.store.as_ref(), &self.drain, booted, ctx).await;
+        Ok(())
+    }
+}

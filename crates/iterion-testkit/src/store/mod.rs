@@ -1,0 +1,200 @@
+//! `store_conformance!`: the one suite every [`RunStore`] backend runs.
+//!
+//! The macro mounts one `#[tokio::test]` per check; each check is a plain
+//! async function here taking a [`StoreFixture`], so a failure points at the
+//! contract clause, not at a backend. A backend supplies two things: a
+//! `fresh` async expression building an isolated, empty store (its own
+//! directory or schema) and an `open` closure reopening a store from its
+//! [`StoreFixture::locator`] — used for second connections and by the
+//! killed-writer child process, which re-executes the test binary with
+//! [`WRITER_ENV`] set. The mounting crate needs `tokio` (the checks are
+//! `#[tokio::test]`s) and must not set `harness = false` on that test.
+//!
+//! ```ignore
+//! iterion_testkit::store_conformance!(
+//!     fresh: async { /* -> StoreFixture */ },
+//!     open: |locator: String| async move { /* -> Result<Arc<dyn RunStore>, StoreError> */ },
+//! );
+//! ```
+
+// Test code: a failed expectation is the assertion.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+pub use futures_util::future::BoxFuture;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use iterion_core::ByteStream;
+use iterion_core::event::EventDraft;
+use iterion_core::failure::{Disposition, FailureCode, RunStatus};
+use iterion_core::id::{NodeId, RunId};
+use iterion_core::mode::Trust;
+use iterion_core::store::{
+    Admission, AdmissionDecision, DrainRecord, DrainStatus, Failure, NewLogLine, NewRun,
+    PageRequest, PutOutcome, Reopen, RunFilePath, RunOwner, Transition,
+};
+pub use iterion_core::{RunStore, StoreError};
+
+/// Env var that turns the test binary into the killed-writer child: its
+/// value is the store locator.
+pub const WRITER_ENV: &str = "ITERION_STORE_CONFORMANCE_WRITER";
+/// Env var naming the run the child appends to.
+pub const WRITER_RUN_ENV: &str = "ITERION_STORE_CONFORMANCE_RUN";
+
+/// A fresh, isolated store under test.
+pub struct StoreFixture {
+    /// The store.
+    pub store: Arc<dyn RunStore>,
+    /// What `open` needs to reach the same store from another connection or
+    /// process (a directory, or a URL + schema).
+    pub locator: String,
+    /// Keeps the backing resources (temp dir, schema) alive.
+    pub guard: Box<dyn Keepalive>,
+}
+
+/// Anything a fixture keeps alive until it is dropped (a temp dir, a
+/// schema guard); never looked into, only dropped.
+pub trait Keepalive: Send + Sync {}
+
+impl<T: Send + Sync> Keepalive for T {}
+
+/// Reopens a store from its locator.
+pub type OpenFn =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Arc<dyn RunStore>, StoreError>> + Send + Sync>;
+
+/// Mount the conformance suite. See the module docs.
+#[macro_export]
+macro_rules! store_conformance {
+    (fresh: $fresh:expr, open: $open:expr $(,)?) => {
+        fn __store_conformance_open() -> $crate::store::OpenFn {
+            ::std::sync::Arc::new(move |locator: String| {
+                let fut = ($open)(locator);
+                ::std::boxed::Box::pin(fut)
+                    as $crate::store::BoxFuture<
+                        'static,
+                        ::std::result::Result<
+                            ::std::sync::Arc<dyn $crate::store::RunStore>,
+                            $crate::store::StoreError,
+                        >,
+                    >
+            })
+        }
+        $crate::store_conformance!(@checks $fresh;
+            runs_create_and_load,
+            runs_transition_cas,
+            runs_reopen_claims_the_run,
+            runs_failure_and_admission,
+            runs_pagination_is_stable,
+            events_append_and_read,
+            events_idempotent_at_seq,
+            events_payloads_round_trip,
+            events_gapless_under_concurrency,
+            events_follow_until_terminal,
+            logs_append_read_follow,
+            files_put_list_get,
+            files_cap_keeps_nothing,
+            files_paths_are_confined,
+            files_failed_stream_keeps_nothing,
+            drain_record_round_trip,
+            unknown_run_is_not_found,
+        );
+
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn store_conformance_killed_writer_loses_nothing_acknowledged() {
+            let fx = $fresh.await;
+            let child = concat!(module_path!(), "::store_conformance_writer_child");
+            $crate::store::killed_writer_loses_nothing_acknowledged(
+                &fx,
+                __store_conformance_open(),
+                child,
+            )
+            .await;
+        }
+
+        /// Not a check: the child process of the killed-writer check. Does
+        /// nothing unless the parent set the writer env var.
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn store_conformance_writer_child() {
+            $crate::store::writer_child(__store_conformance_open()).await;
+        }
+    };
+    (@checks $fresh:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let fx = $fresh.await;
+                $crate::store::$name(&fx, __store_conformance_open()).await;
+            }
+        )*
+    };
+}
+
+/// Guard against a hang, not a timing assertion: every awaited condition
+/// here is expected within milliseconds.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn new_run(id: &str) -> NewRun {
+    NewRun {
+        id: RunId::parse(id).expect("valid run id"),
+        workflow: "review".into(),
+        file: "flows/review.iter".into(),
+        trust: Trust::Untrusted,
+        owner: Some(RunOwner {
+            host: "host-a".into(),
+            pid: 4242,
+            start_time: 987_654,
+        }),
+    }
+}
+
+fn draft(kind: &str, data: serde_json::Value) -> EventDraft {
+    EventDraft {
+        kind: kind.into(),
+        node_id: None,
+        data,
+    }
+}
+
+fn bytes_stream(chunks: Vec<Vec<u8>>) -> ByteStream {
+    Box::pin(futures_util::stream::iter(
+        chunks.into_iter().map(|c| Ok(Bytes::from(c))),
+    ))
+}
+
+async fn read_all(mut s: ByteStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(chunk) = s.next().await {
+        out.extend_from_slice(&chunk.expect("file chunk"));
+    }
+    out
+}
+
+fn path(p: &str) -> RunFilePath {
+    RunFilePath::parse(p).expect("valid run file path")
+}
+
+fn to(from: RunStatus, to: RunStatus) -> Transition {
+    Transition {
+        from,
+        expected_revision: None,
+        to,
+        failure: None,
+    }
+}
+
+mod events;
+mod files;
+mod runs;
+mod writer;
+
+pub use self::events::*;
+pub use self::files::*;
+pub use self::runs::*;
+pub use self::writer::*;
