@@ -29,6 +29,15 @@ pub struct Capabilities {
     pub read_back_drain: bool,
     /// Can copy a tar stream into the sandbox.
     pub archive_in: bool,
+    /// Copy-based workspace (upstream's WorkspaceExporter): the driver has
+    /// no host bind for the workspace, so it copies the host workspace in
+    /// before `post_create` and the runtime exports it back through
+    /// [`crate::SandboxRun::export`] at teardown, before cleanup. The one
+    /// export seam also carries the ADR-143 drain (a declared *set* of
+    /// paths): this flag says the workspace is part of that set. `false`
+    /// on a bind-based run (the bind is the workspace), so it never copies.
+    #[serde(default)]
+    pub workspace_export: bool,
     /// Can inject a per-run CA for TLS inspection.
     pub tls_inspection: bool,
 }

@@ -422,6 +422,22 @@ pub fn post_create_timeout(env: &BTreeMap<String, String>) -> Duration {
         .unwrap_or(DEFAULT_POST_CREATE_TIMEOUT)
 }
 
+/// Variable bounding the copy of a copy-based workspace into its sandbox
+/// (every driver): a Go duration; empty, invalid or zero ⇒
+/// [`DEFAULT_WORKSPACE_COPY_TIMEOUT`]. Past it the start fails
+/// `SANDBOX_SETUP_TIMEOUT`.
+pub const WORKSPACE_COPY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT";
+/// Default bound of the workspace copy.
+pub const DEFAULT_WORKSPACE_COPY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The workspace-copy bound `env` sets ([`WORKSPACE_COPY_TIMEOUT_ENV`]).
+pub fn workspace_copy_timeout(env: &BTreeMap<String, String>) -> Duration {
+    env.get(WORKSPACE_COPY_TIMEOUT_ENV)
+        .and_then(|raw| crate::duration::parse_go_duration(raw.trim()))
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_WORKSPACE_COPY_TIMEOUT)
+}
+
 /// How long `post_create` may take: the bound, and the driver's timer that
 /// fires when it has passed (this crate has no clock: the driver's runtime
 /// does, e.g. `tokio::time::sleep(timeout)`).

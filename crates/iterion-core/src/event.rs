@@ -334,9 +334,33 @@ pub enum EventKind {
         driver: String,
         error: String,
     },
+    /// The copy-based workspace could not be written back whole (issue 14
+    /// item 2): non-fatal, the run keeps its own status. `reason` is a
+    /// token (`container_gone`, `archive_error`, `cap_exceeded`,
+    /// `host_error`, `timeout`, `workspace_gone`), `error` says why in
+    /// words, `declined` names (bounded) the members not written — hostile
+    /// names, links pointing out, devices — and `kept` the host files left
+    /// as they were because they changed on the host during the run.
     SandboxWorkspaceExportFailed {
         driver: String,
         error: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        declined: Vec<String>,
+        #[serde(default)]
+        kept: Vec<String>,
+    },
+    /// The copy-based workspace was written back: what the run changed,
+    /// created and deleted, and (bounded) which host files were kept
+    /// because they changed on the host during the run.
+    SandboxWorkspaceExported {
+        driver: String,
+        files: u64,
+        bytes: u64,
+        deleted: u64,
+        #[serde(default)]
+        kept: Vec<String>,
     },
     SandboxRunfilesDrained {
         driver: String,
@@ -548,6 +572,7 @@ impl EventKind {
             Self::SandboxBuildFinished { .. } => "sandbox_build_finished",
             Self::SandboxBuildFailed { .. } => "sandbox_build_failed",
             Self::SandboxWorkspaceExportFailed { .. } => "sandbox_workspace_export_failed",
+            Self::SandboxWorkspaceExported { .. } => "sandbox_workspace_exported",
             Self::SandboxRunfilesDrained { .. } => "sandbox_runfiles_drained",
             Self::SandboxRunfilesDrainFailed { .. } => "sandbox_runfiles_drain_failed",
             Self::SandboxCleanup { .. } => "sandbox_cleanup",

@@ -58,7 +58,7 @@ pub use id::{NodeId, RunId};
 pub use mode::{HostState, Mode, Trust};
 pub use net::{NetPreset, NetRule};
 pub use path::{ContainerPath, ReadBackPath};
-pub use plan::{LaunchPlan, Mount, MountKind, MountOrigin, ReadBackDecl};
+pub use plan::{LaunchPlan, Mount, MountKind, MountOrigin, ReadBackDecl, WorkspaceCopy};
 pub use size::{ByteSize, parse_size};
 pub use spec::{BuildSpec, InvalidNetworkWord, NetworkInherit, NetworkMode, NetworkSpec, Spec};
 pub use store::{RunStore, StoreError};

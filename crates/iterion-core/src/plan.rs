@@ -50,6 +50,33 @@ pub struct LaunchPlan {
     /// proxy's; the firewall admits them for this run only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gateway_ports: Vec<u16>,
+    /// The workspace is copied in at start and exported back at teardown
+    /// (a driver without host binds that declares
+    /// [`crate::Capabilities::workspace_export`]); `None` on a bind-based
+    /// run. Set by the policy's finalize step, completed by the booter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_copy: Option<WorkspaceCopy>,
+}
+
+/// A copy-based workspace (issue 14 item 2): what the driver copies into
+/// the container's workspace volume before `post_create`, and what the
+/// runtime writes back onto at teardown.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WorkspaceCopy {
+    /// Absolute real path of the host workspace (judged like a workspace
+    /// bind: never `/`, a home, a system area).
+    pub host: String,
+    /// Paths relative to `host` never copied in and never written or
+    /// deleted by the export: iterion's own areas inside the workspace
+    /// (the run store, the per-run state dirs), which a bind run masks.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Host file (in the run's private state dir) where the copy records
+    /// what it copied, so the export can tell what the run changed or
+    /// deleted from what changed on the host meanwhile. `None`: no record,
+    /// and the export only adds and overwrites.
+    #[serde(default)]
+    pub manifest: Option<String>,
 }
 
 /// A build recipe resolved against the workspace.

@@ -932,6 +932,9 @@ impl Driver for DockerDriver {
             remote_user: true,
             read_back_drain: true,
             archive_in: true,
+            // Bindless: the workspace is a per-run volume, copied in at
+            // start and exported back at teardown (issue 14 item 2).
+            workspace_export: self.bindless(),
             tls_inspection: false,
         }
     }
@@ -1156,9 +1159,41 @@ impl Driver for DockerDriver {
             Ok(pinned) => crate::identity::settle(&run, &plan, pinned).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = settled {
-            let _ = run.cleanup().await;
-            return Err(e);
+        let owner = match settled {
+            Ok(owner) => owner,
+            Err(e) => {
+                let _ = run.cleanup().await;
+                return Err(e);
+            }
+        };
+        // A copy-based workspace is there before the first command the
+        // workflow runs (`post_create` included).
+        if let Some(copy) = &plan.workspace_copy {
+            observer.log(
+                OutputStream::System,
+                &format!("copying the workspace {} into the sandbox", copy.host),
+            );
+            let owner = owner.map(|id| (id.uid, id.gid));
+            match iterion_readback::workspace::copy_into(
+                &run,
+                copy,
+                owner,
+                self.settings.workspace_copy_timeout,
+            )
+            .await
+            {
+                Ok(stats) => observer.log(
+                    OutputStream::System,
+                    &format!(
+                        "copied {} file(s), {} bytes ({} directories and links; {} sockets, fifos or devices left out)",
+                        stats.files, stats.bytes, stats.others, stats.skipped
+                    ),
+                ),
+                Err(e) => {
+                    let _ = run.cleanup().await;
+                    return Err(e);
+                }
+            }
         }
         if let Some(snippet) = plan.post_create.as_deref()
             && let Err(e) = iterion_core::driver::post_create(

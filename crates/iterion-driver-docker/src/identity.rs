@@ -337,11 +337,14 @@ pub(crate) fn hand_over_host(plan: &LaunchPlan, id: Identity) -> Result<(), Driv
 /// non-root user could not write its run files (issue 14 item 3): that user
 /// is learnt from the same builtins-only exec (the engine's own answer, no
 /// name to resolve) and, when not root, handed those volumes.
+///
+/// Returns who the sandbox runs as, when known (the owner a copy-based
+/// workspace's files get).
 pub(crate) async fn settle(
     run: &dyn SandboxRun,
     plan: &LaunchPlan,
     pinned: Option<Identity>,
-) -> Result<(), DriverError> {
+) -> Result<Option<Identity>, DriverError> {
     let volumes: Vec<&str> = plan
         .mounts
         .iter()
@@ -354,21 +357,21 @@ pub(crate) async fn settle(
     }
     let Some(id) = pinned else {
         if volumes.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         // An image without `sh` (an agent's, not a tool's) cannot say who
         // it runs as: its volumes stay as the engine made them, which is
         // all a sandbox could get before (nothing of the host is at stake).
         let Ok(creds) = sandbox_credentials(run).await else {
-            return Ok(());
+            return Ok(None);
         };
         let (Some(&uid), Some(&gid)) = (creds.uids.get(1), creds.gids.get(1)) else {
-            return Ok(());
+            return Ok(None);
         };
         if uid != 0 || gid != 0 {
             hand_over_volumes(run, &volumes, Identity { uid, gid }).await?;
         }
-        return Ok(());
+        return Ok(Some(Identity { uid, gid }));
     };
     hand_over_volumes(run, &volumes, id).await?;
     let creds = sandbox_credentials(run).await?;
@@ -381,7 +384,7 @@ pub(crate) async fn settle(
             id.user()
         )));
     }
-    Ok(())
+    Ok(Some(id))
 }
 
 /// The seccomp guard is in effect in the sandbox (issue 19 item 4): a

@@ -50,8 +50,9 @@ pub(crate) fn encode_query(value: &str) -> String {
 
 /// What a streamed GET answered.
 pub(crate) enum Streamed {
-    /// 200: the body.
-    Ok(ByteStream),
+    /// 200: the body, and the engine's stat of the path
+    /// (`X-Docker-Container-Path-Stat`, base64 JSON) when it sent one.
+    Ok(ByteStream, Option<String>),
     /// Any other status, with the (bounded) body text.
     Status(u16, String),
 }
@@ -69,10 +70,16 @@ pub(crate) async fn get_stream(endpoint: &Endpoint, path: &str) -> std::io::Resu
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("malformed status line {status_line:?}")))?;
+    let mut path_stat = None;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).await? == 0 || line == "\r\n" || line == "\n" {
             break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("x-docker-container-path-stat")
+        {
+            path_stat = Some(value.trim().to_owned());
         }
     }
     if status != 200 {
@@ -83,9 +90,13 @@ pub(crate) async fn get_stream(endpoint: &Endpoint, path: &str) -> std::io::Resu
             String::from_utf8_lossy(&body).trim().to_owned(),
         ));
     }
-    Ok(Streamed::Ok(Box::pin(
-        tokio_util::io::ReaderStream::with_capacity(reader, READ_BUFFER),
-    )))
+    Ok(Streamed::Ok(
+        Box::pin(tokio_util::io::ReaderStream::with_capacity(
+            reader,
+            READ_BUFFER,
+        )),
+        path_stat,
+    ))
 }
 
 /// The fields of one listed container.

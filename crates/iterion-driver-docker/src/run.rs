@@ -220,13 +220,24 @@ impl SandboxRun for DockerRun {
         // The container may go between the inspect and the archive request
         // (removed under the run, or reaped): that is `container_gone`, not a
         // broken archive, whatever status the engine chose to say it with.
-        if !matches!(fetched, Ok(crate::rawlist::Streamed::Ok(_)))
+        if !matches!(fetched, Ok(crate::rawlist::Streamed::Ok(..)))
             && self.removed_or_removing().await
         {
             return Err(self.gone());
         }
         let stream = match fetched {
-            Ok(crate::rawlist::Streamed::Ok(stream)) => stream,
+            Ok(crate::rawlist::Streamed::Ok(stream, stat)) => {
+                // Podman's archive of a path that is a symlink is the file
+                // it points to (Docker's is the link itself): a drain or a
+                // workspace export asking for one entry would store what a
+                // planted link names. The engine's own stat of the path
+                // says it is a link: answer as Docker does, the link alone.
+                if let Some(target) = stat.as_deref().and_then(link_target) {
+                    drop(stream);
+                    return Ok(link_archive(container_path, &target));
+                }
+                stream
+            }
             Ok(crate::rawlist::Streamed::Status(404, body)) => {
                 return Err(DriverError::Io {
                     operation: format!("export {container_path}"),
@@ -422,6 +433,49 @@ done"#;
     }
 }
 
+/// The link target in an `X-Docker-Container-Path-Stat` value (base64 of
+/// `{"name","size","mode","mtime","linkTarget"}`), when the path is a link.
+/// Docker and Podman 4.3 both set the mode's symlink bit for a link.
+fn link_target(stat: &str) -> Option<String> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(stat.trim())
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(stat.trim()))
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&raw).ok()?;
+    // Go's `os.ModeSymlink` bit: Podman fills `linkTarget` with the
+    // resolved path of every entry, links or not; the mode tells.
+    const MODE_SYMLINK: u64 = 1 << 27;
+    let mode = v.get("mode").and_then(serde_json::Value::as_u64)?;
+    if mode & MODE_SYMLINK == 0 {
+        return None;
+    }
+    v.get("linkTarget")
+        .and_then(|t| t.as_str())
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
+
+/// A one-member archive: `basename(path)` as a symlink to `target`.
+fn link_archive(container_path: &str, target: &str) -> ByteStream {
+    let base = container_path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Symlink);
+    header.set_size(0);
+    header.set_mode(0o777);
+    let built = builder
+        .append_link(&mut header, &base, target)
+        .and_then(|()| builder.into_inner());
+    let item = built.map(bytes::Bytes::from);
+    Box::pin(futures_util::stream::iter([item]))
+}
+
 /// POSIX-ish env names only; anything else is skipped (facts §5.3).
 fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -439,4 +493,48 @@ pub async fn drain_len(mut stream: ByteStream) -> Result<u64, std::io::Error> {
         n += chunk?.len() as u64;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_path_the_engine_says_is_a_link_is_answered_as_the_link() {
+        // Podman 4.3's stat header for `ln -s /etc/passwd passwd_link`.
+        let stat = "eyJuYW1lIjoicGFzc3dkIiwic2l6ZSI6MTEsIm1vZGUiOjEzNDIxODIzOSwibXRpbWUiOiIyMDI2LTEyLTAxVDE4OjQyOjA4LjI3NTU0MDc5N1oiLCJpc0RpciI6ZmFsc2UsImxpbmtUYXJnZXQiOiIvZXRjL3Bhc3N3ZCJ9";
+        assert_eq!(link_target(stat).as_deref(), Some("/etc/passwd"));
+        // Plain entries: Docker leaves `linkTarget` empty, Podman names
+        // the entry's own path there; neither has the symlink mode bit.
+        let plain = "eyJuYW1lIjoiZiIsInNpemUiOjMsIm1vZGUiOjQyMCwibXRpbWUiOiIyMDI2LTEyLTAxVDE4OjQyOjA4WiIsImxpbmtUYXJnZXQiOiIifQ==";
+        assert_eq!(link_target(plain), None);
+        let podman_dir = "eyJuYW1lIjoidyIsInNpemUiOjQwOTYsIm1vZGUiOjIxNDc0ODQxNDEsIm10aW1lIjoiMjAyNi0xMi0wMVQxODo0NjoxMy4yMTE1Mzk4ODRaIiwiaXNEaXIiOnRydWUsImxpbmtUYXJnZXQiOiIvdyJ9";
+        assert_eq!(link_target(podman_dir), None);
+        assert_eq!(link_target("not base64"), None);
+        let bytes = drain_bytes(link_archive("/w/passwd_link", "/etc/passwd")).await;
+        let mut ar = tar::Archive::new(bytes.as_slice());
+        let e = ar
+            .entries()
+            .expect("entries")
+            .next()
+            .expect("one")
+            .expect("entry");
+        assert!(e.header().entry_type().is_symlink());
+        assert_eq!(e.path().expect("path").to_str(), Some("passwd_link"));
+        assert_eq!(
+            e.link_name()
+                .expect("link")
+                .as_deref()
+                .and_then(|p| p.to_str()),
+            Some("/etc/passwd")
+        );
+    }
+
+    async fn drain_bytes(mut s: ByteStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(c) = s.next().await {
+            out.extend_from_slice(&c.expect("chunk"));
+        }
+        out
+    }
 }

@@ -79,6 +79,9 @@ pub struct DockerSettings {
     /// Bound of the post-create commands
     /// (`iterion_core::driver::POST_CREATE_TIMEOUT_ENV`).
     pub post_create_timeout: Duration,
+    /// Bound of a bindless run's workspace copy
+    /// (`iterion_core::driver::WORKSPACE_COPY_TIMEOUT_ENV`).
+    pub workspace_copy_timeout: Duration,
     /// Whether to confine egress when the engine allows it (`false` only
     /// through [`EGRESS_ENFORCE_ENV`]`=off`).
     pub egress_enforce: bool,
@@ -92,6 +95,7 @@ impl Default for DockerSettings {
             binds: BindsMode::Auto,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
             post_create_timeout: iterion_core::driver::DEFAULT_POST_CREATE_TIMEOUT,
+            workspace_copy_timeout: iterion_core::driver::DEFAULT_WORKSPACE_COPY_TIMEOUT,
             egress_enforce: true,
         }
     }
@@ -129,6 +133,7 @@ impl DockerSettings {
             settings.pull_timeout = d;
         }
         settings.post_create_timeout = iterion_core::driver::post_create_timeout(env);
+        settings.workspace_copy_timeout = iterion_core::driver::workspace_copy_timeout(env);
         if let Some(raw) = env.get(MEMORY_ENV).filter(|v| !v.trim().is_empty()) {
             let memory = match is_unlimited(raw) {
                 true => None,

@@ -28,7 +28,7 @@ use crate::manifest::{
     SecretFileValues, pod_name, pod_user, render,
 };
 use crate::run::{Cluster, KubeRun};
-use crate::settings::{K8sSettings, POD_IP_ENV, WORKSPACE_COPY_TIMEOUT_ENV};
+use crate::settings::{K8sSettings, POD_IP_ENV};
 
 /// Largest secret file the driver reads (a Secret holds at most 1 MiB).
 const MAX_SECRET_FILE: u64 = 1024 * 1024;
@@ -235,43 +235,24 @@ impl KubeDriver {
             settings.apply_timeout,
         )
         .await?;
-        let copy_in = plan.mounts.iter().any(|m| {
-            m.origin == MountOrigin::Workspace && m.kind == MountKind::Volume && m.source.is_none()
-        });
-        if copy_in {
+        if let Some(copy) = &plan.workspace_copy {
             observer.log(
                 OutputStream::System,
-                &format!("copying the workspace {} into the pod", info.host_workspace),
+                &format!("copying the workspace {} into the pod", copy.host),
             );
-            let (stream, writer) =
-                crate::workspace::archive(std::path::PathBuf::from(&info.host_workspace));
-            let copied = tokio::time::timeout(
+            // The pod's user owns what `tar -x` writes (a non-root tar
+            // keeps no archive owner), so no owner is named.
+            let stats = iterion_readback::workspace::copy_into(
+                run,
+                copy,
+                None,
                 settings.workspace_copy_timeout,
-                run.import(&plan.workdir, stream),
             )
-            .await
-            .map_err(|_| DriverError::PhaseTimeout {
-                phase: "workspace copy",
-                timeout: settings.workspace_copy_timeout,
-                variable: WORKSPACE_COPY_TIMEOUT_ENV,
-            });
-            // The writer's own error says why a copy ended early.
-            match writer.await {
-                Ok(Err(source)) => {
-                    return Err(DriverError::Io {
-                        operation: format!("archive the workspace {}", info.host_workspace),
-                        source,
-                    });
-                }
-                Err(e) => {
-                    return Err(DriverError::Io {
-                        operation: "archive the workspace".to_owned(),
-                        source: std::io::Error::other(e),
-                    });
-                }
-                Ok(Ok(())) => {}
-            }
-            copied??;
+            .await?;
+            observer.log(
+                OutputStream::System,
+                &format!("copied {} file(s), {} bytes", stats.files, stats.bytes),
+            );
         }
         if let Some(snippet) = plan.post_create.as_deref() {
             let secrets = plan.egress.iter().map(|e| e.token.clone()).collect();
@@ -333,6 +314,9 @@ pub fn capabilities(settings: &K8sSettings) -> Capabilities {
         remote_user: true,
         read_back_drain: true,
         archive_in: true,
+        // A pod has no host filesystem: the workspace is copied in over
+        // exec and exported back at teardown (facts §5.3 [I]).
+        workspace_export: true,
         tls_inspection: false,
     }
 }

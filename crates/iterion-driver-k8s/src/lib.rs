@@ -31,7 +31,6 @@ pub mod manifest;
 pub mod quantity;
 mod run;
 pub mod settings;
-mod workspace;
 
 pub use driver::{KubeDriver, capabilities};
 pub use error::K8sError;

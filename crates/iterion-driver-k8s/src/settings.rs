@@ -27,10 +27,11 @@ pub const NAMESPACE_ENV: &str = "ITERION_SANDBOX_K8S_NAMESPACE";
 pub const POD_READY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_K8S_POD_READY_TIMEOUT";
 /// Bound of every create/delete/list call.
 pub const APPLY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_K8S_APPLY_TIMEOUT";
-/// Bound of the workspace copy into the pod.
-pub const WORKSPACE_COPY_TIMEOUT_ENV: &str = "ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT";
 /// Bound of `post_create`: every driver's, in `iterion_core::driver`.
 pub use iterion_core::driver::{DEFAULT_POST_CREATE_TIMEOUT, POST_CREATE_TIMEOUT_ENV};
+/// Bound of the workspace copy into the pod: every copy-based driver's,
+/// in `iterion_core::driver`.
+pub use iterion_core::driver::{DEFAULT_WORKSPACE_COPY_TIMEOUT, WORKSPACE_COPY_TIMEOUT_ENV};
 /// Bound of the discovery probe and of doctor's checks.
 pub const DOCTOR_TIMEOUT_ENV: &str = "ITERION_SANDBOX_DOCTOR_TIMEOUT";
 /// CPU request of the sandbox pod.
@@ -52,8 +53,6 @@ pub const RUNNER_POD_UID_ENV: &str = "ITERION_RUNNER_POD_UID";
 pub const DEFAULT_POD_READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default API call bound.
 pub const DEFAULT_APPLY_TIMEOUT: Duration = Duration::from_secs(120);
-/// Default workspace copy bound.
-pub const DEFAULT_WORKSPACE_COPY_TIMEOUT: Duration = Duration::from_secs(900);
 /// Default probe bound.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -11,9 +11,12 @@
 //! and returns the event to emit. It does not decide which paths are
 //! declared or what their caps are (the policy crate puts both in
 //! [`ReadBackDecl`]), it does not append events (the runtime owns the run's
-//! linear event sequence), and it never touches the host filesystem: the
-//! container is untrusted and the store's file area is the only place bytes
-//! land.
+//! linear event sequence), and the drain never touches the host filesystem:
+//! the container is untrusted and the store's file area is the only place
+//! its bytes land. The one host-directory sink is [`workspace`] (copy-based
+//! workspaces, issue 14 item 2): the same reader and walk, writing onto the
+//! host workspace only through directory descriptors that never follow a
+//! symlink.
 //!
 //! Time is bounded by what is stored, not by what the container claims: a
 //! member over what its path may still take is declined at its tar header
@@ -47,8 +50,9 @@
 
 pub mod name;
 mod tar;
+mod walk;
+pub mod workspace;
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -67,6 +71,7 @@ use tokio::time::Instant;
 
 use crate::name::Verdict;
 use crate::tar::{Member, MetaLimits, TarStream};
+use crate::walk::{Export, MAX_EXPORTS_PER_PATH, Walk, container_path_of, is_not_found, plan_rest};
 
 /// Reason tokens of `sandbox_runfiles_drain_failed` (SPEC §3).
 pub mod reason {
@@ -84,10 +89,12 @@ pub mod reason {
 
 fn severity(token: &str) -> u8 {
     match token {
-        reason::TIMEOUT => 5,
-        reason::CONTAINER_GONE => 4,
-        reason::STORE_ERROR => 3,
+        reason::TIMEOUT => 6,
+        reason::CONTAINER_GONE => 5,
+        workspace::reason::WORKSPACE_GONE => 4,
+        reason::STORE_ERROR | workspace::reason::HOST_ERROR => 3,
         reason::ARCHIVE_ERROR => 2,
+        workspace::reason::HOST_CHANGED => 0,
         _ => 1,
     }
 }
@@ -260,21 +267,31 @@ impl ReadbackError {
 
 /// Declined members of the whole drain: counted always, named up to a bound
 /// (a million-member archive must not become a million-entry list).
-struct Declines {
-    names: Vec<String>,
-    count: u64,
-    max_names: usize,
-    worst: Option<&'static str>,
+pub(crate) struct Declines {
+    pub(crate) names: Vec<String>,
+    pub(crate) count: u64,
+    pub(crate) max_names: usize,
+    pub(crate) worst: Option<&'static str>,
 }
 
 impl Declines {
-    fn note(&mut self, token: &'static str) {
+    /// No declines yet; at most `max_names` are named.
+    pub(crate) fn new(max_names: usize) -> Self {
+        Self {
+            names: Vec::new(),
+            count: 0,
+            max_names,
+            worst: None,
+        }
+    }
+
+    pub(crate) fn note(&mut self, token: &'static str) {
         if self.worst.is_none_or(|w| severity(token) > severity(w)) {
             self.worst = Some(token);
         }
     }
 
-    fn decline(&mut self, token: &'static str, name: impl FnOnce() -> String) {
+    pub(crate) fn decline(&mut self, token: &'static str, name: impl FnOnce() -> String) {
         self.count += 1;
         if self.names.len() < self.max_names {
             self.names.push(name());
@@ -351,12 +368,7 @@ pub async fn drain(
         .checked_add(options.timeout)
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
     let driver = run.driver().as_str().to_owned();
-    let mut declines = Declines {
-        names: Vec::new(),
-        count: 0,
-        max_names: options.max_declined_names,
-        worst: None,
-    };
+    let mut declines = Declines::new(options.max_declined_names);
     let mut failed = false;
 
     // The meter sums every attempt (facts §10 R8). Without the previous
@@ -599,82 +611,6 @@ impl Settle<'_> {
     }
 }
 
-/// One export of a declared path: the path itself, or — once a member too
-/// large to read was met — one entry below it, named by its components
-/// relative to the declared path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Export {
-    rel: Vec<String>,
-}
-
-/// Exports of one declared path in one drain, the first included: past
-/// this, what is left is declined as a count (each export is one archive
-/// request; a tree of many entries beside many oversized ones stays bounded).
-const MAX_EXPORTS_PER_PATH: usize = 512;
-/// Directory listings of one declared path in one drain.
-const MAX_LISTINGS_PER_PATH: usize = 128;
-
-/// What the archives of one declared path showed so far, for planning the
-/// exports that follow an abort.
-struct Walk {
-    /// Every member seen (stored, declined or a directory), by its path
-    /// relative to the declared path (`""` for the path itself).
-    seen: HashSet<String>,
-    /// The previous member's components (within the current export).
-    last: Vec<String>,
-    /// Directories an export has left (within the current export).
-    closed: HashSet<String>,
-    /// Whether every archive so far listed each directory's entries
-    /// together (depth-first). Both engines do; if one did not, a started
-    /// directory could be incomplete and is exported again.
-    depth_first: bool,
-    /// Bytes read past and not stored (declined members, repeats): bounded
-    /// by the cap like stored bytes, so a declined member cannot be a
-    /// terabyte read either.
-    skipped: u64,
-    exports: usize,
-    listings: usize,
-}
-
-impl Walk {
-    fn new() -> Self {
-        Self {
-            seen: HashSet::new(),
-            last: Vec::new(),
-            closed: HashSet::new(),
-            depth_first: true,
-            skipped: 0,
-            exports: 0,
-            listings: 0,
-        }
-    }
-
-    /// Record one member; `true` when it was seen before (a repeat).
-    fn visit(&mut self, rel: &[String]) -> bool {
-        let common = self
-            .last
-            .iter()
-            .zip(rel)
-            .take_while(|(a, b)| a == b)
-            .count();
-        for j in (common + 1)..=self.last.len() {
-            self.closed.insert(self.last[..j].join("/"));
-        }
-        // Entering a directory this export already left: not depth-first.
-        if (common + 1..rel.len()).any(|j| self.closed.contains(&rel[..j].join("/"))) {
-            self.depth_first = false;
-        }
-        self.last = rel.to_vec();
-        !self.seen.insert(rel.join("/"))
-    }
-
-    fn start_export(&mut self) {
-        self.exports += 1;
-        self.last.clear();
-        self.closed.clear();
-    }
-}
-
 /// How one export's archive ended.
 enum ReadEnd {
     /// At its end-of-archive marker.
@@ -764,93 +700,12 @@ async fn drain_path(
                 at.as_deref(),
                 &mut walk,
                 &mut queue,
-                &mut settle,
+                settle.declines,
             )
             .await;
         }
     }
     Ok(())
-}
-
-fn container_path_of(base: &str, rel: &[String]) -> String {
-    let mut path = base.to_owned();
-    for comp in rel {
-        path.push('/');
-        path.push_str(comp);
-    }
-    path
-}
-
-fn is_not_found(e: &DriverError) -> bool {
-    matches!(e, DriverError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
-}
-
-/// After an abort at `at` inside `export`: list every directory from the
-/// export's root down to the dropped member's parent, and queue each entry
-/// the archive had not finished. A member whose name left the path (`at`
-/// is `None`) is on no chain: the export's root alone is listed. A
-/// directory that cannot be listed (a stopped container, an image without
-/// `sh`) has its undrained rest declined by name, never silently lost.
-async fn plan_rest(
-    run: &dyn SandboxRun,
-    base: &str,
-    export: &Export,
-    at: Option<&[String]>,
-    walk: &mut Walk,
-    queue: &mut std::collections::VecDeque<Export>,
-    settle: &mut Settle<'_>,
-) {
-    let levels: Vec<(&[String], Option<&String>)> = match at {
-        Some(at) => (export.rel.len()..at.len())
-            .map(|depth| (&at[..depth], Some(&at[depth])))
-            .collect(),
-        None => vec![(export.rel.as_slice(), None)],
-    };
-    for (dir, chain_child) in levels {
-        let dir_path = container_path_of(base, dir);
-        if walk.listings >= MAX_LISTINGS_PER_PATH {
-            settle.declines.decline(reason::CAP_EXCEEDED, || {
-                name::escaped(&format!(
-                    "{dir_path}/… (not drained: more than {MAX_LISTINGS_PER_PATH} listings)"
-                ))
-            });
-            continue;
-        }
-        walk.listings += 1;
-        let names = match run.list_dir(&dir_path).await {
-            Ok(names) => names,
-            Err(e) => {
-                settle.declines.decline(reason::CAP_EXCEEDED, || {
-                    name::escaped(&format!(
-                        "{dir_path}/… (not drained: the directory could not be listed: {e})"
-                    ))
-                });
-                continue;
-            }
-        };
-        for raw in names {
-            // The dropped member (or the directory holding it) is on its way.
-            if chain_child.is_some_and(|c| String::from_utf8_lossy(&raw) == c.as_str()) {
-                continue;
-            }
-            let Some(entry) = std::str::from_utf8(&raw)
-                .ok()
-                .filter(|n| !n.is_empty() && *n != "." && *n != ".." && !n.contains(['/', '\0']))
-            else {
-                settle.declines.decline(reason::ARCHIVE_ERROR, || {
-                    name::escaped(&format!("{dir_path}/{}", String::from_utf8_lossy(&raw)))
-                });
-                continue;
-            };
-            let mut rel = dir.to_vec();
-            rel.push(entry.to_owned());
-            // Seen and left: complete, when archives are depth-first.
-            if walk.depth_first && walk.seen.contains(&rel.join("/")) {
-                continue;
-            }
-            queue.push_back(Export { rel });
-        }
-    }
 }
 
 /// What one export may still take: the reader declines at the header a

@@ -108,51 +108,82 @@ pub(crate) enum Verdict {
     Decline(&'static str),
 }
 
-pub(crate) fn judge(member: &Member, addr: &Addressing, max_depth: usize) -> Verdict {
-    use Verdict::Decline;
+/// Why a member's name is refused before its type is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameFault {
+    /// Declined for this reason.
+    Decline(&'static str),
+    /// Not under the exported entry.
+    Outside,
+    /// Nested deeper than the bound.
+    TooDeep,
+}
+
+/// The components of a member's name below the archive's top entry `top`
+/// (the whole name when `top` is empty), after the checks every sink
+/// shares — the run store's and the host workspace's: a name cut at its
+/// bound, not UTF-8, with NUL, absolute, with a `..` component or a
+/// backslash is declined; `.` and empty components are dropped. `Ok` of no
+/// component is the exported entry itself.
+pub(crate) fn components<'m>(
+    member: &'m Member,
+    top: &str,
+    max_depth: usize,
+) -> Result<Vec<&'m str>, NameFault> {
+    use NameFault::Decline;
     if member.name_truncated {
-        return Decline("name longer than the bound");
+        return Err(Decline("name longer than the bound"));
     }
     let Ok(name) = std::str::from_utf8(&member.name) else {
-        return Decline("name is not valid UTF-8");
+        return Err(Decline("name is not valid UTF-8"));
     };
     if name.contains('\0') {
-        return Decline("name contains NUL");
+        return Err(Decline("name contains NUL"));
     }
     if name.starts_with('/') {
-        return Decline("absolute name");
+        return Err(Decline("absolute name"));
     }
     let mut comps: Vec<&str> = Vec::new();
     let mut too_deep = false;
     for comp in name.split('/') {
         match comp {
             "" | "." => {}
-            ".." => return Decline("'..' component"),
-            c if c.contains('\\') => return Decline("backslash in name"),
+            ".." => return Err(Decline("'..' component")),
+            c if c.contains('\\') => return Err(Decline("backslash in name")),
             // Every component is still checked above; only the kept list is
             // bounded (a 64 KiB name is 32,000 components).
             _ if comps.len() > max_depth => too_deep = true,
             c => comps.push(c),
         }
     }
-    let rel: &[&str] = if addr.top.is_empty() {
-        &comps
+    let rel: Vec<&str> = if top.is_empty() {
+        comps
     } else {
         match comps.split_first() {
-            Some((first, rest)) if *first == addr.top => rest,
-            // The declared dir itself, as `./`.
-            None if member.kind == MemberKind::Dir => return Verdict::Skip,
-            _ => return Decline("outside the declared path"),
+            Some((first, rest)) if *first == top => rest.to_vec(),
+            // The exported entry itself, as `./`.
+            None if member.kind == MemberKind::Dir => Vec::new(),
+            _ => return Err(NameFault::Outside),
         }
     };
-    // Directories are never stored, so depth is no reason to report one; the
-    // files inside them are judged (and reported) on their own.
     if too_deep || rel.len() > max_depth {
-        if member.kind == MemberKind::Dir {
-            return Verdict::Skip;
-        }
-        return Decline("nested deeper than the bound");
+        return Err(NameFault::TooDeep);
     }
+    Ok(rel)
+}
+
+pub(crate) fn judge(member: &Member, addr: &Addressing, max_depth: usize) -> Verdict {
+    use Verdict::Decline;
+    let rel = match components(member, &addr.top, max_depth) {
+        Ok(rel) => rel,
+        Err(NameFault::Decline(why)) => return Decline(why),
+        Err(NameFault::Outside) => return Decline("outside the declared path"),
+        // Directories are never stored, so depth is no reason to report
+        // one; the files inside them are judged (and reported) on their own.
+        Err(NameFault::TooDeep) if member.kind == MemberKind::Dir => return Verdict::Skip,
+        Err(NameFault::TooDeep) => return Decline("nested deeper than the bound"),
+    };
+    let rel = rel.as_slice();
     match member.kind {
         MemberKind::Dir => return Verdict::Skip,
         MemberKind::File => {}
@@ -273,6 +304,9 @@ mod tests {
             kind,
             size: 0,
             claimed_size: 0,
+            mode: 0,
+            mtime: 0,
+            link: None,
         }
     }
 
@@ -375,6 +409,9 @@ mod tests {
             kind: f,
             size: 0,
             claimed_size: 0,
+            mode: 0,
+            mtime: 0,
+            link: None,
         };
         assert!(matches!(
             judge(&bad_utf8, &run_files, 8),

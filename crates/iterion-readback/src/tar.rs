@@ -83,6 +83,15 @@ pub(crate) struct Member {
     /// The size a sparse member claims once expanded (its holes included),
     /// for the cap check; equal to `size` for every other member.
     pub claimed_size: u64,
+    /// Permission bits of the header (a bad field reads as 0: it decides
+    /// nothing about safety).
+    pub mode: u32,
+    /// Modification time of the header, in seconds (0 when unreadable).
+    pub mtime: u64,
+    /// Link target of a symlink or hardlink (GNU `K`, PAX `linkpath` or the
+    /// header field), never followed; `None` for other members or when it
+    /// was longer than the long-name bound.
+    pub link: Option<Vec<u8>>,
 }
 
 /// The reader. Data of the current member must be read with
@@ -199,6 +208,8 @@ impl TarStream {
         let mut pax_size: Option<u64> = None;
         let mut pax_sparse = false;
         let mut pax_real_size: Option<u64> = None;
+        let mut long_link: Option<(Vec<u8>, bool)> = None;
+        let mut pax_link: Option<Vec<u8>> = None;
         let mut extensions = 0usize;
         loop {
             let Some(header) = self.block().await? else {
@@ -233,9 +244,16 @@ impl TarStream {
                             }
                             long_name = Some((name, cut));
                         }
-                        // The link target is never followed, only skipped.
+                        // The link target is kept (bounded) for the judge,
+                        // never followed.
                         b'K' => {
-                            self.extension_data(header_size, 0).await?;
+                            let (mut link, cut) = self
+                                .extension_data(header_size, self.limits.long_name)
+                                .await?;
+                            while link.last() == Some(&0) {
+                                link.pop();
+                            }
+                            long_link = Some((link, cut));
                         }
                         b'x' => {
                             if header_size > self.limits.pax {
@@ -249,6 +267,9 @@ impl TarStream {
                             let pax = parse_pax(&data)?;
                             if pax.path.is_some() {
                                 pax_path = pax.path;
+                            }
+                            if pax.link.is_some() {
+                                pax_link = pax.link;
                             }
                             if pax.size.is_some() {
                                 pax_size = pax.size;
@@ -309,6 +330,15 @@ impl TarStream {
                 (Some((n, cut)), None) => (n, cut),
                 (None, None) => (header_name(&header), false),
             };
+            let link = match kind {
+                MemberKind::Symlink | MemberKind::Hardlink => match (long_link, pax_link) {
+                    (_, Some(l)) => Some(l),
+                    (Some((l, false)), None) => Some(l),
+                    (Some((_, true)), None) => None,
+                    (None, None) => Some(cstr(&header[157..257]).to_vec()),
+                },
+                _ => None,
+            };
             self.remaining = size;
             self.padding = padding_of(size);
             return Ok(Some(Member {
@@ -317,6 +347,9 @@ impl TarStream {
                 kind,
                 size,
                 claimed_size,
+                mode: parse_numeric(&header[100..108]).map_or(0, |m| (m & 0o7777) as u32),
+                mtime: parse_numeric(&header[136..148]).unwrap_or(0),
+                link,
             }));
         }
     }
@@ -424,6 +457,7 @@ struct Pax {
     size: Option<u64>,
     sparse: bool,
     real_size: Option<u64>,
+    link: Option<Vec<u8>>,
 }
 
 /// PAX records: `"<len> <key>=<value>\n"`, `len` counting the whole record.
@@ -451,6 +485,7 @@ fn parse_pax(mut data: &[u8]) -> Result<Pax, ReadbackError> {
         let (key, value) = (&record[..eq], &record[eq + 1..]);
         match key {
             b"path" => pax.path = Some(value.to_vec()),
+            b"linkpath" => pax.link = Some(value.to_vec()),
             b"size" => {
                 let size = std::str::from_utf8(value)
                     .ok()

@@ -49,6 +49,7 @@ pub mod secrets;
 pub mod template;
 mod tool;
 mod walk;
+mod workspace_copy;
 
 pub use boot::{
     Admitted, BootContext, BootError, Booted, ExecEgress, ExecSecrets, HostBooter, Keep,

@@ -449,6 +449,24 @@ pub trait HostPaths {
     fn resolve(&self, path: &str) -> Result<ResolvedPath, ResolveError>;
 }
 
+/// The paths of `private` (iterion's areas: the store, the state dirs)
+/// that lie inside `workspace`, relative to it: what a copy-based
+/// workspace leaves out, as a bind masks them (issue 14 item 2).
+pub fn private_areas_within<'a>(
+    workspace: &str,
+    private: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let workspace = workspace.trim_end_matches('/');
+    private
+        .into_iter()
+        .filter_map(|p| {
+            let p = p.trim_end_matches('/');
+            let rest = p.strip_prefix(workspace)?.strip_prefix('/')?;
+            (!rest.is_empty()).then(|| rest.to_owned())
+        })
+        .collect()
+}
+
 /// The real filesystem of this host.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealHost;

@@ -138,6 +138,9 @@ pub struct RunPaths {
     /// The empty read-only directory masks bind
     /// (`<state>/sandboxes/<run>/mask`).
     pub mask: String,
+    /// The record a copy-based workspace keeps of what it copied in
+    /// (`<state>/sandboxes/<run>/workspace-manifest`).
+    pub workspace_manifest: String,
     /// The file-secret directory (`<memory fs>/iterion-<uid>/<run>`), or why
     /// this host has no memory filesystem to hold one.
     pub secrets_dir: Result<String, String>,

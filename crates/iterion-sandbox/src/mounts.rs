@@ -391,6 +391,7 @@ pub fn plan_launch(
             egress: None,
             host_gateway_alias: false,
             gateway_ports: Vec::new(),
+            workspace_copy: None,
         },
         events,
     })
@@ -420,7 +421,8 @@ pub struct Finalized {
 ///
 /// * no host binds: each bind is dropped, except run-files/read-back
 ///   binds on a draining driver (served by driver-owned storage, a
-///   `Volume` with no source) and the workspace on a copy-in driver;
+///   `Volume` with no source) and the workspace on a driver that copies it
+///   in and exports it back (`plan.workspace_copy` then names its source);
 /// * neither binds nor drains (ADR-143 R5): no run-files storage, no
 ///   variable, no declaration; a workflow-declared read-back path is a
 ///   typed refusal (R2);
@@ -462,7 +464,15 @@ pub fn finalize_mounts_for_driver(
                     readonly: false,
                     ..m
                 });
-            } else if m.origin == MountOrigin::Workspace && caps.archive_in {
+            } else if m.origin == MountOrigin::Workspace && caps.archive_in && caps.workspace_export
+            {
+                // A copy-based workspace (issue 14 item 2): copied in at
+                // start, exported back at teardown. Only where both halves
+                // exist: a copy nothing brings back loses the run's work.
+                plan.workspace_copy = Some(iterion_core::WorkspaceCopy {
+                    host: m.source.clone().unwrap_or_default(),
+                    ..iterion_core::WorkspaceCopy::default()
+                });
                 kept.push(Mount {
                     kind: MountKind::Volume,
                     source: None,

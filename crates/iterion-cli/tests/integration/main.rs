@@ -30,3 +30,4 @@ mod support;
 mod tools_e2e;
 mod users_e2e;
 mod validate_bounds;
+mod workspace_copy_e2e;

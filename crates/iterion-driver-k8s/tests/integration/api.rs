@@ -11,6 +11,7 @@
 //! evaluation, admission, or NetworkPolicy enforcement.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -216,7 +217,7 @@ async fn failed_start(
     let server = Server::start(steps).await;
     let d = driver(&server, settings);
     let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
+        .prepare(&proxied_plan(workspace), &NullObserver)
         .await
         .expect("prepare");
     let err = d
@@ -227,10 +228,21 @@ async fn failed_start(
     (server, err)
 }
 
-fn proxied_plan() -> iterion_core::LaunchPlan {
+/// The plan of a proxied run whose copy-based workspace is `workspace`
+/// (the booter points the policy's copy at the judged real directory).
+fn proxied_plan(workspace: &std::path::Path) -> iterion_core::LaunchPlan {
     let mut plan = policy_plan(&spec("registry.example.com/sbx:1"), "/work/repo");
     plan.egress = Some(egress());
     plan.user = Some("1000:1000".into());
+    let copy = plan
+        .workspace_copy
+        .as_mut()
+        .expect("a pod's workspace is copy-based");
+    assert_eq!(
+        copy.host, "/work/repo",
+        "the policy names the bind's source"
+    );
+    copy.host = workspace.to_string_lossy().into_owned();
     plan
 }
 
@@ -349,7 +361,7 @@ async fn a_proxied_run_from_create_to_cleanup() {
     let server = Server::start(steps).await;
     let d = driver(&server, settings(&[]));
     let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
+        .prepare(&proxied_plan(ws.path()), &NullObserver)
         .await
         .expect("prepare");
     let run = d
@@ -731,7 +743,7 @@ async fn kill_targets_the_exec_marker_through_a_second_exec() {
     let server = Server::start(steps).await;
     let d = driver(&server, settings(&[]));
     let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
+        .prepare(&proxied_plan(ws.path()), &NullObserver)
         .await
         .expect("prepare");
     let run = d
@@ -808,7 +820,7 @@ async fn drain_over_exec_missing_paths_and_an_evicted_pod() {
     let server = Server::start(steps).await;
     let d = driver(&server, settings(&[]));
     let prepared = d
-        .prepare(&proxied_plan(), &NullObserver)
+        .prepare(&proxied_plan(ws.path()), &NullObserver)
         .await
         .expect("prepare");
     let run = d
@@ -832,6 +844,121 @@ async fn drain_over_exec_missing_paths_and_an_evicted_pod() {
         .err()
         .expect("gone");
     assert_eq!(gone.code(), "SANDBOX_CONTAINER_GONE", "{gone}");
+    run.cleanup().await.expect("cleanup");
+    server.finish();
+}
+
+/// The workspace export at teardown over exec (issue 12, issue 14 item
+/// 2): the runtime's export reads the pod's workspace through the same
+/// `tar -c` exec as the drain and writes it back onto the host through
+/// `iterion-readback`'s host sink — the run's new file lands, the file it
+/// deleted goes, a link it planted to `/etc/passwd` is declined by name —
+/// and an export whose pod is gone is `sandbox_workspace_export_failed`
+/// with `container_gone`, the host left as it was. This layer is the
+/// scripted API server, not a cluster: it proves the conversation and
+/// what the driver and the sink do with the answers, not what a real
+/// kubelet's `tar` would send.
+#[tokio::test]
+async fn the_workspace_is_exported_back_over_exec_at_teardown() {
+    let ws = tempfile::tempdir().expect("ws");
+    std::fs::write(ws.path().join("keep.txt"), b"kept").expect("write");
+    std::fs::write(ws.path().join("doomed.txt"), b"deleted in the pod").expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let secret = format!("{POD}-proxy");
+    let mut steps = started_steps(&secret);
+    // What the pod holds at teardown: keep.txt as copied (the export
+    // compares it to the copy's record by size, mode and mtime), a new
+    // file, a planted link; doomed.txt deleted.
+    let kept_meta = std::fs::metadata(ws.path().join("keep.txt")).expect("meta");
+    let mut pod = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Directory);
+    h.set_mode(0o755);
+    h.set_size(0);
+    pod.append_data(&mut h, "repo/", std::io::empty())
+        .expect("dir");
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(kept_meta.permissions().mode() & 0o777);
+    h.set_mtime(kept_meta.mtime() as u64);
+    h.set_size(4);
+    pod.append_data(&mut h, "repo/keep.txt", &b"kept"[..])
+        .expect("keep");
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o644);
+    h.set_size(7);
+    pod.append_data(&mut h, "repo/new.txt", &b"new one"[..])
+        .expect("new");
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    pod.append_link(&mut h, "repo/passwd", "/etc/passwd")
+        .expect("link");
+    let pod = pod.into_inner().expect("tar");
+    steps.push(
+        exec_step(ExecScript {
+            expect_stdin: b"\n".to_vec(),
+            output: vec![(1, pod.clone())],
+            status: Some(json!({"metadata": {}, "status": "Success"})),
+            ..ExecScript::default()
+        })
+        .query("command", "tar")
+        .query("command", "-C")
+        .query("command", "/work")
+        .query("command", "repo"),
+    );
+    // The second export finds the pod gone.
+    steps.push(Step::new(
+        Method::GET,
+        path("pods", Some(&format!("{POD}/exec"))),
+        Reply::Json(404, not_found("pods", POD)),
+    ));
+    steps.extend(cleanup_steps(&[&secret], true));
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let mut plan = proxied_plan(ws.path());
+    let copy = plan.workspace_copy.as_mut().expect("copy");
+    copy.manifest = Some(state.path().join("manifest").to_string_lossy().into_owned());
+    let copy = copy.clone();
+    let prepared = d.prepare(&plan, &NullObserver).await.expect("prepare");
+    let run = d
+        .start(prepared, &run_info(ws.path()), &NullObserver)
+        .await
+        .expect("start");
+    let options = iterion_readback::workspace::ExportOptions::default();
+    let report = iterion_readback::workspace::export(&*run, &copy, options.clone()).await;
+    assert_eq!(
+        std::fs::read(ws.path().join("new.txt")).expect("new"),
+        b"new one"
+    );
+    assert_eq!(
+        std::fs::read(ws.path().join("keep.txt")).expect("keep"),
+        b"kept"
+    );
+    assert!(!ws.path().join("doomed.txt").exists(), "{report:?}");
+    assert!(std::fs::symlink_metadata(ws.path().join("passwd")).is_err());
+    assert_eq!((report.files, report.deleted), (1, 1), "{report:?}");
+    match report.events.as_slice() {
+        [
+            iterion_core::EventKind::SandboxWorkspaceExportFailed {
+                reason,
+                declined,
+                driver,
+                ..
+            },
+        ] => {
+            assert_eq!(driver, "kubernetes");
+            assert_eq!(reason, "archive_error");
+            assert!(
+                declined.iter().any(|d| d.contains("passwd")),
+                "{declined:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let before = std::fs::read_dir(ws.path()).expect("ls").count();
+    let report = iterion_readback::workspace::export(&*run, &copy, options).await;
+    assert_eq!(report.reason, Some("container_gone"), "{report:?}");
+    assert_eq!(std::fs::read_dir(ws.path()).expect("ls").count(), before);
     run.cleanup().await.expect("cleanup");
     server.finish();
 }

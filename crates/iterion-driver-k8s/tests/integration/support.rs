@@ -20,6 +20,7 @@ pub fn kube_caps() -> Capabilities {
         remote_user: true,
         read_back_drain: true,
         archive_in: true,
+        workspace_export: true,
         ..Capabilities::default()
     }
 }

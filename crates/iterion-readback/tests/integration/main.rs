@@ -9,6 +9,7 @@ mod hostile;
 mod oversize;
 mod store;
 mod support;
+mod workspace;
 
 use std::collections::BTreeMap;
 

@@ -63,6 +63,11 @@ impl RunDirs {
         self.dir.join("mask")
     }
 
+    /// The record of a copy-based workspace's copy-in.
+    pub(crate) fn workspace_manifest(&self) -> PathBuf {
+        self.dir.join("workspace-manifest")
+    }
+
     /// Create them: the state dir held private, the run's dir 0700 marked
     /// with this process as its owner, the run-files dir, and the empty
     /// read-only directory a mask binds over a private area.

@@ -261,6 +261,7 @@ impl SandboxHost {
             paths: &RunPaths {
                 run_files,
                 mask: dirs.mask().to_string_lossy().into_owned(),
+                workspace_manifest: dirs.workspace_manifest().to_string_lossy().into_owned(),
                 secrets_dir,
             },
             binds: &binds,

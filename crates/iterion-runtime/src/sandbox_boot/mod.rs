@@ -126,7 +126,14 @@ impl SandboxBooter for PolicyBooter {
     }
 
     async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
-        teardown::teardown(self.store.as_ref(), &self.drain, booted, ctx).await;
+        teardown::teardown(
+            self.store.as_ref(),
+            &self.drain,
+            &self.host.local_env,
+            booted,
+            ctx,
+        )
+        .await;
         Ok(())
     }
 }

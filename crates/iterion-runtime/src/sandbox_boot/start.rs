@@ -91,6 +91,7 @@ pub(super) async fn start(
     // (never a disk), removed on every early return.
     let secret_files = write_files(host, ctx, &secrets.files, &plan.launch)?;
     let mut launch = plan.launch;
+    crate::workspace_copy::clear_stale_record(&launch)?;
     // The run-files dir a kept bind serves gets its bound: a tmpfs of its
     // read-back cap (issue 19 #5), or an event saying it has none.
     let run_files_bound = plan

@@ -3,6 +3,8 @@
 //! proxy, take the secret files and the run's host directories off the
 //! host. Best effort: nothing here changes the run's status.
 
+use std::collections::BTreeMap;
+
 use iterion_core::{EventKind, RunStore};
 use iterion_readback::DrainOptions;
 
@@ -12,6 +14,7 @@ use crate::boot::{BootContext, Booted};
 pub(super) async fn teardown(
     store: &dyn RunStore,
     drain: &DrainOptions,
+    env: &BTreeMap<String, String>,
     booted: Booted,
     ctx: &BootContext<'_>,
 ) {
@@ -31,6 +34,11 @@ pub(super) async fn teardown(
                 "the run-files dir was full at teardown: writes past {size} failed in the sandbox"
             ),
         });
+    }
+    // A copy-based workspace comes back first: it is the run's work, and
+    // the container must still be there to give it.
+    if let Some(kept) = kept.as_deref() {
+        crate::workspace_copy::export_back(run.as_ref(), &kept.plan, env, ctx.events).await;
     }
     if let Some(kept) = kept.as_deref()
         && !kept.plan.read_back.is_empty()

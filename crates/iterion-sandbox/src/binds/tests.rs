@@ -334,3 +334,18 @@ fn the_runner_binary_is_a_regular_file_judged_like_a_declared_bind() {
     symlink("/etc/passwd", root.join("iterion-link")).expect("symlink");
     assert!(r(&root.join("iterion-link")).is_err());
 }
+
+#[test]
+fn private_areas_within_the_workspace_are_named_relative_to_it() {
+    let got = private_areas_within(
+        "/w/proj",
+        [
+            "/w/proj/.iterion",
+            "/tmp/iterion",
+            "/w/proj",
+            "/w/projx/y",
+            "/w/proj/a/b/",
+        ],
+    );
+    assert_eq!(got, vec![".iterion".to_owned(), "a/b".to_owned()]);
+}

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::admission::AdmissionVerdict;
 use crate::binds::{
-    BindScope, HostPaths, PathKind, ResolveError, ResolvedPath, resolve_plan_binds,
+    BindRole, BindScope, HostPaths, PathKind, ResolveError, ResolvedPath, judge_bind_in,
+    private_areas_within, resolve_plan_binds,
 };
 use crate::classify::Refused;
 use crate::devbox::{self, DevboxProject};
@@ -326,18 +327,30 @@ impl Decider<'_, '_> {
             .binds
             .clone()
             .with_engine_paths(offer.footprint.paths.iter().cloned());
-        if let Err(e) = resolve_plan_binds(
-            &fs,
-            &mut plan,
-            &settings,
-            &BindScope {
-                workspace: Some(&workspace_real),
-                untrusted: req.trust == Trust::Untrusted,
-            },
-            Some(&paths.mask),
-        ) {
+        let scope = BindScope {
+            workspace: Some(&workspace_real),
+            untrusted: req.trust == Trust::Untrusted,
+        };
+        if let Err(e) = resolve_plan_binds(&fs, &mut plan, &settings, &scope, Some(&paths.mask)) {
             self.decision.binds = Some(Err(e.to_string()));
             return self.refuse(Refused::Spec, e.to_string());
+        }
+        // A copy-based workspace (issue 14 item 2) is judged as its bind
+        // would have been (never `/`, a home, a system area) and leaves
+        // iterion's own areas inside it out, as a bind masks them.
+        if let Some(copy) = plan.workspace_copy.as_mut() {
+            match judge_bind_in(&fs, &copy.host, BindRole::Workspace, &settings, &scope) {
+                Ok(real) => {
+                    copy.exclude =
+                        private_areas_within(&real, settings.private.iter().map(String::as_str));
+                    copy.host = real;
+                    copy.manifest = Some(paths.workspace_manifest.clone());
+                }
+                Err(e) => {
+                    self.decision.binds = Some(Err(e.to_string()));
+                    return self.refuse(Refused::Spec, e.to_string());
+                }
+            }
         }
         self.decision.binds = Some(Ok(BindReport {
             workspace: workspace_real,

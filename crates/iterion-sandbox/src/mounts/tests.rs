@@ -82,6 +82,7 @@ fn capability_table() -> Vec<(&'static str, DriverName, Capabilities)> {
             DriverName::Docker,
             Capabilities {
                 host_bind_mounts: false,
+                workspace_export: true,
                 ..local
             },
         ),
@@ -109,6 +110,7 @@ fn capability_table() -> Vec<(&'static str, DriverName, Capabilities)> {
                 build: false,
                 host_bind_mounts: false,
                 network_policy: true,
+                workspace_export: true,
                 ..local
             },
         ),
@@ -120,6 +122,7 @@ fn capability_table() -> Vec<(&'static str, DriverName, Capabilities)> {
                 host_bind_mounts: false,
                 read_back_drain: false,
                 network_policy: true,
+                workspace_export: true,
                 ..local
             },
         ),
@@ -487,6 +490,55 @@ fn canary_catches_a_lying_plan() {
     assert!(r.is_err());
 }
 
+/// Issue 14 item 2: the workspace becomes a copy (a per-run volume, and
+/// `workspace_copy` naming its source) only on a driver without binds that
+/// both copies in and exports back; a bind run never copies; a driver that
+/// could copy in but not export gets no copy at all (its work would vanish).
+#[test]
+fn the_workspace_is_copied_only_where_it_comes_back() {
+    let base = Capabilities {
+        image: true,
+        mounts: true,
+        archive_in: true,
+        read_back_drain: true,
+        ..Capabilities::default()
+    };
+    let plan = || {
+        let mut p = LaunchPlan::default();
+        p.mounts.push(Mount {
+            kind: MountKind::Bind,
+            source: Some("/home/dev/repo".into()),
+            target: "/home/dev/repo".into(),
+            readonly: false,
+            size: None,
+            origin: MountOrigin::Workspace,
+        });
+        p
+    };
+    let finalize = |caps: Capabilities| {
+        finalize_mounts_for_driver(plan(), DriverName::Docker, &caps).expect("finalize")
+    };
+    let bind = finalize(Capabilities {
+        host_bind_mounts: true,
+        workspace_export: false,
+        ..base
+    });
+    assert!(bind.plan.workspace_copy.is_none());
+    assert_eq!(bind.plan.mounts[0].kind, MountKind::Bind);
+    let copied = finalize(Capabilities {
+        workspace_export: true,
+        ..base
+    });
+    let copy = copied.plan.workspace_copy.as_ref().expect("copy-based");
+    assert_eq!(copy.host, "/home/dev/repo");
+    assert_eq!(copied.plan.mounts[0].kind, MountKind::Volume);
+    assert_eq!(copied.plan.mounts[0].source, None);
+    let one_way = finalize(base);
+    assert!(one_way.plan.workspace_copy.is_none());
+    assert!(one_way.plan.mounts.is_empty());
+    assert!(one_way.dropped.is_some(), "the dropped workspace is said");
+}
+
 mod props {
     use super::*;
     use proptest::prelude::*;
@@ -499,6 +551,7 @@ mod props {
                 host_bind_mounts: bind,
                 read_back_drain: drain,
                 archive_in: archive,
+                workspace_export: archive && !bind,
                 ..Capabilities::default()
             },
         )

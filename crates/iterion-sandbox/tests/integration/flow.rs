@@ -66,6 +66,7 @@ fn decide_in(
     let paths = RunPaths {
         run_files: format!("{state}/sandboxes/r1/artifact-files"),
         mask: format!("{state}/sandboxes/r1/mask"),
+        workspace_manifest: format!("{state}/sandboxes/r1/workspace-manifest"),
         secrets_dir: Err("no memory filesystem in this test".into()),
     };
     let binds = HostBindSettings::default()
