@@ -24,6 +24,11 @@ export ITERION_K8S_VALIDATE_VERSION="${ITERION_K8S_VALIDATE_VERSION:-1.33.1}"
 export ITERION_CLAUDE_CODE_VERSION="${ITERION_CLAUDE_CODE_VERSION:-2.1.332}"
 export ITERION_CLAUDE_CODE_DIR="${ITERION_CLAUDE_CODE_DIR:-/var/cache/iterion-claude-code}"
 export ITERION_CLAUDE_CLI="${ITERION_CLAUDE_CLI:-$ITERION_CLAUDE_CODE_DIR/node_modules/@anthropic-ai/claude-code-linux-x64/claude}"
+# Real MCP servers from the npm registry (issue 20 tests), pinned, in a cache
+# dir; ITERION_MCP_SERVERS_DIR/node_modules holds them and their SDK.
+export ITERION_MCP_SERVER_FILESYSTEM_VERSION="${ITERION_MCP_SERVER_FILESYSTEM_VERSION:-2026.8.31}"
+export ITERION_MCP_SERVER_EVERYTHING_VERSION="${ITERION_MCP_SERVER_EVERYTHING_VERSION:-2026.8.31}"
+export ITERION_MCP_SERVERS_DIR="${ITERION_MCP_SERVERS_DIR:-/var/cache/iterion-mcp-servers}"
 
 # A shared target dir keeps CI incremental on one machine; absent, cargo builds from scratch.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/iterion-target}"

@@ -48,6 +48,21 @@ if [[ ! -x $ITERION_CLAUDE_CLI ]]; then
   [[ -x $ITERION_CLAUDE_CLI ]] || die "the claude CLI is not at $ITERION_CLAUDE_CLI after npm install"
 fi
 
+# Real MCP servers for the MCP tests (@modelcontextprotocol's filesystem and
+# everything servers, which bring the MCP SDK the tests' own small servers
+# use), pinned, into a cache dir; the marker names the pinned versions.
+mcp_marker="$ITERION_MCP_SERVERS_DIR/.iterion-$ITERION_MCP_SERVER_FILESYSTEM_VERSION-$ITERION_MCP_SERVER_EVERYTHING_VERSION"
+if [[ ! -f $mcp_marker ]]; then
+  command -v npm >/dev/null || die "npm is needed for the MCP test servers"
+  log "installing MCP servers into $ITERION_MCP_SERVERS_DIR"
+  mkdir -p "$ITERION_MCP_SERVERS_DIR"
+  npm install --no-audit --no-fund --ignore-scripts --loglevel=error --prefix "$ITERION_MCP_SERVERS_DIR" \
+    "@modelcontextprotocol/server-filesystem@$ITERION_MCP_SERVER_FILESYSTEM_VERSION" \
+    "@modelcontextprotocol/server-everything@$ITERION_MCP_SERVER_EVERYTHING_VERSION" >/dev/null
+  [[ -d $ITERION_MCP_SERVERS_DIR/node_modules/@modelcontextprotocol/sdk ]] || die "the MCP SDK is missing after npm install"
+  touch "$mcp_marker"
+fi
+
 # kubernetes-validate (PyPI) checks the Kubernetes driver's golden manifests
 # against the official OpenAPI schemas it ships (offline once installed); in
 # its own venv, since Debian's Python is externally managed.

@@ -148,6 +148,7 @@ async fn bench() {
                 facts: HostFacts::default(),
                 sink: &NullSink,
                 launcher: None,
+                cli_mcp: None,
                 cancel: CancellationToken::new(),
             };
             let placement = if in_box {

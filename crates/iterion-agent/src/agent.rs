@@ -74,6 +74,9 @@ pub struct AgentContext<'a> {
     pub sink: &'a dyn AgentEventSink,
     /// Launcher-side tools the engine serves (ask_user, MCP, engine tools).
     pub launcher: Option<&'a dyn LauncherTools>,
+    /// The run's MCP servers for a `claude_code` node (through the run's
+    /// listener).
+    pub cli_mcp: Option<crate::claude_code::CliMcp>,
     /// Cancels the node.
     pub cancel: CancellationToken,
 }
@@ -118,6 +121,7 @@ pub async fn run_agent(
                         place,
                         vars,
                         ctx.env,
+                        ctx.cli_mcp.as_ref(),
                         &sink,
                         &redactor,
                         &ctx.cancel,
@@ -227,7 +231,8 @@ fn node_tools(
     Ok(allowed)
 }
 
-fn scrub_list() -> Vec<String> {
+/// The variables a built-in's child processes never inherit.
+pub(crate) fn scrub_list() -> Vec<String> {
     PROVIDER_CREDENTIAL_VARS
         .iter()
         .chain(CLAUDE_CODE_ONLY_VARS)

@@ -64,10 +64,40 @@ pub(crate) enum CliPlace<'a> {
     Host { workspace: &'a Path },
 }
 
+/// The run's MCP servers as the CLI reaches them: through the per-run
+/// listener (`crate::mcp::listener`), its `--mcp-config` document naming
+/// the token only as `${ITERION_MCP_TOKEN}`, and the exec env carrying it.
+#[derive(Clone, Default)]
+pub struct CliMcp {
+    /// The `--mcp-config` JSON (no secret in it).
+    pub config: String,
+    /// Env of the CLI's exec (the token, the listener's host direct).
+    pub env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for CliMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliMcp")
+            .field("config", &self.config)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 /// The node's tool names as the CLI spells them (a workflow written with
-/// claw's names works on both backends); other names pass through.
-fn cli_tool_name(name: &str) -> &str {
-    match name {
+/// claw's names works on both backends; `mcp.<s>.<t>` is the CLI's
+/// `mcp__<s>__<t>`, `mcp.<s>.*` its server-wide `mcp__<s>`); other names
+/// pass through.
+fn cli_tool_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if let Some(crate::tools::ToolClass::Mcp { server, tool }) = crate::tools::classify(name) {
+        if tool == "*" {
+            return format!("mcp__{server}").into();
+        }
+        if let Some(w) = crate::tools::wire_name(name) {
+            return w.into();
+        }
+    }
+    let plain = match name {
         "bash" => "Bash",
         "read_file" => "Read",
         "write_file" => "Write",
@@ -76,7 +106,8 @@ fn cli_tool_name(name: &str) -> &str {
         "grep" => "Grep",
         "web_fetch" => "WebFetch",
         other => other,
-    }
+    };
+    plain.into()
 }
 
 /// The CLI's argv (no secret ever appears here). In a sandbox the
@@ -84,6 +115,12 @@ fn cli_tool_name(name: &str) -> &str {
 /// refuses that mode to root, and an unsandboxed agent gets no more than
 /// it declared: `dontAsk`, where only the node's tools run.
 pub fn cli_args(task: &AgentTask, sandboxed: bool) -> Vec<String> {
+    cli_args_with(task, sandboxed, None)
+}
+
+/// [`cli_args`] with the run's MCP servers (`--mcp-config`, and
+/// `--strict-mcp-config`: no server of the workspace's own `.mcp.json`).
+pub fn cli_args_with(task: &AgentTask, sandboxed: bool, mcp: Option<&CliMcp>) -> Vec<String> {
     let mode = if sandboxed {
         "bypassPermissions"
     } else {
@@ -111,7 +148,11 @@ pub fn cli_args(task: &AgentTask, sandboxed: bool) -> Vec<String> {
         args.push(system.clone());
     }
     if !task.tools.is_empty() {
-        let names: Vec<&str> = task.tools.iter().map(|t| cli_tool_name(t)).collect();
+        let names: Vec<String> = task
+            .tools
+            .iter()
+            .map(|t| cli_tool_name(t).into_owned())
+            .collect();
         args.push("--allowedTools".to_owned());
         args.push(names.join(","));
     }
@@ -131,6 +172,11 @@ pub fn cli_args(task: &AgentTask, sandboxed: bool) -> Vec<String> {
     {
         args.push("--resume".to_owned());
         args.push(id.clone());
+    }
+    if let Some(m) = mcp {
+        args.push("--mcp-config".to_owned());
+        args.push(m.config.clone());
+        args.push("--strict-mcp-config".to_owned());
     }
     args
 }
@@ -178,11 +224,13 @@ fn prompt_line(task: &AgentTask) -> Bytes {
 }
 
 /// Run one node on the CLI.
+#[allow(clippy::too_many_arguments)] // one per part of the node the CLI sees
 pub(crate) async fn run(
     task: &AgentTask,
     place: CliPlace<'_>,
     credentials: BTreeMap<String, String>,
     host_env: &EnvSnapshot,
+    mcp: Option<&CliMcp>,
     sink: &dyn AgentEventSink,
     redactor: &Redactor,
     cancel: &CancellationToken,
@@ -193,13 +241,14 @@ pub(crate) async fn run(
         .map(OutputSchema::compile)
         .transpose()?;
     let sandboxed = matches!(place, CliPlace::Sandbox { .. });
-    let args = cli_args(task, sandboxed);
+    let args = cli_args_with(task, sandboxed, mcp);
     let mut session: Box<dyn ExecSession> = match &place {
         CliPlace::Sandbox { run, exec_env, .. } => {
             let mut argv = vec![CLAUDE_CLI.to_owned()];
             argv.extend(args);
             let mut env = (*exec_env).clone();
             env.extend(cli_env(task, credentials, None, true));
+            env.extend(mcp.map(|m| m.env.clone()).unwrap_or_default());
             crate::runner::launcher::exec_attached(*run, argv, env, "exec the claude CLI").await?
         }
         CliPlace::Host { workspace } => {
@@ -211,7 +260,8 @@ pub(crate) async fn run(
             })?;
             let mut argv = vec![cli.display().to_string()];
             argv.extend(args);
-            let env = cli_env(task, credentials, Some(host_env), false);
+            let mut env = cli_env(task, credentials, Some(host_env), false);
+            env.extend(mcp.map(|m| m.env.clone()).unwrap_or_default());
             Box::new(
                 crate::process::HostProcess::spawn(&argv, &env, workspace)
                     .map_err(AgentError::io("start the claude CLI"))?,
@@ -358,11 +408,16 @@ async fn drive(
                                 calls += 1;
                                 let input_size =
                                     block.get("input").map_or(0, |i| i.to_string().len() as u64);
+                                let server = crate::tools::mcp_server_of(name);
                                 sink.emit(EventKind::ToolStarted {
                                     tool: name.to_owned(),
                                     tool_use_id: id.to_owned(),
                                     input_size,
-                                    placement: placement.to_owned(),
+                                    // An MCP tool runs on the host, through
+                                    // the run's listener.
+                                    placement: if server.is_some() { "host" } else { placement }
+                                        .to_owned(),
+                                    server,
                                 });
                                 tools.insert(
                                     id.to_owned(),
@@ -420,7 +475,10 @@ async fn drive(
                             .and_then(Value::as_bool)
                             .unwrap_or(false)
                         {
+                            let server = crate::tools::mcp_server_of(&p.name);
+                            let placement = if server.is_some() { "host" } else { placement };
                             sink.emit(EventKind::ToolError {
+                                server,
                                 tool: p.name,
                                 tool_use_id: id.to_owned(),
                                 input_size: p.input_size,
@@ -429,7 +487,10 @@ async fn drive(
                                 placement: placement.to_owned(),
                             });
                         } else {
+                            let server = crate::tools::mcp_server_of(&p.name);
+                            let placement = if server.is_some() { "host" } else { placement };
                             sink.emit(EventKind::ToolCalled {
+                                server,
                                 tool: p.name,
                                 tool_use_id: id.to_owned(),
                                 input_size: p.input_size,

@@ -247,6 +247,7 @@ impl ClawLoop<'_> {
             tool_use_id: id.to_owned(),
             input_size,
             placement: placement.to_owned(),
+            server: crate::tools::mcp_server_of(name),
         });
         let started = Instant::now();
         let result = match entry {
@@ -269,6 +270,7 @@ impl ClawLoop<'_> {
                     output_size: out.len() as u64,
                     duration_ms,
                     placement: placement.to_owned(),
+                    server: crate::tools::mcp_server_of(name),
                 });
                 (out, false)
             }
@@ -280,6 +282,7 @@ impl ClawLoop<'_> {
                     duration_ms,
                     error: bounded(&err, 500),
                     placement: placement.to_owned(),
+                    server: crate::tools::mcp_server_of(name),
                 });
                 (err, true)
             }

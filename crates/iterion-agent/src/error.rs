@@ -84,6 +84,50 @@ pub enum AgentError {
         /// The name both map to.
         wire: String,
     },
+    /// An MCP server process could not be started.
+    #[error("MCP server {server}: cannot start {command:?}: {reason}")]
+    McpSpawnFailed {
+        /// The server.
+        server: String,
+        /// The program, as written.
+        command: String,
+        /// Why.
+        reason: String,
+    },
+    /// An MCP server did not finish its `initialize` handshake in time.
+    #[error(
+        "MCP server {server} did not answer initialize within {seconds} s (ITERION_MCP_STARTUP_TIMEOUT)"
+    )]
+    McpStartupTimeout {
+        /// The server.
+        server: String,
+        /// The bound.
+        seconds: u64,
+    },
+    /// An MCP server failed its handshake or its tool listing.
+    #[error("MCP server {server}: {reason}")]
+    McpServerFailed {
+        /// The server.
+        server: String,
+        /// Why (its stderr tail is in the run log).
+        reason: String,
+    },
+    /// A tool node's built-in failed (its error text names no secret).
+    #[error("tool {tool} failed: {error}")]
+    ToolFailed {
+        /// The tool (qualified name).
+        tool: String,
+        /// What it said.
+        error: String,
+    },
+    /// A tool node's built-in is refused by the workflow's `tool_policy:`.
+    #[error("tool {tool} is denied by the tool policy: {reason}")]
+    ToolDenied {
+        /// The tool (qualified name).
+        tool: String,
+        /// The policy's reason.
+        reason: String,
+    },
     /// The node's `tool_policy:` leaves none of its tools callable.
     #[error("tool_policy {patterns:?} denies every tool of the node ({tools:?})")]
     ToolPolicyDeniesAll {
@@ -255,6 +299,11 @@ impl AgentError {
             Self::SubscriptionTokenRefused { .. } => "AGENT_SUBSCRIPTION_TOKEN_REFUSED",
             Self::ToolRefused { .. } => "AGENT_TOOL_REFUSED",
             Self::ToolCollision { .. } => "AGENT_TOOL_COLLISION",
+            Self::ToolFailed { .. } => "AGENT_TOOL_FAILED",
+            Self::McpSpawnFailed { .. } => "AGENT_MCP_SPAWN_FAILED",
+            Self::McpStartupTimeout { .. } => "AGENT_MCP_STARTUP_TIMEOUT",
+            Self::McpServerFailed { .. } => "AGENT_MCP_SERVER_FAILED",
+            Self::ToolDenied { .. } => "AGENT_TOOL_DENIED",
             Self::ToolPolicyDeniesAll { .. } => "AGENT_TOOL_POLICY_DENIES_ALL",
             Self::InvalidSchema { .. } => "AGENT_INVALID_SCHEMA",
             Self::ProviderStatus { .. } => "AGENT_PROVIDER_STATUS",

@@ -101,6 +101,7 @@ mod tests {
             duration_ms: 1,
             error: "echo sk-secret-value".into(),
             placement: "container".into(),
+            server: None,
         });
         let got = got.lock().expect("lock");
         let EventKind::ToolError { error, .. } = &got[0] else {

@@ -28,6 +28,7 @@ pub mod env;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod mcp;
 pub mod model;
 pub mod process;
 pub mod provider;
@@ -35,6 +36,7 @@ pub mod runner;
 pub mod schema;
 pub mod seam;
 pub mod task;
+pub mod tool_node;
 pub mod tools;
 
 pub use agent::{AgentContext, AgentPlacement, drive_runner_session, preflight, run_agent};

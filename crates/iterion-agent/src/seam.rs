@@ -17,19 +17,28 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use iterion_core::EventKind;
-use iterion_core::agent::{self as seam, AgentEvents, AgentRequest, AgentUsage, SessionMode};
+use iterion_core::agent::{
+    self as seam, AgentEvents, AgentRequest, AgentUsage, BuiltinCall, SessionMode,
+};
 use iterion_core::id::{NodeId, RunId};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentContext, AgentPlacement, preflight, run_agent};
 use crate::backend::{BackendInputs, BackendName, HostFacts, resolve_backend};
+use crate::claude_code::CliMcp;
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
+use crate::mcp::listener::{GatewayGuard, RunGateway};
+use crate::mcp::{McpHub, NodeLauncher};
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
 use crate::task::{AgentTask, BudgetSpec, SessionSpec};
+use crate::tools::privacy::PrivacyTools;
+use iterion_core::agent::McpServerSpec;
+use iterion_core::agent::ProcessLedger;
+use std::sync::Arc;
 
 /// The [`seam::AgentRunner`] of `iterion run`.
 pub struct AgentBackends {
@@ -46,7 +55,21 @@ pub struct AgentBackends {
     budget: Option<BudgetSpec>,
     /// What each run's agent nodes spent so far (tokens, USD).
     spent: Mutex<HashMap<RunId, (u64, f64)>>,
+    /// `privacy_filter` / `privacy_unfilter`, over the run store (none
+    /// until [`Self::with_store`]).
+    privacy: Option<PrivacyTools>,
+    /// Each live run's MCP servers (started lazily, stopped by
+    /// `run_finished`).
+    hubs: Mutex<HashMap<RunId, Arc<McpHub>>>,
+    /// Where server processes are recorded for the reaper.
+    ledger: Option<Arc<dyn ProcessLedger>>,
+    /// Each live run's MCP listener (seed step 18), with its guard when
+    /// this made it for a host run (a sandbox's is the booter's).
+    gateways: Mutex<RunGateways>,
 }
+
+/// Each run's listener, and its guard when this process owns its life.
+type RunGateways = HashMap<RunId, (Arc<RunGateway>, Option<GatewayGuard>)>;
 
 impl std::fmt::Debug for AgentBackends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,7 +96,179 @@ impl AgentBackends {
             routed: Mutex::new(HashSet::new()),
             budget: None,
             spent: Mutex::new(HashMap::new()),
+            privacy: None,
+            hubs: Mutex::new(HashMap::new()),
+            ledger: None,
+            gateways: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A `claude_code` node's MCP servers: started now (a failure is the
+    /// node's, typed), wildcards expanded, a token minted on the run's
+    /// listener granting the tools its policy allows, and the CLI's
+    /// config. `None` when the node names no MCP tool.
+    async fn cli_mcp(
+        &self,
+        request: &AgentRequest,
+        task: &mut AgentTask,
+        run_log: &Arc<dyn seam::RunLog>,
+        sandboxed: bool,
+    ) -> Result<Option<(CliMcp, Arc<RunGateway>, String)>, AgentError> {
+        let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
+        if servers.is_empty() {
+            return Ok(None);
+        }
+        let owned: Vec<McpServerSpec> = servers.iter().map(|s| (*s).clone()).collect();
+        let hub = self.hub_for(&request.run_id, Some(run_log));
+        hub.ensure(&owned).await?;
+        task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
+        let policy = task.policy();
+        let allowed: Vec<String> = task
+            .tools
+            .iter()
+            .filter(|t| {
+                matches!(
+                    crate::tools::classify(t),
+                    Some(crate::tools::ToolClass::Mcp { .. })
+                )
+            })
+            .map(|t| crate::tools::qualify(t))
+            .filter(|t| policy.check(t).is_ok())
+            .collect();
+        let existing = self
+            .gateways
+            .lock()
+            .ok()
+            .and_then(|g| g.get(&request.run_id).map(|(gw, _)| gw.clone()));
+        let (gateway, host) = match (existing, sandboxed) {
+            (Some(gw), true) => (gw, crate::mcp::listener::GATEWAY_HOST.to_owned()),
+            (None, true) => {
+                return Err(AgentError::McpServerFailed {
+                    server: owned[0].name.clone(),
+                    reason: "the run's sandbox started without an MCP listener".to_owned(),
+                });
+            }
+            (Some(gw), false) => (gw, "127.0.0.1".to_owned()),
+            (None, false) => {
+                // An unsandboxed CLI is a host process: loopback.
+                let (gw, guard) = RunGateway::start(
+                    hub.clone(),
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    false,
+                )
+                .await
+                .map_err(|e| AgentError::McpServerFailed {
+                    server: owned[0].name.clone(),
+                    reason: format!("cannot start the run's MCP listener: {e}"),
+                })?;
+                if let Ok(mut g) = self.gateways.lock() {
+                    g.insert(request.run_id.clone(), (gw.clone(), Some(guard)));
+                }
+                (gw, "127.0.0.1".to_owned())
+            }
+        };
+        let token = gateway.grant(&owned, &allowed);
+        let mut env = BTreeMap::new();
+        env.insert(crate::mcp::listener::TOKEN_ENV.to_owned(), token.clone());
+        // The listener is reached directly, never through the egress proxy
+        // (which resolves names on the host, where the alias means nothing).
+        let direct = format!("localhost,127.0.0.1,{}", crate::mcp::listener::GATEWAY_HOST);
+        env.insert("NO_PROXY".to_owned(), direct.clone());
+        env.insert("no_proxy".to_owned(), direct);
+        let mcp = CliMcp {
+            config: gateway.cli_config(&owned, &host).to_string(),
+            env,
+        };
+        Ok(Some((mcp, gateway, token)))
+    }
+
+    /// Record the MCP server processes this starts in `ledger` (the
+    /// reaper's per-run host directories): without it a SIGKILLed iterion
+    /// leaves a server only its death signal ends.
+    pub fn with_process_ledger(mut self, ledger: Arc<dyn ProcessLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    fn hub_for(&self, run: &RunId, log: Option<&Arc<dyn seam::RunLog>>) -> Arc<McpHub> {
+        let mut hubs = self
+            .hubs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let hub = hubs
+            .entry(run.clone())
+            .or_insert_with(|| {
+                Arc::new(McpHub::new(
+                    run.clone(),
+                    self.env.clone(),
+                    self.ledger.clone(),
+                    Arc::new(crate::mcp::NoLog),
+                ))
+            })
+            .clone();
+        if let Some(log) = log {
+            hub.attach_log(log.clone());
+        }
+        hub
+    }
+
+    /// The node's host-side tools (its MCP servers started, their
+    /// wildcards expanded into `task.tools`; the privacy tools), `None`
+    /// when it names none.
+    async fn node_launcher(
+        &self,
+        request: &AgentRequest,
+        task: &mut AgentTask,
+        log: &Arc<dyn seam::RunLog>,
+    ) -> Result<Option<NodeLauncher<'_>>, AgentError> {
+        let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
+        let wants_privacy = task
+            .tools
+            .iter()
+            .any(|t| crate::tools::privacy::is_privacy_tool(t));
+        if servers.is_empty() && !wants_privacy {
+            return Ok(None);
+        }
+        let mut specs = Vec::new();
+        let hub = if servers.is_empty() {
+            None
+        } else {
+            let hub = self.hub_for(&request.run_id, Some(log));
+            let owned: Vec<_> = servers.iter().map(|s| (*s).clone()).collect();
+            hub.ensure(&owned).await?;
+            task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
+            for s in &servers {
+                specs.extend(hub.specs(&s.name));
+            }
+            Some(hub)
+        };
+        let privacy = match (&self.privacy, wants_privacy) {
+            (Some(p), true) => {
+                specs.extend(crate::tools::privacy::specs());
+                Some((p, request.run_id.clone()))
+            }
+            _ => None,
+        };
+        Ok(Some(NodeLauncher {
+            hub,
+            privacy,
+            specs,
+        }))
+    }
+
+    /// Keep each run's privacy vault in `store` (the run store of the
+    /// runs this serves): without it the privacy tools are refused.
+    pub fn with_store(mut self, store: std::sync::Arc<dyn iterion_core::RunStore>) -> Self {
+        self.privacy = Some(PrivacyTools::new(store));
+        self
+    }
+
+    fn runner_for_box(&self) -> RunnerBinary {
+        // Probed first: a bind (or the image) already holding the runner
+        // makes the copy a no-op.
+        self.runner_binary
+            .clone()
+            .map_or(RunnerBinary::InSandbox, RunnerBinary::Import)
     }
 
     /// Enforce the workflow's `budget:` (`max_tokens`, `max_cost_usd`) over
@@ -181,11 +376,57 @@ impl AgentBackends {
         node: &NodeId,
         properties: &BTreeMap<String, Value>,
         default_backend: Option<&str>,
+        mcp_servers: &[String],
     ) -> Result<BackendName, AgentError> {
         let request = admission_request(node, properties, default_backend);
         let backend = self.backend_of(&request)?;
-        let task = self.task_of(&request, backend);
-        preflight(&task, backend, &self.env, &self.facts, false, None)?;
+        let mut task = self.task_of(&request, backend);
+        // No server runs yet: a named MCP tool of one of the node's servers
+        // stands for itself (a wildcard is judged once expanded, at run
+        // time); one of another server is refused now.
+        let mut placeholders = Vec::new();
+        let mut kept = Vec::new();
+        for name in &task.tools {
+            match crate::tools::classify(name) {
+                Some(crate::tools::ToolClass::Mcp { server, tool }) => {
+                    if !mcp_servers.contains(&server) {
+                        return Err(AgentError::ToolRefused {
+                            tool: name.clone(),
+                            reason: format!(
+                                "MCP server {server} is not one of the node's servers (declare it with mcp_server and list it under mcp: servers:)"
+                            ),
+                        });
+                    }
+                    if tool != "*" {
+                        placeholders.push(crate::tools::ToolSpec {
+                            name: crate::tools::qualify(name),
+                            description: String::new(),
+                            input_schema: serde_json::json!({"type": "object"}),
+                        });
+                        kept.push(name.clone());
+                    }
+                }
+                Some(crate::tools::ToolClass::Privacy) => {
+                    placeholders.extend(
+                        crate::tools::privacy::specs()
+                            .into_iter()
+                            .filter(|s| &s.name == name),
+                    );
+                    kept.push(name.clone());
+                }
+                _ => kept.push(name.clone()),
+            }
+        }
+        task.tools = kept;
+        let stand_ins = AdmissionTools(placeholders);
+        preflight(
+            &task,
+            backend,
+            &self.env,
+            &self.facts,
+            false,
+            Some(&stand_ins),
+        )?;
         Ok(backend)
     }
 
@@ -195,6 +436,25 @@ impl AgentBackends {
             .lock()
             .map(|mut r| r.insert(run.clone()))
             .unwrap_or(false)
+    }
+}
+
+/// Launcher tools as admission sees them: named, not yet served.
+struct AdmissionTools(Vec<crate::tools::ToolSpec>);
+
+#[async_trait]
+impl crate::LauncherTools for AdmissionTools {
+    fn specs(&self) -> Vec<crate::tools::ToolSpec> {
+        let mut seen = HashSet::new();
+        self.0
+            .iter()
+            .filter(|s| seen.insert(s.name.clone()))
+            .cloned()
+            .collect()
+    }
+
+    async fn call(&self, name: &str, _input: &Value) -> Result<String, String> {
+        Err(format!("{name} is not served at admission"))
     }
 }
 
@@ -240,6 +500,7 @@ fn admission_request(
         reasoning_effort: None,
         input: Map::new(),
         properties: properties.clone(),
+        mcp_servers: Vec::new(),
     }
 }
 
@@ -294,18 +555,15 @@ impl seam::AgentRunner for AgentBackends {
             }
             return Err(to_seam(e, backend.as_str()));
         }
+        let run_log = cx.run_log.clone();
+        let sandboxed = cx.sandboxed;
         let placement = if cx.sandboxed {
             if backend == BackendName::Claw && self.first_routed(&request.run_id) {
                 sink.emit(routed_via_runner_event());
             }
             AgentPlacement::Sandbox {
                 run: cx.sandbox,
-                // Probed first: a bind (or the image) already holding the
-                // runner makes the copy a no-op.
-                runner: self
-                    .runner_binary
-                    .clone()
-                    .map_or(RunnerBinary::InSandbox, RunnerBinary::Import),
+                runner: self.runner_for_box(),
                 image: None,
                 exec_env: cx.exec_env,
             }
@@ -318,16 +576,43 @@ impl seam::AgentRunner for AgentBackends {
         // node's token with it, which kills its tools and processes.
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
+        let launcher = match backend {
+            BackendName::Claw => self
+                .node_launcher(&request, &mut task, &cx.run_log)
+                .await
+                .map_err(|e| {
+                    sink.emit(EventKind::DelegateError {
+                        backend: backend.as_str().to_owned(),
+                        duration_ms: 0,
+                        tokens: 0,
+                        exit_code: None,
+                        code: e.code().to_owned(),
+                        error: e.to_string(),
+                    });
+                    to_seam(e, backend.as_str())
+                })?,
+            _ => None,
+        };
+        let cli = match backend {
+            BackendName::ClaudeCode => self
+                .cli_mcp(&request, &mut task, &run_log, sandboxed)
+                .await
+                .map_err(|e| to_seam(e, backend.as_str()))?,
+            _ => None,
+        };
         let ctx = AgentContext {
             env: &self.env,
             facts: self.facts,
             sink: &sink,
-            launcher: None,
+            launcher: launcher.as_ref().map(|l| l as &dyn crate::LauncherTools),
+            cli_mcp: cli.as_ref().map(|(m, _, _)| m.clone()),
             cancel,
         };
-        let out = run_agent(&task, backend, placement, &ctx)
-            .await
-            .map_err(|e| to_seam(e, backend.as_str()))?;
+        let out = run_agent(&task, backend, placement, &ctx).await;
+        if let Some((_, gateway, token)) = &cli {
+            gateway.revoke(token);
+        }
+        let out = out.map_err(|e| to_seam(e, backend.as_str()))?;
         self.record_spending(
             &request.run_id,
             out.usage.input_tokens + out.usage.output_tokens,
@@ -363,6 +648,92 @@ impl seam::AgentRunner for AgentBackends {
             backend: backend.as_str().to_owned(),
             session_id,
         })
+    }
+
+    fn is_builtin_tool(&self, command: &str) -> bool {
+        crate::tool_node::is_node_builtin(command)
+    }
+
+    async fn call_builtin(
+        &self,
+        call: BuiltinCall,
+        cx: seam::AgentContext<'_>,
+    ) -> Result<Map<String, Value>, seam::AgentError> {
+        let creds = crate::credentials::ProviderCredentials::collect(&self.env);
+        let forward = Forward(cx.events);
+        let sink = crate::events::Redacting::new(&forward, creds.redactor());
+        crate::tool_node::call(
+            &call,
+            crate::tool_node::NodeTools {
+                env: &self.env,
+                sandbox: cx.sandbox,
+                sandboxed: cx.sandboxed,
+                exec_env: cx.exec_env,
+                runner: self.runner_for_box(),
+                privacy: self.privacy.as_ref(),
+                sink: &sink,
+            },
+        )
+        .await
+        .map_err(|e| to_seam(e, "builtin"))
+    }
+
+    fn builtin_output_for_event(&self, tool: &str, output: Value) -> Value {
+        crate::tool_node::output_for_event(tool, output)
+    }
+
+    async fn run_finished(&self, run: &RunId) {
+        if let Some(p) = &self.privacy {
+            p.forget(run);
+        }
+        let hub = self.hubs.lock().ok().and_then(|mut h| h.remove(run));
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+        // A host run's listener stops here; a sandbox's with its teardown.
+        let gateway = self.gateways.lock().ok().and_then(|mut g| g.remove(run));
+        drop(gateway);
+    }
+}
+
+#[async_trait]
+impl seam::GatewayListeners for AgentBackends {
+    async fn start(
+        &self,
+        run: &RunId,
+        needs: &seam::ListenerNeeds,
+        address: std::net::IpAddr,
+        freebind: bool,
+    ) -> Result<Option<seam::GatewayHandle>, String> {
+        // Only a CLI in the box needs it: claw calls come back over the
+        // runner channel.
+        let wanted = needs.nodes.iter().any(|n| {
+            !n.mcp_servers.is_empty()
+                && resolve_backend(
+                    BackendInputs {
+                        node: n.backend.as_deref(),
+                        workflow_default: needs.default_backend.as_deref(),
+                    },
+                    &self.env,
+                    &self.facts,
+                )
+                .is_ok_and(|r| r.name == BackendName::ClaudeCode)
+        });
+        if !wanted {
+            return Ok(None);
+        }
+        let hub = self.hub_for(run, None);
+        let (gw, guard) = RunGateway::start(hub, address, freebind)
+            .await
+            .map_err(|e| format!("cannot start the run's MCP listener on {address}: {e}"))?;
+        let port = gw.port();
+        if let Ok(mut g) = self.gateways.lock() {
+            g.insert(run.clone(), (gw, None));
+        }
+        Ok(Some(seam::GatewayHandle {
+            ports: vec![port],
+            guard: Box::new(guard),
+        }))
     }
 }
 

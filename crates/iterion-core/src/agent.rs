@@ -41,6 +41,42 @@ use crate::driver::{DriverError, SandboxRun};
 use crate::event::EventDraft;
 use crate::id::{NodeId, RunId};
 
+/// How the launcher reaches an MCP server (an `mcp_server` block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum McpTransport {
+    /// A process the launcher starts, speaking JSON-RPC on its stdio.
+    Stdio {
+        /// Program (`${VAR}` references already expanded from the host).
+        command: String,
+        /// Arguments.
+        #[serde(default)]
+        args: Vec<String>,
+        /// Extra environment of the process.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable-HTTP endpoint (`http`; upstream serves `sse` with the
+    /// same client).
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Extra request headers (secret: never logged or recorded).
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One declared MCP server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerSpec {
+    /// Its name (a DSL identifier: the `<server>` of `mcp.<server>.<tool>`).
+    pub name: String,
+    /// How it is reached.
+    #[serde(flatten)]
+    pub transport: McpTransport,
+}
+
 /// What kind of node asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -140,6 +176,10 @@ pub struct AgentRequest {
     /// Every property of the node as written (for what this struct does
     /// not name yet: `interaction`, `mcp`, `compaction`, `permission`…).
     pub properties: BTreeMap<String, Value>,
+    /// The MCP servers the node may use (its `mcp:` block over the
+    /// workflow's, resolved by the compiler), in order.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerSpec>,
 }
 
 /// Token usage and cost of one agent call, as far as the provider says.
@@ -236,6 +276,83 @@ pub trait AgentEvents: Send + Sync {
     fn emit(&self, event: EventDraft);
 }
 
+/// The run's log, owned: what a runner starts for the run and keeps past
+/// one node (an MCP server's stderr) writes here. Lines are masked for the
+/// run's secrets by the engine.
+pub trait RunLog: Send + Sync {
+    /// Append one line on `stream` (`stderr`, `system`).
+    fn line(&self, stream: &str, text: String);
+}
+
+/// Where a runner records the host processes it starts for a run (MCP
+/// servers), so a reaper can end them when the run is provably over even
+/// after a SIGKILL of iterion: the engine's side knows the per-run host
+/// directories, their owner markers and the reaper's one predicate.
+pub trait ProcessLedger: Send + Sync {
+    /// The environment entry (`NAME`, `VALUE`) every process started for
+    /// `run` must carry: it marks the process (and what it spawns) as the
+    /// run's when the reaper looks.
+    fn marker(&self, run: &RunId) -> (String, String);
+    /// Record process `pid` (leader of its own process group) of `run`
+    /// under `label`. An error refuses to start the process.
+    fn record(&self, run: &RunId, label: &str, pid: u32) -> std::io::Result<()>;
+    /// The process of `label` was stopped.
+    fn forget(&self, run: &RunId, label: &str);
+}
+
+/// One agent or judge node as the per-run listeners' intents see it
+/// (seed step 18: decided before the sandbox starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerNode {
+    /// `backend:` as written.
+    pub backend: Option<String>,
+    /// The node's MCP servers.
+    pub mcp_servers: Vec<McpServerSpec>,
+}
+
+/// What a run's listeners serve.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListenerNeeds {
+    /// The workflow's `default_backend:` as written.
+    pub default_backend: Option<String>,
+    /// Every agent and judge node.
+    pub nodes: Vec<ListenerNode>,
+}
+
+/// The run's listeners, alive until dropped (teardown).
+pub struct GatewayHandle {
+    /// The TCP ports they listen on (the firewall admits these).
+    pub ports: Vec<u16>,
+    /// Stops them when dropped.
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl fmt::Debug for GatewayHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayHandle")
+            .field("ports", &self.ports)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-run host listeners a sandbox reaches through the host-gateway
+/// alias (seed step 18): started by the booter before the sandbox (the
+/// alias and the firewall need their ports), bound on the address the
+/// driver gives the run's gateway, behind tokens the runner mints.
+#[async_trait]
+pub trait GatewayListeners: Send + Sync {
+    /// Start what `run` needs of them, bound on `address` (`freebind`:
+    /// the address may appear only when the sandbox starts); `None` when
+    /// it needs none.
+    async fn start(
+        &self,
+        run: &RunId,
+        needs: &ListenerNeeds,
+        address: std::net::IpAddr,
+        freebind: bool,
+    ) -> Result<Option<GatewayHandle>, String>;
+}
+
 /// Where and how the call runs.
 pub struct AgentContext<'a> {
     /// The run's sandbox (or the host passthrough on an unsandboxed run):
@@ -250,6 +367,8 @@ pub struct AgentContext<'a> {
     pub exec_env: BTreeMap<String, String>,
     /// The event sink.
     pub events: &'a dyn AgentEvents,
+    /// The run's log (owned: outlives the node).
+    pub run_log: std::sync::Arc<dyn RunLog>,
 }
 
 impl fmt::Debug for AgentContext<'_> {
@@ -262,7 +381,26 @@ impl fmt::Debug for AgentContext<'_> {
     }
 }
 
-/// Runs agent, judge and llm-router nodes.
+/// A tool node whose `command:` is the bare name of a built-in tool
+/// (upstream: a command without template reference or shell syntax is
+/// resolved in the tool registry): the built-in runs with the node's
+/// input instead of a shell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltinCall {
+    /// The run.
+    pub run_id: RunId,
+    /// The tool node.
+    pub node: NodeId,
+    /// The built-in's name, as written.
+    pub tool: String,
+    /// The node's input (its incoming edge's `with`).
+    pub input: Map<String, Value>,
+    /// The workflow's effective `tool_policy:` for the node; `None` open.
+    pub tool_policy: Option<Vec<String>>,
+}
+
+/// Runs agent, judge and llm-router nodes, and the built-in tools tool
+/// nodes name.
 #[async_trait]
 pub trait AgentRunner: Send + Sync {
     /// Run one node's agent call.
@@ -271,6 +409,42 @@ pub trait AgentRunner: Send + Sync {
         request: AgentRequest,
         cx: AgentContext<'_>,
     ) -> Result<AgentOutcome, AgentError>;
+
+    /// Whether a tool node's `command:` (trimmed) names a built-in this
+    /// runner executes. The default knows none: the command is a shell's.
+    fn is_builtin_tool(&self, command: &str) -> bool {
+        let _ = command;
+        false
+    }
+
+    /// Run the built-in of a tool node; its output object (a JSON answer
+    /// as is, any other text as `{"result": text}`). A failure of the
+    /// tool is an error: the node fails.
+    async fn call_builtin(
+        &self,
+        call: BuiltinCall,
+        cx: AgentContext<'_>,
+    ) -> Result<Map<String, Value>, AgentError> {
+        let _ = cx;
+        Err(AgentError::Backend {
+            backend: "builtin".to_owned(),
+            reason: format!("no built-in tool {} in this engine", call.tool),
+        })
+    }
+
+    /// How a built-in's output appears in events (`node_finished`): as is
+    /// by default; a tool whose output holds clear values it exists to
+    /// keep out of the record (`privacy_unfilter`) shows a marker there.
+    fn builtin_output_for_event(&self, tool: &str, output: Value) -> Value {
+        let _ = tool;
+        output
+    }
+
+    /// The run ended (whatever its status): release what was kept for it
+    /// (MCP server processes, caches). Called once, before teardown.
+    async fn run_finished(&self, run: &RunId) {
+        let _ = run;
+    }
 }
 
 #[cfg(test)]

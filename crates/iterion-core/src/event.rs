@@ -464,6 +464,9 @@ pub enum EventKind {
         tool_use_id: String,
         input_size: u64,
         placement: String,
+        /// The MCP server of an `mcp.<server>.<tool>` call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     /// A tool call returned.
     ToolCalled {
@@ -473,6 +476,9 @@ pub enum EventKind {
         output_size: u64,
         duration_ms: u64,
         placement: String,
+        /// The MCP server of an `mcp.<server>.<tool>` call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     /// A tool call failed (the model sees the error and may recover).
     ToolError {
@@ -482,6 +488,9 @@ pub enum EventKind {
         duration_ms: u64,
         error: String,
         placement: String,
+        /// The MCP server of an `mcp.<server>.<tool>` call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     /// A tool call the node's `tool_policy:` refuses, before it ran
     /// anywhere (the model gets an error result and may recover).

@@ -45,6 +45,11 @@ pub struct LaunchPlan {
     pub egress: Option<EgressAttachment>,
     /// Add `host.docker.internal` → host gateway.
     pub host_gateway_alias: bool,
+    /// TCP ports of the run's own host listeners (seed step 18: the MCP
+    /// listener) on the gateway a confined sandbox may reach besides the
+    /// proxy's; the firewall admits them for this run only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateway_ports: Vec<u16>,
     /// The workspace is copied in at start and exported back at teardown
     /// (a driver without host binds that declares
     /// [`crate::Capabilities::workspace_export`]); `None` on a bind-based

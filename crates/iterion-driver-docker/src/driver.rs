@@ -538,7 +538,7 @@ impl DockerDriver {
                 };
                 res.bridge = Some(bridge.clone());
                 res.firewall_run = Some(run.to_owned());
-                firewall::confine(&bridge, gateway, *proxy_port, run).await?;
+                firewall::confine(&bridge, gateway, *proxy_port, &plan.gateway_ports, run).await?;
                 if firewall::ipv6_in_kernel() {
                     sysctls = Some(crate::security::ipv6_off_sysctls());
                 }

@@ -150,22 +150,26 @@ fn table_script(family: &str, table: &str, chains: &[(&str, String, Vec<String>)
     s
 }
 
-/// The `inet` table of a run: see the module docs.
-pub(crate) fn inet_rules(table: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> String {
+/// The `inet` table of a run: see the module docs. `ports` are the TCP
+/// ports of the gateway the sandbox may reach: the proxy's, then the
+/// run's own listeners (seed step 18), nothing else.
+pub(crate) fn inet_rules(table: &str, bridge: &str, gateway: Ipv4Addr, ports: &[u16]) -> String {
     let hook = |h: &str| format!("type filter hook {h} priority filter - 10; policy accept;");
+    let mut input = Vec::new();
+    for port in ports {
+        input.push(format!(
+            "iifname \"{bridge}\" ip daddr {gateway} tcp dport {port} accept"
+        ));
+    }
+    input.push(format!("iifname \"{bridge}\" drop"));
+    for port in ports {
+        input.push(format!("ip daddr {gateway} tcp dport {port} drop"));
+    }
     table_script(
         "inet",
         table,
         &[
-            (
-                "input",
-                hook("input"),
-                vec![
-                    format!("iifname \"{bridge}\" ip daddr {gateway} tcp dport {port} accept"),
-                    format!("iifname \"{bridge}\" drop"),
-                    format!("ip daddr {gateway} tcp dport {port} drop"),
-                ],
-            ),
+            ("input", hook("input"), input),
             (
                 "forward",
                 hook("forward"),
@@ -199,6 +203,7 @@ pub(crate) async fn confine(
     bridge: &str,
     gateway: Ipv4Addr,
     proxy_port: u16,
+    listener_ports: &[u16],
     run_id: &str,
 ) -> Result<(), DriverError> {
     let table = table_name(run_id).ok_or_else(|| refused(format!("run id {run_id:?}")))?;
@@ -206,7 +211,12 @@ pub(crate) async fn confine(
         return Err(refused(format!("interface name {bridge:?}")));
     }
     apply(
-        &inet_rules(&table, bridge, gateway, proxy_port),
+        &inet_rules(
+            &table,
+            bridge,
+            gateway,
+            &[&[proxy_port], listener_ports].concat(),
+        ),
         "confine network",
     )
     .await
@@ -289,7 +299,7 @@ async fn host_supports_rules() -> Result<(), String> {
         return Err("nft not found (install nftables)".to_owned());
     };
     let table = "iterion-doctor-check";
-    let mut script = inet_rules(table, "iterion-chk0", Ipv4Addr::new(192, 0, 2, 1), 9);
+    let mut script = inet_rules(table, "iterion-chk0", Ipv4Addr::new(192, 0, 2, 1), &[9]);
     script.push_str(&netdev_rules(table, "lo"));
     let child = Command::new(bin)
         .args(["-c", "-f", "-"])
@@ -333,11 +343,22 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "a\"b", "sixteen-chars-xx"] {
             assert!(!interface_ok(bad), "{bad:?}");
         }
-        let inet = inet_rules("iterion-r1", "br-1", Ipv4Addr::new(10, 0, 0, 1), 3128);
+        let inet = inet_rules("iterion-r1", "br-1", Ipv4Addr::new(10, 0, 0, 1), &[3128]);
         assert!(inet.contains(
             "iifname \"br-1\" ip daddr 10.0.0.1 tcp dport 3128 accept\n    iifname \"br-1\" drop\n"
         ));
         assert!(inet.contains("    ip daddr 10.0.0.1 tcp dport 3128 drop\n"));
+        // A run's listener is admitted like the proxy, and only it.
+        let inet = inet_rules(
+            "iterion-r1",
+            "br-1",
+            Ipv4Addr::new(10, 0, 0, 1),
+            &[3128, 40001],
+        );
+        assert!(inet.contains(
+            "tcp dport 3128 accept\n    iifname \"br-1\" ip daddr 10.0.0.1 tcp dport 40001 accept\n    iifname \"br-1\" drop\n"
+        ));
+        assert!(inet.contains("    ip daddr 10.0.0.1 tcp dport 40001 drop\n"));
         assert!(inet.contains("oifname \"br-1\" drop"));
         let netdev = netdev_rules("iterion-r1", "br-1");
         assert!(netdev.contains("device \"br-1\""));

@@ -204,6 +204,9 @@ pub mod codes {
     /// An agent's or judge's `tools:` entry the tool registry does not
     /// know (issue 20, this project: hook).
     pub const C322: &str = "C322";
+    /// An `mcp: servers:`/`disable:` entry naming no declared
+    /// `mcp_server` (issue 20, this project; upstream fails at run time).
+    pub const C323: &str = "C323";
 }
 
 /// Severity of a diagnostic.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use iterion_core::agent::McpServerSpec;
 use iterion_core::{NodeId, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -50,6 +51,10 @@ pub struct Workflow {
     /// `interaction`, …), for the engine and the agent seam.
     #[serde(default)]
     pub properties: BTreeMap<String, Value>,
+    /// The declared `mcp_server` blocks by name (host-side `${VAR}`
+    /// references not yet expanded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
     /// Where the workflow is declared.
     pub pos: Pos,
 }
@@ -144,6 +149,12 @@ pub struct Node {
     /// Every other property as written (for kinds this engine does not
     /// execute yet, and for tooling).
     pub properties: BTreeMap<String, Value>,
+    /// The MCP servers an agent or judge may use, in order: the
+    /// workflow's `mcp: servers:` (unless the node's `mcp: inherit: false`)
+    /// plus the node's own `servers:`, minus both `disable:` lists
+    /// (upstream `resolveNodeActiveServers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
     /// Where.
     pub pos: Pos,
 }

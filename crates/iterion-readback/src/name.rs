@@ -15,6 +15,7 @@
 //!   `/home/iterion/out` → `.iterion-readback/home/iterion/out/<rel>`);
 //! * a run-files member whose first component is `.iterion-readback` is
 //!   declined as reserved, so a tool cannot impersonate another declared path;
+//!   so is one under `.iterion`, the engine's own run files (the privacy vault);
 //! * a declared path that is a single file (its archive holds one entry, the
 //!   basename) is stored as `<key>/<basename>`.
 //!
@@ -29,6 +30,9 @@ use crate::tar::{Member, MemberKind};
 
 /// First component reserved for declared paths other than run-files.
 pub const RESERVED_PREFIX: &str = ".iterion-readback";
+/// First component reserved for the engine's own run files (the privacy
+/// vault): nothing a sandbox writes is stored under it.
+pub const ENGINE_PREFIX: &str = ".iterion";
 
 /// Longest declined name kept in a report.
 const MAX_REPORTED_NAME: usize = 512;
@@ -195,7 +199,7 @@ pub(crate) fn judge(member: &Member, addr: &Addressing, max_depth: usize) -> Ver
     } else {
         rel
     };
-    if addr.prefix.is_empty() && rel.first() == Some(&RESERVED_PREFIX) {
+    if addr.prefix.is_empty() && matches!(rel.first(), Some(&RESERVED_PREFIX | &ENGINE_PREFIX)) {
         return Decline("reserved name");
     }
     let key = format!("{}{}", addr.prefix, rel.join("/"));
@@ -382,6 +386,7 @@ mod tests {
             ("artifact-files/../../x", f),
             ("other/x", f),
             ("artifact-files/.iterion-readback/out/x", f),
+            ("artifact-files/.iterion/privacy/vault.json", f),
             ("artifact-files/a\\..\\b", f),
             ("artifact-files/l", MemberKind::Symlink),
             ("artifact-files/h", MemberKind::Hardlink),

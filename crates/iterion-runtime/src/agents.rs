@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::{
-    AgentContext, AgentError, AgentEvents, AgentRequest, AgentRole, SessionMode,
+    AgentContext, AgentError, AgentEvents, AgentRequest, AgentRole, BuiltinCall, SessionMode,
 };
 use iterion_core::{DriverError, FailureCode, NodeId};
 use iterion_dsl::ir::{self, FieldType, NodeKind, Schema};
@@ -232,6 +232,11 @@ pub(crate) fn build_request(
         reasoning_effort: text_prop(node, "reasoning_effort"),
         input: scope.input.clone(),
         properties: node.properties.clone(),
+        mcp_servers: node
+            .mcp_servers
+            .iter()
+            .filter_map(|n| workflow.mcp_servers.get(n).cloned())
+            .collect(),
     };
     Ok((request, schema))
 }
@@ -254,6 +259,20 @@ impl AgentEvents for NodeEvents {
     }
 }
 
+/// The run log as the agent runner keeps it past one node (an MCP
+/// server's stderr): masked by the emitter like every line.
+struct RunLogOf(Emitter);
+
+impl iterion_core::agent::RunLog for RunLogOf {
+    fn line(&self, stream: &str, text: String) {
+        self.0.logs(vec![iterion_core::store::NewLogLine {
+            stream: stream.to_owned(),
+            node_id: None,
+            line: text,
+        }]);
+    }
+}
+
 fn agent_failure(e: AgentError) -> NodeError {
     match e {
         AgentError::Sandbox {
@@ -268,6 +287,27 @@ fn agent_failure(e: AgentError) -> NodeError {
 }
 
 impl RunCx<'_> {
+    /// Where a node's agent events go.
+    fn node_events(&self, frame: &FrameId, node: &ir::Node) -> NodeEvents {
+        NodeEvents {
+            emitter: self.events.clone(),
+            node: node.id.clone(),
+            branch: frame.branch_id().map(str::to_owned),
+            redactor: self.booted.secrets().redactor.clone(),
+        }
+    }
+
+    /// The seam's context of a node's call.
+    fn agent_context<'e>(&'e self, node: &ir::Node, events: &'e NodeEvents) -> AgentContext<'e> {
+        AgentContext {
+            sandbox: self.booted.run().as_ref(),
+            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
+            exec_env: self.exec_env(&node.id),
+            events,
+            run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
+        }
+    }
+
     /// Run an agent, judge or llm-router node through the seam; its
     /// checked output.
     pub(crate) async fn run_agent(
@@ -287,18 +327,8 @@ impl RunCx<'_> {
         };
         let (request, schema) = build_request(self.run_id, self.workflow, node, scope, role)?;
         let secrets = self.booted.secrets();
-        let events = NodeEvents {
-            emitter: self.events.clone(),
-            node: node.id.clone(),
-            branch: frame.branch_id().map(str::to_owned),
-            redactor: secrets.redactor.clone(),
-        };
-        let cx = AgentContext {
-            sandbox: self.booted.run().as_ref(),
-            sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
-            exec_env: self.exec_env(&node.id),
-            events: &events,
-        };
+        let events = self.node_events(frame, node);
+        let cx = self.agent_context(node, &events);
         let outcome = tokio::select! {
             r = runner.run(request, cx) => r.map_err(agent_failure)?,
             () = cancel.cancelled() => return Err(NodeError::Cancelled),
@@ -330,6 +360,101 @@ impl RunCx<'_> {
         // like, as for a tool's stdout.
         secrets.redactor.redact_json(&mut output);
         Ok(output)
+    }
+}
+
+impl RunCx<'_> {
+    /// The built-in a tool node's command names, when the agent runner
+    /// knows it (upstream resolves such a command in the tool registry).
+    pub(crate) fn builtin_of<'n>(&self, node: &'n ir::Node) -> Option<&'n str> {
+        let ir::ToolSpec::Command(command) = node.tool.as_ref()? else {
+            return None;
+        };
+        let name = command.trim();
+        self.agents
+            .is_some_and(|a| a.is_builtin_tool(name))
+            .then_some(name)
+    }
+
+    /// A node's output as `node_finished` records it (a built-in may
+    /// keep clear values out of the record).
+    pub(crate) fn output_for_event(&self, node: &ir::Node, output: &Value) -> Value {
+        match (self.builtin_of(node), self.agents) {
+            (Some(tool), Some(runner)) => runner.builtin_output_for_event(tool, output.clone()),
+            _ => output.clone(),
+        }
+    }
+
+    /// Run a tool node's built-in with the node's input, through the agent
+    /// seam (where it runs is the runner's placement table): its output.
+    pub(crate) async fn run_builtin(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        tool: &str,
+        scope: &Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, NodeError> {
+        let Some(runner) = self.agents else {
+            return Err(NodeError::failed(
+                FailureCode::NodeFailed,
+                "no agent runner serves built-in tools in this engine",
+            ));
+        };
+        let secrets = self.booted.secrets();
+        let events = self.node_events(frame, node);
+        let cx = self.agent_context(node, &events);
+        let call = BuiltinCall {
+            run_id: self.run_id.clone(),
+            node: node.id.clone(),
+            tool: tool.to_owned(),
+            input: scope.input.clone(),
+            tool_policy: effective_tool_policy(self.workflow, node),
+        };
+        let output = tokio::select! {
+            r = runner.call_builtin(call, cx) => r.map_err(agent_failure)?,
+            () = cancel.cancelled() => return Err(NodeError::Cancelled),
+        };
+        let schema = node
+            .output
+            .as_ref()
+            .and_then(|n| self.workflow.schemas.get(n));
+        let mut output = routing::check_output(output, schema).map_err(|e| {
+            NodeError::failed(
+                FailureCode::NodeFailed,
+                format!(
+                    "{tool} output does not match schema {}: {e}",
+                    node.output.as_deref().unwrap_or("-")
+                ),
+            )
+        })?;
+        secrets.redactor.redact_json(&mut output);
+        Ok(output)
+    }
+}
+
+/// What the per-run listeners must serve (seed step 18), from the
+/// workflow alone: each agent and judge node's backend field and servers.
+pub fn listener_needs(workflow: &ir::Workflow) -> iterion_core::agent::ListenerNeeds {
+    iterion_core::agent::ListenerNeeds {
+        default_backend: workflow
+            .properties
+            .get("default_backend")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        nodes: workflow
+            .nodes
+            .values()
+            .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge))
+            .map(|n| iterion_core::agent::ListenerNode {
+                backend: text_prop(n, "backend"),
+                mcp_servers: n
+                    .mcp_servers
+                    .iter()
+                    .filter_map(|s| workflow.mcp_servers.get(s).cloned())
+                    .collect(),
+            })
+            .collect(),
     }
 }
 

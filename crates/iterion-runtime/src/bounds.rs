@@ -475,6 +475,7 @@ mod tests {
                     output: None,
                     sandbox: None,
                     properties: BTreeMap::from([("timeout".to_owned(), t.clone())]),
+                    mcp_servers: Default::default(),
                     pos: ir::Pos::default(),
                 },
             );
@@ -495,6 +496,7 @@ mod tests {
             secrets: Vec::new(),
             prompts: BTreeMap::new(),
             properties: BTreeMap::new(),
+            mcp_servers: BTreeMap::new(),
             pos: ir::Pos::default(),
         }
     }

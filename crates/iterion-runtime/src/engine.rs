@@ -465,6 +465,11 @@ impl Engine {
             Ok(b) => b,
             Err(e) => {
                 let interrupted = self.interrupted().is_some();
+                // What the booter asked of the agent runner (the run's MCP
+                // listener) goes with the failed boot.
+                if let Some(agents) = &self.agents {
+                    agents.run_finished(ctx.run_id).await;
+                }
                 let setup = SetupContext {
                     cancelled: cancel.is_cancelled() && !interrupted,
                     interrupted,
@@ -513,6 +518,11 @@ impl Engine {
             }
         };
         drop(cx);
+        // What the agent runner kept for the run (MCP servers) goes before
+        // the sandbox does.
+        if let Some(agents) = &self.agents {
+            agents.run_finished(ctx.run_id).await;
+        }
         let bounds = bounds
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -349,6 +349,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect(),
+            mcp_servers: Vec::new(),
             pos: Pos::default(),
         }
     }
@@ -398,6 +399,7 @@ mod tests {
             secrets: Vec::new(),
             prompts: BTreeMap::new(),
             properties: BTreeMap::new(),
+            mcp_servers: Default::default(),
             pos: Pos::default(),
         }
     }

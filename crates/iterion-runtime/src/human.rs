@@ -299,6 +299,7 @@ mod tests {
             output: Some("verdict".into()),
             sandbox: None,
             properties: BTreeMap::new(),
+            mcp_servers: Default::default(),
             pos: Pos::default(),
         }
     }

@@ -38,6 +38,7 @@ pub mod graph;
 pub mod human;
 pub mod interrupt;
 pub mod owner;
+pub mod procs;
 pub mod progress;
 pub mod reap;
 pub mod redact;

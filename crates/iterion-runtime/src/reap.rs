@@ -346,8 +346,10 @@ pub async fn reap_host_dirs_with(
             decision.verdict = reapable(&decision.resource.run_id, decision.lease, decision.lookup);
         }
         if matches!(decision.verdict, ReapVerdict::Reap(_)) && !dry_run {
-            // A killed run's run-files tmpfs is detached first.
+            // A killed run's run-files tmpfs is detached first, and what
+            // it left running on the host (MCP servers) is ended.
             crate::runfiles::release(&Path::new(&decision.resource.id).join("artifact-files"));
+            crate::procs::release(Path::new(&decision.resource.id), &decision.resource.run_id);
             match std::fs::remove_dir_all(&decision.resource.id) {
                 Ok(()) => {
                     decision.removed = true;

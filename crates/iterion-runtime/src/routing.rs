@@ -529,6 +529,7 @@ mod tests {
             secrets: Vec::new(),
             prompts: BTreeMap::new(),
             properties: BTreeMap::new(),
+            mcp_servers: Default::default(),
             pos: Pos::default(),
         }
     }

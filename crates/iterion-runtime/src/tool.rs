@@ -1,7 +1,9 @@
 //! Tool nodes: a command (`bash -c`, or `sh -c` when the sandbox has no
 //! bash) or a script file run by its interpreter, exec'd into the run's
 //! sandbox with bounded output; stdout becomes the node's output (facts
-//! §2.6, §5.6).
+//! §2.6, §5.6). A command that is the bare name of a built-in tool the
+//! agent runner knows (`privacy_filter`, `read_file`, …) runs that
+//! built-in with the node's input instead (`agents::run_builtin`).
 //!
 //! It does not choose the next node (the walker does) nor decide where
 //! the exec runs (the booter did).
@@ -99,7 +101,14 @@ impl RunCx<'_> {
         cancel: &CancellationToken,
     ) -> Result<(i64, Value), NodeError> {
         let watch = self.arm_node(&node.id, cancel);
-        match self.exec_tool(frame, node, scope, watch.token()).await {
+        let done = match self.builtin_of(node) {
+            Some(tool) => self
+                .run_builtin(frame, node, tool, scope, watch.token())
+                .await
+                .map(|output| (0, output)),
+            None => self.exec_tool(frame, node, scope, watch.token()).await,
+        };
+        match done {
             Err(NodeError::Cancelled) => Err(match watch.fired() {
                 Some(bound) => NodeError::Bound(bound),
                 None => NodeError::Cancelled,

@@ -436,7 +436,7 @@ impl<'a> RunCx<'a> {
             EventKind::NodeFinished {
                 exit_code,
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                output: output.clone(),
+                output: self.output_for_event(node, output),
             },
         );
         self.record(ProgressStep::NodeFinished {

@@ -390,6 +390,7 @@ pub fn plan_launch(
             limits: Limits::default(),
             egress: None,
             host_gateway_alias: false,
+            gateway_ports: Vec::new(),
             workspace_copy: None,
         },
         events,

@@ -23,11 +23,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{
-    Direction, Line, LineSplitter, PROTOCOL_VERSION, RunnerResult, RunnerTask, ToolCallData,
-    ToolResultData, WireMessage, decode, encode, too_long,
+    BuiltinTask, Direction, Line, LineSplitter, PROTOCOL_VERSION, RunnerResult, RunnerTask,
+    ToolCallData, ToolResultData, WireMessage, decode, encode, too_long,
 };
 use crate::claw::{ClawLoop, bash_timeout};
-use crate::credentials::{CLAUDE_CODE_ONLY_VARS, PROVIDER_CREDENTIAL_VARS, ProviderCredentials};
+use crate::credentials::ProviderCredentials;
 use crate::dispatch::{LauncherTools, LocalDispatch};
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
@@ -104,6 +104,20 @@ where
     };
     let task = match decode(&first) {
         Ok(WireMessage::Task { data }) if data.protocol == PROTOCOL_VERSION => data,
+        Ok(WireMessage::Builtin { data }) if data.protocol == PROTOCOL_VERSION => {
+            let result = run_builtin(&data, &env, workdir).await;
+            send_result(RunnerResult::Tool(fit_line(result)));
+            return finish(out_tx, writer, exit::OK).await;
+        }
+        Ok(WireMessage::Builtin { data }) => {
+            send_result(RunnerResult::Err(AgentError::RunnerProtocol {
+                detail: format!(
+                    "protocol version {} from the host, this runner speaks {PROTOCOL_VERSION}",
+                    data.protocol
+                ),
+            }));
+            return finish(out_tx, writer, exit::PROTOCOL).await;
+        }
         Ok(WireMessage::Task { data }) => {
             send_result(RunnerResult::Err(AgentError::RunnerProtocol {
                 detail: format!(
@@ -280,18 +294,7 @@ async fn run_task(
     let redactor = creds.redactor();
     let (model, client) =
         crate::claw::prepare_client(&msg.task, &creds, env, ResolverMode::HostsFile)?;
-    let ctx = ToolContext {
-        workdir,
-        area: ToolArea::Container,
-        http: HttpSettings::from_env(env, ResolverMode::HostsFile).client()?,
-        bash_timeout: bash_timeout(env),
-        scrub_env: PROVIDER_CREDENTIAL_VARS
-            .iter()
-            .chain(CLAUDE_CODE_ONLY_VARS)
-            .map(|s| (*s).to_owned())
-            .collect(),
-        cancel: cancel.clone(),
-    };
+    let ctx = box_tool_context(env, workdir, cancel.clone())?;
     let channel = Channel {
         out: out.clone(),
         pending: pending.clone(),
@@ -318,6 +321,63 @@ async fn run_task(
     }
     .run()
     .await
+}
+
+/// What a built-in sees inside the box.
+fn box_tool_context(
+    env: &EnvSnapshot,
+    workdir: PathBuf,
+    cancel: CancellationToken,
+) -> Result<ToolContext, AgentError> {
+    Ok(ToolContext {
+        workdir,
+        area: ToolArea::Container,
+        http: HttpSettings::from_env(env, ResolverMode::HostsFile).client()?,
+        bash_timeout: bash_timeout(env),
+        scrub_env: crate::agent::scrub_list(),
+        cancel,
+    })
+}
+
+/// A tool node's built-in, run here (in the container). Only built-ins
+/// the placement table puts in the sandbox are run; anything else is the
+/// host's.
+async fn run_builtin(msg: &BuiltinTask, env: &EnvSnapshot, workdir: PathBuf) -> ToolResultData {
+    let answer = match crate::tools::Builtin::parse(&msg.name) {
+        Some(b) if placement_of(&msg.name) == crate::tools::Placement::Sandbox => {
+            match box_tool_context(env, workdir, CancellationToken::new()) {
+                Ok(ctx) => crate::tools::builtin::execute(b, &msg.input, &ctx).await,
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        _ => Err(format!("{} is not a built-in of the box", msg.name)),
+    };
+    let (content, is_error) = match answer {
+        Ok(c) => (c, false),
+        Err(e) => (e, true),
+    };
+    ToolResultData {
+        content,
+        is_error,
+        truncated: false,
+    }
+}
+
+/// A built-in's answer cut (with the marker) so its `result` line fits
+/// the channel's cap.
+fn fit_line(mut data: ToolResultData) -> ToolResultData {
+    let mut budget = super::protocol::MAX_LINE_BYTES.saturating_sub(4096);
+    loop {
+        let msg = WireMessage::Result {
+            data: Box::new(RunnerResult::Tool(data.clone())),
+        };
+        if encode(&msg, Direction::RunnerToHost).is_ok() || budget < 4096 {
+            return data;
+        }
+        data.content = crate::claw::truncate_tool_result(data.content, budget);
+        data.truncated = true;
+        budget /= 2;
+    }
 }
 
 /// Launcher-side tools, reached over the channel.

@@ -217,14 +217,10 @@ async fn drive_inner(
             operation: "read the runner's output".to_owned(),
             source,
         })?;
-        if chunk.stream != OutputStream::Stdout {
-            stderr_tail.extend_from_slice(&chunk.data);
-            if stderr_tail.len() > STDERR_TAIL {
-                stderr_tail.drain(..stderr_tail.len() - STDERR_TAIL);
-            }
+        let Some(stdout) = stdout_of(&chunk, &mut stderr_tail) else {
             continue;
-        }
-        for line in splitter.feed(&chunk.data) {
+        };
+        for line in splitter.feed(stdout) {
             let line = match line {
                 Line::Complete(l) => l,
                 Line::TooLong { size } => return Err(too_long(size, Direction::RunnerToHost)),
@@ -258,6 +254,11 @@ async fn drive_inner(
                     send(session, &reply).await?;
                 }
                 WireMessage::Result { data } => {
+                    if let RunnerResult::Tool(_) = *data {
+                        return Err(AgentError::RunnerProtocol {
+                            detail: "the runner answered a task with a builtin result".to_owned(),
+                        });
+                    }
                     result = Some(*data);
                 }
                 other => {
@@ -276,6 +277,9 @@ async fn drive_inner(
     }
     let _ = session.close_stdin().await;
     match result {
+        Some(RunnerResult::Tool(_)) => Err(AgentError::RunnerProtocol {
+            detail: "the runner answered a task with a builtin result".to_owned(),
+        }),
         Some(RunnerResult::Ok(outcome)) => {
             finish_after_result(session).await;
             Ok(outcome)
@@ -302,6 +306,98 @@ async fn drive_inner(
             })
         }
     }
+}
+
+/// Run one built-in through a started runner session (a tool node's
+/// command in the box): send `builtin`, read its one `result`.
+pub(crate) async fn run_builtin_session(
+    session: &mut dyn ExecSession,
+    name: &str,
+    input: &serde_json::Value,
+    cancel: &CancellationToken,
+) -> Result<ToolResultData, AgentError> {
+    let result = builtin_inner(session, name, input, cancel).await;
+    match &result {
+        Ok(_) => finish_after_result(session).await,
+        Err(_) => {
+            let _ = session.kill().await;
+        }
+    }
+    result
+}
+
+async fn builtin_inner(
+    session: &mut dyn ExecSession,
+    name: &str,
+    input: &serde_json::Value,
+    cancel: &CancellationToken,
+) -> Result<ToolResultData, AgentError> {
+    let msg = WireMessage::Builtin {
+        data: super::protocol::BuiltinTask {
+            protocol: PROTOCOL_VERSION,
+            name: name.to_owned(),
+            input: input.clone(),
+        },
+    };
+    send(session, &msg).await?;
+    let mut splitter = LineSplitter::default();
+    let mut stderr_tail: Vec<u8> = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            c = session.next_chunk() => c,
+            () = cancel.cancelled() => return Err(AgentError::Cancelled),
+        };
+        let Some(chunk) = chunk else { break };
+        let chunk = chunk.map_err(|source| AgentError::Sandbox {
+            operation: "read the runner's output".to_owned(),
+            source,
+        })?;
+        let Some(stdout) = stdout_of(&chunk, &mut stderr_tail) else {
+            continue;
+        };
+        // The runner sends one line, its result: the first complete line
+        // decides.
+        if let Some(line) = splitter.feed(stdout).into_iter().next() {
+            let line = match line {
+                Line::Complete(l) => l,
+                Line::TooLong { size } => return Err(too_long(size, Direction::RunnerToHost)),
+            };
+            let _ = session.close_stdin().await;
+            return match decode(&line)? {
+                WireMessage::Result { data } => match *data {
+                    RunnerResult::Tool(t) => Ok(t),
+                    RunnerResult::Err(e) => Err(e),
+                    RunnerResult::Ok(_) => Err(AgentError::RunnerProtocol {
+                        detail: "the runner answered a builtin with an agent outcome".to_owned(),
+                    }),
+                },
+                other => Err(AgentError::RunnerProtocol {
+                    detail: format!(
+                        "unexpected message from the runner: {}",
+                        bounded(&format!("{other:?}"), 120)
+                    ),
+                }),
+            };
+        }
+    }
+    let exit_code = session.wait().await.unwrap_or(-1);
+    Err(AgentError::RunnerExited {
+        exit_code,
+        stderr_tail: String::from_utf8_lossy(&stderr_tail).trim().to_owned(),
+    })
+}
+
+/// A chunk's stdout, or `None` after keeping its stderr in the bounded
+/// `tail` (for an error report).
+fn stdout_of<'c>(chunk: &'c iterion_core::OutputChunk, tail: &mut Vec<u8>) -> Option<&'c [u8]> {
+    if chunk.stream == OutputStream::Stdout {
+        return Some(&chunk.data);
+    }
+    tail.extend_from_slice(&chunk.data);
+    if tail.len() > STDERR_TAIL {
+        tail.drain(..tail.len() - STDERR_TAIL);
+    }
+    None
 }
 
 /// After its last message a process has [`EXIT_GRACE`] to exit; then it

@@ -8,6 +8,7 @@
 //! | `tool_call` | runner → host, with an `id` | [`ToolCallData`]: a launcher-side tool's name and input |
 //! | `tool_result` | host → runner, same `id` | [`ToolResultData`]: output or error, `truncated` |
 //! | `event` | runner → host | an [`EventKind`] (agent events only) |
+//! | `builtin` | host → runner, first and once instead of `task` | [`BuiltinTask`]: one built-in and its input (a tool node's command) |
 //! | `cancel` | host → runner | — : stop the loop, answer with a `Cancelled` result |
 //! | `result` | runner → host, last | [`RunnerResult`]: the outcome or the typed error |
 //!
@@ -60,6 +61,13 @@ pub enum WireMessage {
         /// Payload.
         data: EventKind,
     },
+    /// One built-in to run on its own (a tool node's command), first and
+    /// once instead of a `task`; answered by a `result` holding a
+    /// [`RunnerResult::Tool`].
+    Builtin {
+        /// Payload.
+        data: BuiltinTask,
+    },
     /// Stop now.
     Cancel,
     /// The node's end.
@@ -78,6 +86,17 @@ pub struct RunnerTask {
     pub task: AgentTask,
     /// The node's tools, resolved and placed by the host.
     pub tools: Vec<ToolEntry>,
+}
+
+/// `builtin` payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltinTask {
+    /// [`PROTOCOL_VERSION`] of the sender.
+    pub protocol: u32,
+    /// The built-in's name.
+    pub name: String,
+    /// Its input object.
+    pub input: Value,
 }
 
 /// `tool_call` payload.
@@ -109,12 +128,15 @@ pub enum RunnerResult {
     Ok(AgentOutcome),
     /// Its typed failure.
     Err(AgentError),
+    /// The answer of a `builtin`.
+    Tool(ToolResultData),
 }
 
 impl Clone for RunnerResult {
     fn clone(&self) -> Self {
         match self {
             Self::Ok(o) => Self::Ok(o.clone()),
+            Self::Tool(t) => Self::Tool(t.clone()),
             // Errors on the wire are data-only; a host-only variant never
             // gets here (it does not serialize).
             Self::Err(e) => Self::Err(
@@ -134,6 +156,7 @@ impl PartialEq for RunnerResult {
         match (self, other) {
             (Self::Ok(a), Self::Ok(b)) => a == b,
             (Self::Err(a), Self::Err(b)) => a.code() == b.code() && a.to_string() == b.to_string(),
+            (Self::Tool(a), Self::Tool(b)) => a == b,
             _ => false,
         }
     }
@@ -208,6 +231,7 @@ fn kind(msg: &WireMessage) -> &'static str {
         WireMessage::ToolCall { .. } => "tool_call",
         WireMessage::ToolResult { .. } => "tool_result",
         WireMessage::Event { .. } => "event",
+        WireMessage::Builtin { .. } => "builtin",
         WireMessage::Cancel => "cancel",
         WireMessage::Result { .. } => "result",
     }

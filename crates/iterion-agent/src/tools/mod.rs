@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod policy;
+pub mod privacy;
 
 pub use builtin::Builtin;
 pub use policy::{PolicyDenial, ToolPolicy};
@@ -68,6 +69,9 @@ pub enum ToolClass {
     },
     /// The engine's human-input tool.
     AskUser,
+    /// `privacy_filter` / `privacy_unfilter`: text in, text out, with the
+    /// run's vault in the run store (host side).
+    Privacy,
     /// A tool of an MCP server the launcher runs.
     Mcp {
         /// Server name.
@@ -84,7 +88,7 @@ impl ToolClass {
     pub fn placement(&self) -> Placement {
         match self {
             Self::Builtin { .. } => Placement::Sandbox,
-            Self::AskUser | Self::Mcp { .. } | Self::Engine => Placement::Launcher,
+            Self::AskUser | Self::Privacy | Self::Mcp { .. } | Self::Engine => Placement::Launcher,
         }
     }
 }
@@ -96,6 +100,9 @@ pub fn classify(name: &str) -> Option<ToolClass> {
     }
     if name == "ask_user" {
         return Some(ToolClass::AskUser);
+    }
+    if privacy::is_privacy_tool(name) {
+        return Some(ToolClass::Privacy);
     }
     let mcp = name
         .strip_prefix("mcp.")
@@ -120,6 +127,15 @@ pub fn classify(name: &str) -> Option<ToolClass> {
     None
 }
 
+/// The MCP server an `mcp.<server>.<tool>` (or `mcp__server__tool`)
+/// name belongs to, for the tool events.
+pub fn mcp_server_of(name: &str) -> Option<String> {
+    match classify(name) {
+        Some(ToolClass::Mcp { server, .. }) => Some(server),
+        _ => None,
+    }
+}
+
 /// The placement table: the single home of where a tool name runs.
 pub fn placement_of(name: &str) -> Placement {
     classify(name).map_or(Placement::Refused, |c| c.placement())
@@ -141,8 +157,10 @@ pub fn unknown_tool_reason(name: &str) -> Option<String> {
     (placement_of(name) == Placement::Refused).then(|| {
         let builtins: Vec<&str> = Builtin::ALL.iter().map(|b| b.name()).collect();
         format!(
-            "not a built-in ({}), ask_user, mcp.<server>.<tool> or iterion.<tool>",
-            builtins.join(", ")
+            "not a built-in ({}), ask_user, {}, {}, mcp.<server>.<tool> or iterion.<tool>",
+            builtins.join(", "),
+            privacy::FILTER,
+            privacy::UNFILTER,
         )
     })
 }

@@ -75,6 +75,7 @@ async fn protocol_failure(p: HostProcess) -> AgentError {
     match *data {
         iterion_agent::runner::protocol::RunnerResult::Err(e) => e,
         iterion_agent::runner::protocol::RunnerResult::Ok(o) => panic!("ok? {o:?}"),
+        iterion_agent::runner::protocol::RunnerResult::Tool(t) => panic!("tool? {t:?}"),
     }
 }
 

@@ -82,6 +82,7 @@ pub fn ctx<'a>(env: &'a EnvSnapshot, events: &'a Events) -> AgentContext<'a> {
         facts: HostFacts::default(),
         sink: events,
         launcher: None,
+        cli_mcp: None,
         cancel: CancellationToken::new(),
     }
 }

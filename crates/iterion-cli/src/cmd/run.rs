@@ -209,13 +209,20 @@ impl AgentWiring {
     }
 }
 
-/// The claw runner's read-only bind, for a workflow with agent nodes.
+/// The claw runner's read-only bind, for a workflow with agent nodes or
+/// tool nodes calling an in-box built-in.
 fn runner_mounts(
     workflow: &iterion_dsl::ir::Workflow,
     runner_binary: Option<&std::path::Path>,
 ) -> Vec<iterion_core::plan::Mount> {
+    // A tool node naming a file or process built-in runs it in the box
+    // through the same runner.
+    let box_builtins = workflow.nodes.values().any(|n| {
+        matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
+            if iterion_agent::tool_node::runs_in_box(c.trim()))
+    });
     match runner_binary {
-        Some(bin) if !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
+        Some(bin) if box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
             vec![iterion_agent::runner::runner_mount(bin)]
         }
         _ => Vec::new(),
@@ -305,6 +312,10 @@ impl Session {
         let reap_store = store.clone();
         let reap_drivers = drivers.handles().to_vec();
         let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+        // MCP server processes are recorded where this reaper looks.
+        let ledger = Arc::new(iterion_runtime::procs::HostProcesses::new(
+            iterion_runtime::procs::root(&state_dir),
+        ));
         // Off under ITERION_SANDBOX_OVERRIDE=none (seed): the runner is then
         // itself the boundary and judges no one's sandboxes.
         let reaping =
@@ -322,11 +333,19 @@ impl Session {
             let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
         });
 
+        // One agent runner: the engine's, and the booter's per-run MCP
+        // listener (seed step 18) serving its servers to a CLI in the box.
+        let backends = Arc::new(
+            agents
+                .backends
+                .with_store(store.clone())
+                .with_process_ledger(ledger),
+        );
         let host = sandbox_host(env, drivers, None).with_mounts(agents.mounts);
-        let booter = PolicyBooter::new(host, store.clone());
+        let booter = PolicyBooter::new(host, store.clone()).with_listeners(backends.clone());
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut engine = Engine::new(store, Arc::new(booter))
-            .with_agents(Arc::new(agents.backends))
+        let mut engine = Engine::new(store.clone(), Arc::new(booter))
+            .with_agents(backends)
             .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             engine = engine.with_human(Arc::new(crate::prompt::TerminalPrompter));
@@ -444,7 +463,7 @@ fn admit_agents(
         if let Some(policy) = iterion_runtime::agents::effective_tool_policy(workflow, node) {
             properties.insert("tool_policy".to_owned(), serde_json::json!(policy));
         }
-        if let Err(e) = agents.admit(&node.id, &properties, default_backend) {
+        if let Err(e) = agents.admit(&node.id, &properties, default_backend, &node.mcp_servers) {
             return Err(
                 UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
             );

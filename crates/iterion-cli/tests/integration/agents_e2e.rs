@@ -29,14 +29,14 @@ const UNRELATED: &str = "aws-secret-e2e-never-forwarded";
 
 /// A provider on the host's primary address, served by its own runtime
 /// (the test thread blocks on `iterion run`).
-struct Provider {
+pub(crate) struct Provider {
     /// Serves the provider while the test thread blocks.
     _rt: tokio::runtime::Runtime,
-    p: ScriptedProvider,
+    pub(crate) p: ScriptedProvider,
 }
 
 impl Provider {
-    fn start(turns: Vec<Turn>) -> Self {
+    pub(crate) fn start(turns: Vec<Turn>) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -49,12 +49,12 @@ impl Provider {
         Self { _rt: rt, p }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.p.addr())
     }
 
     /// The env of an operator holding both keys and an unrelated secret.
-    fn sandbox(&self, engine: Engine) -> Sandbox {
+    pub(crate) fn sandbox(&self, engine: Engine) -> Sandbox {
         Sandbox::new(engine)
             .with_env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
             .with_env("ANTHROPIC_BASE_URL", &self.url())
@@ -197,18 +197,7 @@ fn assert_clean(engine: Engine, prov: &Provider, run_id: &str, events: &[Value])
 /// the run id and its events.
 fn run_finished(sb: &Sandbox, text: &str, extra: &[&str]) -> (RunResult, String, Vec<Value>) {
     let file = sb.write("agents.iter", text);
-    let res = sb.run(&file, extra);
-    let run_id = res.run_id();
-    let events = sb.events(&run_id);
-    assert_eq!(
-        (res.code, res.status()),
-        (Some(0), "finished"),
-        "{:?}: {}\n{}",
-        sb.engine,
-        res.stderr,
-        serde_json::to_string_pretty(&events).unwrap()
-    );
-    (res, run_id, events)
+    crate::support::run_to_finish(sb, &file, extra)
 }
 
 fn claw_refine(engine: Engine, bindless: bool) {

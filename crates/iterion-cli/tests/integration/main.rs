@@ -7,6 +7,7 @@
 mod agents_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
+mod builtins_e2e;
 mod cloud_e2e;
 mod cloud_support;
 mod decision_e2e;
@@ -14,6 +15,7 @@ mod egress_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
 mod manifests_e2e;
+mod mcp_e2e;
 mod one_parser;
 mod output_e2e;
 mod queue_chaos_e2e;

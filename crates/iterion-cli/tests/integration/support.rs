@@ -404,6 +404,23 @@ pub fn node_output<'a>(events: &'a [Value], node: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no node_finished for {node}: {:?}", types(events)))
 }
 
+/// `iterion run FILE --json EXTRA…` that must end `finished` (exit 0): its
+/// result, run id and events (all printed when it does not).
+pub fn run_to_finish(sb: &Sandbox, file: &Path, extra: &[&str]) -> (RunResult, String, Vec<Value>) {
+    let res = sb.run(file, extra);
+    let run_id = res.run_id();
+    let events = sb.events(&run_id);
+    assert_eq!(
+        (res.code, res.status()),
+        (Some(0), "finished"),
+        "{:?}: {}\n{}",
+        sb.engine,
+        res.stderr,
+        serde_json::to_string_pretty(&events).unwrap_or_default()
+    );
+    (res, run_id, events)
+}
+
 /// `iterion runs --json`.
 pub fn runs(sb: &Sandbox) -> Vec<Value> {
     let out = sb.iterion(&["runs", "--json"]);

@@ -6,8 +6,13 @@
 //! workflow uses) and `memory:` sub-blocks' properties (E012). Owns no
 //! reference resolution between nodes and servers.
 
+use std::collections::BTreeMap;
+
+use iterion_core::agent::{McpServerSpec, McpTransport};
+use serde_json::Value;
+
 use crate::diag::{Severity, codes};
-use crate::ir::Pos;
+use crate::ir::{NodeKind, Pos, Workflow};
 use crate::parser::{Line, PValue};
 
 use super::ctx::Ctx;
@@ -55,6 +60,9 @@ fn http_url(u: &str) -> bool {
 pub(crate) struct ServerSummary {
     name: String,
     pos: Pos,
+    /// The server as the launcher reaches it (`None` when its block is
+    /// invalid: a diagnostic already says why).
+    spec: Option<McpServerSpec>,
     /// Looks like the Playwright MCP package (upstream's signature:
     /// a `playwright-mcp`/`playwright_mcp` command, or `npx @playwright/mcp`).
     playwright: bool,
@@ -83,6 +91,87 @@ pub(crate) fn playwright(servers: &[ServerSummary], w: &crate::ir::Workflow, ctx
     }
 }
 
+/// The workflow's declared servers into the IR, and each agent's and
+/// judge's active servers (upstream `resolveWorkflowActiveServers` then
+/// `resolveNodeActiveServers`): the workflow's `servers:` minus its
+/// `disable:`, inherited unless the node says `inherit: false`, plus the
+/// node's `servers:`, minus its `disable:`. A name no `mcp_server` block
+/// declares is C323. (Upstream also merges a project `.mcp.json`; this
+/// engine does not: a file of the workspace would choose host processes.)
+pub(crate) fn resolve(w: &mut Workflow, servers: &[ServerSummary], ctx: &mut Ctx<'_>) {
+    w.mcp_servers = servers
+        .iter()
+        .filter_map(|s| s.spec.clone().map(|spec| (s.name.clone(), spec)))
+        .collect();
+    let declared = |n: &str| servers.iter().any(|s| s.name == n);
+    let list = |block: Option<&Value>, key: &str| -> Vec<String> {
+        block
+            .and_then(|b| b.get(key))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut unknown: Vec<(String, Pos, String)> = Vec::new();
+    let wf_block = w.properties.get("mcp").cloned();
+    let mut wf_active: Vec<String> = Vec::new();
+    for name in list(wf_block.as_ref(), "servers") {
+        if !declared(&name) {
+            unknown.push((format!("workflow `{}`", w.name), w.pos, name));
+        } else if !wf_active.contains(&name) {
+            wf_active.push(name);
+        }
+    }
+    for name in list(wf_block.as_ref(), "disable") {
+        if !declared(&name) {
+            unknown.push((format!("workflow `{}`", w.name), w.pos, name.clone()));
+        }
+        wf_active.retain(|n| n != &name);
+    }
+    for node in w.nodes.values_mut() {
+        if !matches!(node.kind, NodeKind::Agent | NodeKind::Judge) {
+            continue;
+        }
+        let block = node.properties.get("mcp");
+        let inherit = block
+            .and_then(|b| b.get("inherit"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let mut active = if inherit {
+            wf_active.clone()
+        } else {
+            Vec::new()
+        };
+        for name in list(block, "servers") {
+            if !declared(&name) {
+                unknown.push((format!("`{}`", node.id), node.pos, name));
+            } else if !active.contains(&name) {
+                active.push(name);
+            }
+        }
+        for name in list(block, "disable") {
+            if !declared(&name) {
+                unknown.push((format!("`{}`", node.id), node.pos, name.clone()));
+            }
+            active.retain(|n| n != &name);
+        }
+        node.mcp_servers = active;
+    }
+    for (who, pos, name) in unknown {
+        ctx.push(
+            codes::C323,
+            Severity::Error,
+            pos,
+            format!("{who}: unknown MCP server `{name}`"),
+            Some("declare it with an `mcp_server NAME:` block, or fix the name"),
+        );
+    }
+}
+
 /// Check one `mcp_server NAME:` block.
 pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> ServerSummary {
     let props = ctx.props(&line.children, Some(MCP_SERVER), "mcp_server");
@@ -92,9 +181,55 @@ pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Se
     let npx_playwright = command == "npx"
         && matches!(get("args").and_then(|p| p.value.as_ref()), Some(PValue::List(l))
             if l.iter().any(|(a, _)| a.text().is_some_and(|t| t.to_ascii_lowercase().contains("@playwright/mcp"))));
+    let strings = |k: &str| -> Vec<String> {
+        match get(k).and_then(|p| p.value.as_ref()) {
+            Some(PValue::List(l)) => l
+                .iter()
+                .filter_map(|(v, _)| v.text().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let map = |k: &str| -> BTreeMap<String, String> {
+        let Some(p) = get(k) else {
+            return BTreeMap::new();
+        };
+        // Inline `{K: "v"}` or an indented block of `K: "v"` lines.
+        let json = match &p.value {
+            Some(v) => v.to_json(),
+            None => super::workflow::block_json(&p.line.children),
+        };
+        json.as_object()
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|t| (k.clone(), t.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let transport = match (
+        get("transport").and_then(Prop::text),
+        text("command"),
+        text("url"),
+    ) {
+        (Some("stdio"), Some(command), None) => Some(McpTransport::Stdio {
+            command: command.to_owned(),
+            args: strings("args"),
+            env: map("env"),
+        }),
+        (Some("http" | "sse"), None, Some(url)) => Some(McpTransport::Http {
+            url: url.to_owned(),
+            headers: map("headers"),
+        }),
+        _ => None,
+    };
     let summary = ServerSummary {
         name: name.to_owned(),
         pos,
+        spec: transport.map(|transport| McpServerSpec {
+            name: name.to_owned(),
+            transport,
+        }),
         playwright: command.contains("playwright-mcp")
             || command.contains("playwright_mcp")
             || npx_playwright,
@@ -183,6 +318,78 @@ pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Se
 #[cfg(test)]
 mod tests {
     use super::http_url;
+    use iterion_core::agent::McpTransport;
+
+    #[test]
+    fn servers_and_active_sets_reach_the_ir() {
+        let src = r#"mcp_server fs:
+  transport: stdio
+  command: "npx"
+  args: ["-y", "server-filesystem", "/data"]
+  env:
+    LOG: "debug"
+
+mcp_server web:
+  transport: http
+  url: "https://mcp.example.com/mcp"
+  headers:
+    Authorization: "Bearer ${TOKEN}"
+
+agent a:
+  model: "anthropic/claude-sonnet-4-6"
+
+agent b:
+  model: "anthropic/claude-sonnet-4-6"
+  mcp:
+    inherit: false
+    servers: [web]
+
+judge c:
+  model: "anthropic/claude-sonnet-4-6"
+  mcp:
+    disable: [fs]
+
+workflow w:
+  mcp:
+    servers: [fs]
+  entry: a
+  a -> b
+  b -> c
+  c -> done
+"#;
+        let c = crate::compile_source(src, std::path::Path::new("m.iter"));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        let w = &c.workflows[0];
+        assert_eq!(w.mcp_servers.len(), 2);
+        match &w.mcp_servers["fs"].transport {
+            McpTransport::Stdio { command, args, env } => {
+                assert_eq!(command, "npx");
+                assert_eq!(args, &["-y", "server-filesystem", "/data"]);
+                assert_eq!(env["LOG"], "debug");
+            }
+            other => panic!("{other:?}"),
+        }
+        match &w.mcp_servers["web"].transport {
+            McpTransport::Http { url, headers } => {
+                assert_eq!(url, "https://mcp.example.com/mcp");
+                assert_eq!(headers["Authorization"], "Bearer ${TOKEN}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let active = |n: &str| w.nodes[&iterion_core::NodeId::new(n)].mcp_servers.clone();
+        assert_eq!(active("a"), ["fs"]);
+        assert_eq!(active("b"), ["web"]);
+        assert!(active("c").is_empty());
+    }
+
+    #[test]
+    fn an_unknown_server_is_c323() {
+        let src = "agent a:\n  model: \"anthropic/x\"\n  mcp:\n    servers: [ghost]\n\nworkflow w:\n  entry: a\n  a -> done\n";
+        let c = crate::compile_source(src, std::path::Path::new("m.iter"));
+        let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C323").collect();
+        assert_eq!(d.len(), 1, "{:?}", c.diagnostics);
+        assert!(d[0].message.contains("`ghost`"), "{}", d[0].message);
+    }
 
     #[test]
     fn urls_as_upstream() {

@@ -390,6 +390,8 @@ pub(crate) fn compile(
             blocks::capabilities(&w, wline, ctx);
             cursors::invocations(&w, &cursor_defs, ctx);
             mcp::playwright(&mcp_servers, &w, ctx);
+            let mut w = w;
+            mcp::resolve(&mut w, &mcp_servers, ctx);
             let inputs = refs::RefInputs {
                 prompts: &prompt_bodies,
                 attachments: &attachments,

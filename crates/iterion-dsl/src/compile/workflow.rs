@@ -126,6 +126,8 @@ pub(crate) fn compile_workflow(
             }
             "mcp" => {
                 let _ = ctx.props(&l.children, Some(super::mcp::MCP_CONFIG), "mcp");
+                // Resolved against the declared servers by `mcp::resolve`.
+                properties.insert(p.key.clone(), block_json(&l.children));
             }
             "attachments" | "resources" | "compaction" => {
                 let _ = ctx.props(&l.children, None, &p.key);
@@ -233,6 +235,7 @@ pub(crate) fn compile_workflow(
                 output: output.map(str::to_owned),
                 sandbox: node_sandbox,
                 properties,
+                mcp_servers: Vec::new(),
                 pos: n.pos,
             },
         );
@@ -473,11 +476,12 @@ pub(crate) fn compile_workflow(
         secrets,
         prompts: BTreeMap::new(),
         properties,
+        mcp_servers: BTreeMap::new(),
         pos: wpos,
     })
 }
 
-fn block_json(lines: &[Line]) -> Value {
+pub(crate) fn block_json(lines: &[Line]) -> Value {
     // iterative flatten of one level: `key: value` lines into an object;
     // deeper blocks recurse through a bounded depth (lexer cap)
     let mut map = serde_json::Map::new();

@@ -32,7 +32,7 @@ pub fn private_state_dirs(state_dir: &Path, env: &BTreeMap<String, String>) -> V
 /// judges: the state dirs under `state_dir` and this user's file-secret
 /// dirs (when a memory filesystem for them exists).
 pub fn host_state_roots(state_dir: &Path, env: &BTreeMap<String, String>) -> Vec<PathBuf> {
-    let mut roots = vec![state_dir.join("sandboxes")];
+    let mut roots = vec![state_dir.join("sandboxes"), crate::procs::root(state_dir)];
     roots.extend(crate::secrets::secrets_root(env).ok());
     roots
 }

@@ -33,6 +33,8 @@ pub struct PolicyBooter {
     host: SandboxHost,
     store: Arc<dyn RunStore>,
     drain: DrainOptions,
+    /// Seed step 18's per-run listeners (`None`: the run gets none).
+    listeners: Option<Arc<dyn iterion_core::agent::GatewayListeners>>,
 }
 
 impl PolicyBooter {
@@ -42,7 +44,19 @@ impl PolicyBooter {
             host,
             store,
             drain: DrainOptions::default(),
+            listeners: None,
         }
+    }
+
+    /// Start the run's host listeners (seed step 18) through `listeners`
+    /// before each sandbox: bound where the driver puts the run's gateway,
+    /// admitted by the run's firewall, kept until teardown.
+    pub fn with_listeners(
+        mut self,
+        listeners: Arc<dyn iterion_core::agent::GatewayListeners>,
+    ) -> Self {
+        self.listeners = Some(listeners);
+        self
     }
 
     /// The host it decides on.
@@ -86,6 +100,7 @@ impl SandboxBooter for PolicyBooter {
             Verdict::Sandbox(plan) => {
                 start::start(
                     &self.host,
+                    self.listeners.as_ref(),
                     ctx,
                     *plan,
                     &decision.source,

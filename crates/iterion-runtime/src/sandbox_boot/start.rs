@@ -40,6 +40,8 @@ pub(crate) struct Kept {
     pub secret_files: Option<SecretFiles>,
     /// The size of the tmpfs bounding the run-files dir, when mounted.
     pub run_files_bound: Option<ByteSize>,
+    /// The run's host listeners (seed step 18); stopped when dropped.
+    pub gateway: Option<iterion_core::agent::GatewayHandle>,
 }
 
 fn driver_error(err: DriverError, ctx: &BootContext<'_>) -> BootError {
@@ -59,8 +61,10 @@ fn driver_error(err: DriverError, ctx: &BootContext<'_>) -> BootError {
 }
 
 /// Start the sandbox `plan` describes.
+#[allow(clippy::too_many_arguments)] // one per part of the decision it executes
 pub(super) async fn start(
     host: &SandboxHost,
+    listeners: Option<&Arc<dyn iterion_core::agent::GatewayListeners>>,
     ctx: &BootContext<'_>,
     plan: SandboxPlan,
     source: &str,
@@ -103,6 +107,7 @@ pub(super) async fn start(
     let mut proxy = None;
     let mut credentials = None;
     let mut egress_network = None;
+    let mut gateway_at = None;
     let enforce = match plan.egress {
         EgressVerdict::Enforced => Some(true),
         EgressVerdict::Advisory { .. } => Some(false),
@@ -120,6 +125,7 @@ pub(super) async fn start(
             .await
             .map_err(|e| driver_error(e, ctx))?;
         egress_network = binding.network.clone();
+        gateway_at = Some((binding.address, binding.not_yet_configured));
         let token = ProxyToken::generate();
         let mut opts = ProxyOptions::new(
             std::net::SocketAddr::new(binding.address, 0),
@@ -143,6 +149,21 @@ pub(super) async fn start(
             enforce,
         });
         proxy = Some(handle);
+    }
+    // Step 18: the listeners, before the sandbox (its alias and its
+    // firewall need their ports).
+    let gateway = match start_listeners(listeners, ctx, &driver, &info, gateway_at).await {
+        Ok(g) => g,
+        Err(e) => {
+            if let Some(p) = proxy {
+                p.shutdown().await;
+            }
+            release_egress_network(&driver, ctx, egress_network).await;
+            return Err(e);
+        }
+    };
+    if let Some(g) = &gateway {
+        launch.gateway_ports.extend(&g.ports);
     }
     let started = prepare_and_start(ctx, &driver, launch.clone(), source, mode, &info).await;
     match started {
@@ -177,6 +198,7 @@ pub(super) async fn start(
                     host_dir: Some(dirs.dir),
                     secret_files: Some(secret_files),
                     run_files_bound,
+                    gateway,
                 }),
                 secrets: exec,
             })
@@ -191,6 +213,42 @@ pub(super) async fn start(
             Err(e)
         }
     }
+}
+
+/// Seed step 18: start what the run needs of the per-run listeners, on
+/// the address the proxy got (`gateway_at`) or, without a proxy, where the
+/// driver would put it.
+async fn start_listeners(
+    listeners: Option<&Arc<dyn iterion_core::agent::GatewayListeners>>,
+    ctx: &BootContext<'_>,
+    driver: &Arc<dyn Driver>,
+    info: &RunInfo,
+    gateway_at: Option<(std::net::IpAddr, bool)>,
+) -> Result<Option<iterion_core::agent::GatewayHandle>, BootError> {
+    let Some(listeners) = listeners else {
+        return Ok(None);
+    };
+    let needs = crate::agents::listener_needs(ctx.workflow);
+    if needs.nodes.iter().all(|n| n.mcp_servers.is_empty()) {
+        return Ok(None);
+    }
+    let (address, freebind) = match gateway_at {
+        Some(a) => a,
+        None => {
+            let b = driver
+                .egress_binding(info, false)
+                .await
+                .map_err(|e| driver_error(e, ctx))?;
+            (b.address, b.not_yet_configured)
+        }
+    };
+    listeners
+        .start(ctx.run_id, &needs, address, freebind)
+        .await
+        .map_err(|reason| BootError::Io {
+            operation: "start the run's MCP listener".to_owned(),
+            source: std::io::Error::other(reason),
+        })
 }
 
 /// Mount the run-files dir's bound (`cap` is the decision's: a kept host

@@ -67,6 +67,8 @@ pub(super) async fn teardown(
             p.shutdown().await;
         }
         drop(kept.secret_files);
+        // The sandbox is gone: nothing reaches the listeners any more.
+        drop(kept.gateway);
         if let Some(dir) = kept.host_dir {
             remove_run_host_dir(&dir);
         }

@@ -64,6 +64,7 @@ pub fn tool(id: &str, command: &str, output: Option<&str>) -> Node {
         output: output.map(Into::into),
         sandbox: None,
         properties: BTreeMap::new(),
+        mcp_servers: Vec::new(),
         pos: Pos::default(),
     }
 }
@@ -120,6 +121,7 @@ pub fn workflow(entry: &str, nodes: Vec<Node>, edges: Vec<Edge>) -> Workflow {
         secrets: Vec::new(),
         prompts: BTreeMap::new(),
         properties: BTreeMap::new(),
+        mcp_servers: BTreeMap::new(),
         pos: Pos::default(),
     }
 }
