@@ -378,7 +378,14 @@ fn a_sigkilled_iterion_leaves_no_mcp_server_behind() {
     use crate::support::{signal, spawn_until_node_started, wait_until};
     use std::time::Duration;
     let prov = Provider::start(vec![Turn::tool("mcp__t__hang", json!({}))]);
-    let sb = prov.sandbox(Engine::Docker);
+    // A state dir of its own: every `iterion run` of the tests running
+    // beside this one starts a reap pass, and this run's orphan is
+    // reapable by any of them once iterion is dead, before the check that
+    // it outlived its parent.
+    let tmp = tempfile::tempdir().unwrap();
+    let sb = prov
+        .sandbox(Engine::Docker)
+        .with_env("TMPDIR", &tmp.path().display().to_string());
     let modules = servers_dir().join("node_modules").display().to_string();
     let text = format!(
         r#"mcp_server t:
@@ -412,8 +419,7 @@ workflow killed:
         }),
         "the server never started"
     );
-    let dir = iterion_runtime::procs::root(&iterion_runtime::sandbox_boot::default_state_dir())
-        .join(&run_id);
+    let dir = iterion_runtime::procs::root(&tmp.path().join("iterion")).join(&run_id);
     let leader = iterion_runtime::procs::records(&dir)[0].pid;
     let marked = iterion_runtime::procs::marked_processes(&run_id);
     let grandchild = *marked.iter().find(|p| **p != leader).unwrap();
