@@ -53,7 +53,10 @@ fi
 # use), pinned, into a cache dir; the marker names the pinned versions.
 mcp_marker="$ITERION_MCP_SERVERS_DIR/.iterion-$ITERION_MCP_SERVER_FILESYSTEM_VERSION-$ITERION_MCP_SERVER_EVERYTHING_VERSION"
 if [[ ! -f $mcp_marker ]]; then
-  command -v npm >/dev/null || die "npm is needed for the MCP test servers"
+  if ! command -v npm >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+  fi
   log "installing MCP servers into $ITERION_MCP_SERVERS_DIR"
   mkdir -p "$ITERION_MCP_SERVERS_DIR"
   npm install --no-audit --no-fund --ignore-scripts --loglevel=error --prefix "$ITERION_MCP_SERVERS_DIR" \
