@@ -129,6 +129,9 @@ pub struct RunRequest<'a> {
     pub flags: &'a SandboxFlags,
     /// `doctor --strict --target` (a run never sets it).
     pub target: Option<HostKind>,
+    /// Whether the workflow declares attachments (the run's attachments
+    /// directory is then planned and bound).
+    pub attachments: bool,
 }
 
 /// A run's decision and the secrets it was made with (values stay here,
@@ -262,6 +265,9 @@ impl SandboxHost {
                 run_files,
                 mask: dirs.mask().to_string_lossy().into_owned(),
                 workspace_manifest: dirs.workspace_manifest().to_string_lossy().into_owned(),
+                attachments: run
+                    .attachments
+                    .then(|| dirs.attachments().to_string_lossy().into_owned()),
                 secrets_dir,
             },
             binds: &binds,

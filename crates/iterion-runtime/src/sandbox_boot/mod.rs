@@ -76,6 +76,7 @@ impl SandboxBooter for PolicyBooter {
             workspace: ctx.workspace,
             flags: ctx.flags,
             target: None,
+            attachments: !ctx.workflow.attachments.is_empty(),
         }))
     }
 

@@ -126,6 +126,7 @@ impl Fixture {
                 run_files: format!("{STATE}/sandboxes/r1/artifact-files"),
                 mask: format!("{STATE}/sandboxes/r1/mask"),
                 workspace_manifest: format!("{STATE}/sandboxes/r1/workspace-manifest"),
+                attachments: None,
                 secrets_dir: Ok(format!("{SHM}/r1")),
             },
             binds: HostBindSettings::default()

@@ -100,6 +100,7 @@ pub(super) fn decide_here(
         workspace: &workspace,
         flags,
         target,
+        attachments: workflow.is_some_and(|w| !w.attachments.is_empty()),
     }))
 }
 
