@@ -50,10 +50,11 @@ schema out:
   mode: string
   writable: string
   size: string
+  uid: string
 
 HUMAN
 tool work:
-  command: `p={{attachments.spec}}; if (echo x >> "$p") 2>/dev/null; then w=yes; else w=no; fi; printf '{"said":"%s","path":"%s","mode":"%s","writable":"%s","size":"%s"}' "$(head -c 16 "$p")" "$p" "$(stat -c %a "$p")" "$w" {{attachments.spec.size}}`
+  command: `p={{attachments.spec}}; if (echo x >> "$p") 2>/dev/null; then w=yes; else w=no; fi; printf '{"said":"%s","path":"%s","mode":"%s","writable":"%s","size":"%s","uid":"%s"}' "$(head -c 16 "$p")" "$p" "$(stat -c %a "$p")" "$w" {{attachments.spec.size}} "$(id -u)"`
   output: out
 
 workflow attach:
@@ -141,6 +142,32 @@ fn copied(engine: Engine) {
             .is_some_and(|d| d.iter().any(|b| b["target"] == "/run/iterion/attachments")),
         "{dropped}"
     );
+}
+
+/// A sandbox that runs as a non-root user reads the attachment too, bound
+/// (and cannot write it) or copied (root-owned, `0444`).
+#[test]
+fn a_non_root_sandbox_user_reads_it_bound_or_copied() {
+    for sb in [Sandbox::new(Engine::Docker), bindless(Engine::Podman)] {
+        let wf = workflow(true, false).replace(
+            "    host_state: none\n",
+            "    host_state: none\n    user: \"1000:1000\"\n",
+        );
+        let file = sb.write("w.iter", &wf);
+        let spec = with_spec(&sb);
+        let (_, _, events) = run_to_finish(&sb, &file, &["--attach", &spec]);
+        let out = read_back(&events);
+        assert_eq!(out["uid"], "1000", "{:?}: {out}", sb.engine);
+        if sb.env.is_empty() {
+            // The bind is read-only whatever the process may do.
+            assert_eq!(out["writable"], "no", "{:?}: {out}", sb.engine);
+        } else {
+            // A copy is read-only by mode only: a process that keeps
+            // CAP_DAC_OVERRIDE (Podman leaves it to a non-root user here)
+            // can write its own copy; the store keeps the original.
+            assert_eq!(out["mode"], "444", "{:?}: {out}", sb.engine);
+        }
+    }
 }
 
 #[test]
