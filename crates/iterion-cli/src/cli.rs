@@ -1,4 +1,4 @@
-//! Flags and verbs, exactly as `shared/SPEC.md` §2 names them.
+//! Flags and verbs, exactly as `docs/reference/SPEC.md` §2 names them.
 
 use std::path::PathBuf;
 

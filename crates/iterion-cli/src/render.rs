@@ -1,7 +1,7 @@
 //! Human rendering of a run's events: a live view on a terminal (a
 //! spinner with the current step and elapsed time, a bar while an image is
 //! pulled) and plain lines otherwise. Rendering reads events; it never
-//! drives the run (shared/ARCHITECTURE.md, data flow). Every line it prints
+//! drives the run (ARCHITECTURE.md, "One run, walked"). Every line it prints
 //! passes through `iterion_core::display::printable`: event data is
 //! run-supplied (node ids, host names, errors) and must not drive the
 //! terminal.

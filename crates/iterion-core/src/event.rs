@@ -2,9 +2,9 @@
 //!
 //! The runtime emits typed [`EventKind`]s; stores persist the generic
 //! [`EventRecord`] envelope `{seq, timestamp, type, run_id, node_id, data}`
-//! of `shared/SPEC.md` §3, so a store never needs to know every event.
+//! of `docs/reference/SPEC.md` §3, so a store never needs to know every event.
 //! Names and payload fields follow facts §8; where the sources leave a
-//! payload open, `shared/SPEC.md` §3 fixes it.
+//! payload open, `docs/reference/SPEC.md` §3 fixes it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
