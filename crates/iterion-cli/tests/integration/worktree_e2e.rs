@@ -479,3 +479,70 @@ fn bad_branch_names_and_strategies_are_refused_by_the_flags() {
     assert!(runs(&sb).is_empty());
     assert!(!sb.store().join("worktrees").exists());
 }
+
+/// The default layout: the store is `.iterion` inside the checkout, so the
+/// worktree lies inside the repository's own working tree and inside
+/// iterion's private area; it is still the run's workspace (the rest of
+/// the store stays out of the sandbox), and the untracked store does not
+/// count as uncommitted work of the checkout.
+#[test]
+fn dockerd_a_store_inside_the_checkout_holds_the_worktree() {
+    let sb = Sandbox::new(Engine::Docker);
+    let store = sb.workspace().join(".iterion");
+    let sb = sb.with_env("ITERION_STORE", &store.to_string_lossy());
+    let file = repo(&sb, COMMIT_SCRIPT, OK);
+    let ws = sb.workspace();
+    let r = sb.run(&file, &[]);
+    let id = r.run_id();
+    let events = sb.events_in(&store, &id);
+    assert_eq!(
+        (r.code, r.status()),
+        (Some(0), "finished"),
+        "{}\n{events:#?}",
+        r.stderr
+    );
+    let created = &one(&events, "worktree_created")["data"];
+    assert!(
+        created["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with(&format!("/ws/.iterion/worktrees/{id}"))),
+        "{created}"
+    );
+    assert_eq!(created["dirty"], false);
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(fin["merge_status"], "merged", "{fin}");
+    assert_eq!(git(&ws, &["log", "-1", "--format=%s", "main"]), "run: made");
+    assert!(!store.join("worktrees").join(&id).exists());
+}
+
+/// A branch git cannot create (a branch `wt` exists, so `wt/x` cannot):
+/// `worktree_branch_failed` with the commit to recover, the worktree kept so
+/// the commit stays reachable, the run still finished.
+#[test]
+fn podman_a_branch_git_refuses_is_reported_and_the_commits_kept() {
+    let sb = Sandbox::new(Engine::Podman);
+    let file = repo(&sb, COMMIT_SCRIPT, OK);
+    let ws = sb.workspace();
+    git(&ws, &["branch", "wt"]);
+    let base = git(&ws, &["rev-parse", "main"]);
+    let (id, events) = finished(&sb, &file, &["--branch-name", "wt/x"]);
+    let commit = said(&events, "work");
+    let failed = &one(&events, "worktree_branch_failed")["data"];
+    assert_eq!(failed["sha"], commit.as_str(), "{failed}");
+    assert_eq!(failed["reason"], "git_branch_failed");
+    assert_eq!(failed["branch"], "wt/x");
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&commit)),
+        "{failed}"
+    );
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(fin["final_branch"], Value::Null, "{fin}");
+    assert_eq!(fin["removed"], false);
+    assert_eq!(
+        git(&worktree_path(&sb, &id), &["rev-parse", "HEAD"]),
+        commit
+    );
+    assert_eq!(git(&ws, &["rev-parse", "main"]), base);
+}
