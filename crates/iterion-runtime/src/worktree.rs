@@ -410,6 +410,30 @@ impl RunWorktree {
     }
 }
 
+/// Remove a worktree no run used (the run could not even be recorded):
+/// only while its `HEAD` is still the base and it holds nothing, so a
+/// worktree with anything in it is never lost. Returns whether it went.
+pub fn discard_unused(wt: &RunWorktree) -> bool {
+    let path = Path::new(&wt.path);
+    if wt.pointer_intact().is_err() {
+        return false;
+    }
+    let unused = git_in(path, ["rev-parse", "--verify", "HEAD^{commit}"])
+        .is_ok_and(|h| h == wt.base_commit)
+        && git_in(path, ["status", "--porcelain"]).is_ok_and(|s| s.is_empty());
+    unused
+        && git(
+            Path::new(&wt.repo_root),
+            [
+                OsStr::new("worktree"),
+                OsStr::new("remove"),
+                OsStr::new("--"),
+                path.as_os_str(),
+            ],
+        )
+        .is_ok()
+}
+
 /// How the end's merge went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MergeStatus {

@@ -392,3 +392,18 @@ fn a_rewritten_git_pointer_stops_host_git_and_keeps_everything() {
     assert_eq!(f.final_branch, None);
     assert!(wt.check_present().is_err());
 }
+
+#[test]
+fn only_an_unused_worktree_is_discarded() {
+    let r = repo();
+    let wt = setup_with(&r, PromoteOptions::default());
+    std::fs::write(Path::new(&wt.path).join("new.txt"), "x\n").expect("write");
+    assert!(!discard_unused(&wt), "untracked work stays");
+    std::fs::remove_file(Path::new(&wt.path).join("new.txt")).expect("rm");
+    commit_in(&wt, "b.txt", "add b");
+    assert!(!discard_unused(&wt), "a commit stays");
+    let r = repo();
+    let wt = setup_with(&r, PromoteOptions::default());
+    assert!(discard_unused(&wt));
+    assert!(!Path::new(&wt.path).exists());
+}

@@ -95,6 +95,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         launch_settings: launch.to_settings(),
         worktree,
     };
+    let made = options.worktree.clone();
     let session = Session {
         store,
         env,
@@ -105,9 +106,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         cancel,
         runner: None,
     };
-    session
+    let result = session
         .execute(|engine, cancel| async move { engine.run(options, cancel).await })
-        .await
+        .await;
+    // A run the store could not record never used its worktree: it goes,
+    // unless something is in it.
+    if result.is_err()
+        && let Some(wt) = &made
+    {
+        iterion_runtime::worktree::discard_unused(wt);
+    }
+    result
 }
 
 /// Create the run's worktree under the directory store (upstream's
