@@ -83,6 +83,9 @@ pub struct RunOptions {
     pub launch_settings: serde_json::Map<String, serde_json::Value>,
     /// `iterion run --timeout`: the whole run's bound.
     pub timeout: Option<std::time::Duration>,
+    /// The `worktree: auto` worktree made for the run
+    /// ([`crate::worktree::setup`]; `workspace` is its path).
+    pub worktree: Option<crate::worktree::RunWorktree>,
 }
 
 /// How a run ended.
@@ -300,6 +303,7 @@ impl Engine {
             trust: options.trust,
             workspace: &options.workspace,
             flags: &options.flags,
+            worktree: options.worktree.as_ref(),
             events: &events,
             cancel: &cancel,
         };
@@ -412,6 +416,15 @@ impl Engine {
             file: options.file.clone(),
             trust: format!("{:?}", options.trust).to_lowercase(),
         });
+        if let Some(wt) = &options.worktree {
+            events.emit(EventKind::WorktreeCreated {
+                path: wt.path.clone(),
+                repo_root: wt.repo_root.clone(),
+                base_commit: wt.base_commit.clone(),
+                branch: wt.original_branch.clone(),
+                dirty: wt.dirty,
+            });
+        }
         let launch = RunLaunch {
             vars: vars.clone(),
             workspace: options.workspace.display().to_string(),
@@ -422,6 +435,7 @@ impl Engine {
             timeout_ms: options
                 .timeout
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            worktree: options.worktree.clone().map(Box::new),
         };
         // Recorded before the boot, so a run whose sandbox never started
         // resumes too.
@@ -563,6 +577,9 @@ impl Engine {
         started: Instant,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        if let Some(wt) = ctx.worktree {
+            crate::worktree::end_of_run(wt, &end_status(&end), events).await;
+        }
         let (to, failure) = match end {
             Ending::Finished => (RunStatus::Finished, None),
             Ending::Paused(node) => {
@@ -654,6 +671,15 @@ impl Engine {
             events.emit(e);
         }
         failure
+    }
+}
+
+/// The status a run ends with (what its worktree's end reads).
+fn end_status(end: &Ending) -> RunStatus {
+    match end {
+        Ending::Finished => RunStatus::Finished,
+        Ending::Paused(_) => RunStatus::PausedWaitingHuman,
+        Ending::Failed(f) => f.code.status(),
     }
 }
 

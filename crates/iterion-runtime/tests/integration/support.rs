@@ -186,6 +186,7 @@ impl Harness {
             source_sha256: None,
             launch_settings: serde_json::Map::new(),
             timeout: None,
+            worktree: None,
         }
     }
 

@@ -100,6 +100,10 @@ pub(super) fn decide_here(
         workspace: &workspace,
         flags,
         target,
+        // The strict doctor judges the checkout itself; a run's worktree
+        // does not exist before the run.
+        worktree_git_dir: None,
+        worktree_admin_dir: None,
     }))
 }
 
