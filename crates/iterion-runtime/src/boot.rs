@@ -44,6 +44,8 @@ pub struct BootContext<'a> {
     pub workspace: &'a Path,
     /// The CLI's sandbox knobs of the run.
     pub flags: &'a SandboxFlags,
+    /// The run's `worktree: auto` worktree (its path is `workspace`).
+    pub worktree: Option<&'a crate::worktree::RunWorktree>,
     /// The run's event writer (sandbox_* events, driver log lines).
     pub events: &'a Emitter,
     /// Fires when the run is cancelled; a slow boot should stop on it.

@@ -86,6 +86,9 @@ pub struct RunOptions {
     /// `iterion run --attach NAME=PATH`: stored in the run store at launch
     /// (checked against the workflow's declarations first).
     pub attachments: Vec<crate::attachments::LaunchAttachment>,
+    /// The `worktree: auto` worktree made for the run
+    /// ([`crate::worktree::setup`]; `workspace` is its path).
+    pub worktree: Option<crate::worktree::RunWorktree>,
 }
 
 /// How a run ended.
@@ -303,6 +306,7 @@ impl Engine {
             trust: options.trust,
             workspace: &options.workspace,
             flags: &options.flags,
+            worktree: options.worktree.as_ref(),
             events: &events,
             cancel: &cancel,
         };
@@ -429,6 +433,15 @@ impl Engine {
             file: options.file.clone(),
             trust: format!("{:?}", options.trust).to_lowercase(),
         });
+        if let Some(wt) = &options.worktree {
+            events.emit(EventKind::WorktreeCreated {
+                path: wt.path.clone(),
+                repo_root: wt.repo_root.clone(),
+                base_commit: wt.base_commit.clone(),
+                branch: wt.original_branch.clone(),
+                dirty: wt.dirty,
+            });
+        }
         let launch = RunLaunch {
             vars: vars.clone(),
             workspace: options.workspace.display().to_string(),
@@ -439,6 +452,7 @@ impl Engine {
             timeout_ms: options
                 .timeout
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            worktree: options.worktree.clone().map(Box::new),
         };
         // Recorded before the boot, so a run whose sandbox never started
         // resumes too.
@@ -604,6 +618,9 @@ impl Engine {
         started: Instant,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        if let Some(wt) = ctx.worktree {
+            crate::worktree::end_of_run(wt, &end_status(&end), events).await;
+        }
         let (to, failure) = match end {
             Ending::Finished => (RunStatus::Finished, None),
             Ending::Paused(node) => {
@@ -695,6 +712,15 @@ impl Engine {
             events.emit(e);
         }
         failure
+    }
+}
+
+/// The status a run ends with (what its worktree's end reads).
+fn end_status(end: &Ending) -> RunStatus {
+    match end {
+        Ending::Finished => RunStatus::Finished,
+        Ending::Paused(_) => RunStatus::PausedWaitingHuman,
+        Ending::Failed(f) => f.code.status(),
     }
 }
 

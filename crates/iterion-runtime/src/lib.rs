@@ -52,6 +52,7 @@ pub mod template;
 mod tool;
 mod walk;
 mod workspace_copy;
+pub mod worktree;
 
 pub use boot::{
     Admitted, BootContext, BootError, Booted, ExecEgress, ExecSecrets, HostBooter, Keep,

@@ -42,6 +42,7 @@ use iterion_core::store::{
     PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::page::Window;
 
 /// Default schema when the caller names none.
 pub const DEFAULT_SCHEMA: &str = "iterion";
@@ -373,42 +374,20 @@ impl RunStore for PostgresStore {
     }
 
     async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
-        let before = match page.cursor.as_deref() {
-            None => i64::MAX,
-            Some(c) => c
-                .strip_prefix('o')
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n > 0)
-                .ok_or(StoreError::InvalidCursor)?,
-        };
-        let limit = if page.limit == 0 {
-            50
-        } else {
-            page.limit.min(1000)
-        };
+        let window = Window::of(&page)?;
         let c = self.client().await?;
         let rows = c
             .query(
                 &format!("SELECT {RUN_COLS} FROM runs WHERE ord < $1 ORDER BY ord DESC LIMIT $2"),
-                &[&before, &(limit as i64 + 1)],
+                &[&window.before, &window.fetch()],
             )
             .await
             .map_err(|e| classify(e, "list runs"))?;
-        let more = rows.len() > limit;
-        let mut items = Vec::with_capacity(limit);
-        let mut last = None;
-        for row in rows.iter().take(limit) {
-            last = Some(get::<i64>(row, 13)?);
-            items.push(decode_run(row)?);
-        }
-        Ok(Page {
-            items,
-            next_cursor: if more {
-                last.map(|o| format!("o{o}"))
-            } else {
-                None
-            },
-        })
+        let rows = rows
+            .iter()
+            .map(|row| Ok((get::<i64>(row, 13)?, decode_run(row)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(window.finish(rows))
     }
 
     async fn transition(&self, id: &RunId, t: Transition) -> Result<RunRecord, StoreError> {

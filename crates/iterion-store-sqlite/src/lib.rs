@@ -37,6 +37,7 @@ use iterion_core::store::{
     PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::page::Window;
 
 /// Name of the database file inside the store directory.
 pub const DB_FILE: &str = "iterion.db";
@@ -378,19 +379,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
-        let before = match page.cursor.as_deref() {
-            None => i64::MAX,
-            Some(c) => c
-                .strip_prefix('o')
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n > 0)
-                .ok_or(StoreError::InvalidCursor)?,
-        };
-        let limit = if page.limit == 0 {
-            50
-        } else {
-            page.limit.min(1000)
-        };
+        let window = Window::of(&page)?;
         self.with_conn("list runs", move |conn, loc| {
             let map = |e| schema::classify(e, loc);
             let mut stmt = conn
@@ -399,25 +388,15 @@ impl RunStore for SqliteStore {
                 ))
                 .map_err(map)?;
             let raws = stmt
-                .query_map(params![before, limit as i64 + 1], raw_run)
+                .query_map(params![window.before, window.fetch()], raw_run)
                 .map_err(map)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(map)?;
-            let more = raws.len() > limit;
-            let mut items = Vec::with_capacity(limit);
-            let mut last_ord = None;
-            for raw in raws.into_iter().take(limit) {
-                last_ord = Some(raw.ord);
-                items.push(raw.decode()?);
-            }
-            Ok(Page {
-                items,
-                next_cursor: if more {
-                    last_ord.map(|o| format!("o{o}"))
-                } else {
-                    None
-                },
-            })
+            let rows = raws
+                .into_iter()
+                .map(|raw| Ok((raw.ord, raw.decode()?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(window.finish(rows))
         })
         .await
     }

@@ -242,6 +242,9 @@ impl RunExecutor for CliExecutor {
                     source_sha256: Some(sha),
                     launch_settings: job.submission.settings.clone(),
                     attachments: Vec::new(),
+                    // Cloud runs work in the runner's checkout: no
+                    // operator branch to promote onto (README, worktrees).
+                    worktree: None,
                 };
                 session
                     .drive(

@@ -35,3 +35,4 @@ mod tools_e2e;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;
+mod worktree_e2e;

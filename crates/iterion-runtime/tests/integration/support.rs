@@ -189,6 +189,7 @@ impl Harness {
             launch_settings: serde_json::Map::new(),
             attachments: Vec::new(),
             timeout: None,
+            worktree: None,
         }
     }
 

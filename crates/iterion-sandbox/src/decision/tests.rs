@@ -115,6 +115,8 @@ impl Fixture {
                 mode_bits: Some(0o755),
                 devcontainer: Ok(None),
                 devbox_json: None,
+                worktree_git_dir: None,
+                worktree_git_guards: Vec::new(),
             },
             host: HostSnapshot {
                 uid: 1000,
@@ -658,4 +660,72 @@ fn a_broken_devcontainer_refuses_auto_only() {
     });
     f.offers = offers(true);
     assert_eq!(f.decide().verdict_kind(), "sandbox");
+}
+
+/// `worktree: auto` (facts §6.5): the repository's shared `.git` is bound
+/// read-write at its own path, judged as a workspace (so a repository under
+/// a home is fine); a bindless engine drops it with the rest and says so.
+#[test]
+fn a_worktrees_git_dir_is_bound_at_its_own_path_or_dropped_bindless() {
+    const GIT: &str = "/root/proj/.git";
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    f.repo.worktree_git_dir = Some(GIT.into());
+    f.repo.worktree_git_guards = vec![format!("{GIT}/hooks")];
+    let hooks = format!("{GIT}/hooks");
+    f.fs = Table(vec![WS, GIT, Box::leak(hooks.clone().into_boxed_str())]);
+    f.host.existing.insert(GIT.into());
+    f.host.existing.insert(hooks.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let git = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGit)
+        .expect("the .git bind");
+    assert_eq!(git.source.as_deref(), Some(GIT));
+    assert_eq!(git.target, GIT);
+    assert!(!git.readonly, "commits write objects and refs");
+    let guard = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGitGuard)
+        .expect("the hooks guard");
+    assert_eq!(guard.source.as_deref(), Some(hooks.as_str()));
+    assert_eq!(guard.target, hooks);
+    assert!(guard.readonly, "no hook planted from the box");
+
+    f.offers = vec![
+        ready(DriverName::Docker, docker_caps(false)),
+        DriverOffer::unavailable(DriverName::Podman, "no such engine answered"),
+        DriverOffer::unavailable(DriverName::Kubernetes, "not a cloud host"),
+    ];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        !plan
+            .launch
+            .mounts
+            .iter()
+            .any(|m| m.origin == MountOrigin::WorktreeGit)
+    );
+    let dropped = d.events.iter().find_map(|e| match e {
+        EventKind::SandboxHostBindsDropped { dropped, .. } => Some(dropped),
+        _ => None,
+    });
+    assert!(
+        dropped.is_some_and(|d| d.iter().any(|b| b.source == GIT)),
+        "{:?}",
+        d.events
+    );
 }
