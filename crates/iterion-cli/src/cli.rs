@@ -126,6 +126,15 @@ pub struct RunArgs {
     /// (`paused_waiting_human`) for `iterion resume`.
     #[arg(long)]
     pub no_interactive: bool,
+    // attachments and presets
+    /// Attach a file to the run, `NAME=PATH` (repeatable): NAME is declared
+    /// in the workflow's `attachments:`; the file is stored with the run and
+    /// read by nodes as `{{attachments.NAME}}`.
+    #[arg(long = "attach", value_name = "NAME=PATH")]
+    pub attach: Vec<String>,
+    /// Apply the workflow's named preset (`presets:`) before `--var`.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
     // ---- `worktree: auto` (upstream's four flags; ignored otherwise) ----
     /// Where the run's commits are merged at the end: `current` (or empty,
     /// the default) = the branch checked out when the run started, `none` =

@@ -337,6 +337,21 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
             s(d, "error")
         ),
         "run_cancelled" => format!("run cancelled: {}", s(d, "reason")),
+        "run_attachment_lost" => format!(
+            "attachment {} LOST{}: {}",
+            s(d, "name"),
+            if d["required"] == true {
+                " (required)"
+            } else {
+                ""
+            },
+            s(d, "reason")
+        ),
+        "sandbox_attachments_copied" => format!(
+            "attachments: {} file(s), {} bytes copied into the sandbox",
+            num(d, "count"),
+            num(d, "bytes")
+        ),
         "sandbox_image_pull" => return None,
         other => format!("{other} {}", compact(d)),
     })

@@ -138,6 +138,14 @@ pub enum EventKind {
     RunInterrupted {
         reason: String,
     },
+    /// An attachment the run was launched with cannot be provided (its
+    /// bytes gone from the store, unreadable, or changed since stored):
+    /// fatal when it is declared `required: true` (ADR-143 R12).
+    RunAttachmentLost {
+        name: String,
+        required: bool,
+        reason: String,
+    },
     /// Cloud mode: a runner took the run's lease for one delivery of its
     /// queue message (issue 13). `lease_revision` is the KV revision the
     /// lease was created at: revisions only grow, so the claims of one run
@@ -609,6 +617,7 @@ impl EventKind {
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
             Self::RunInterrupted { .. } => "run_interrupted",
+            Self::RunAttachmentLost { .. } => "run_attachment_lost",
             Self::RunClaimed { .. } => "run_claimed",
             Self::RunReleased { .. } => "run_released",
             Self::HumanInputRequested { .. } => "human_input_requested",

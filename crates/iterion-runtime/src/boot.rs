@@ -123,6 +123,14 @@ impl Keep {
         Self(Kind::Sandbox(Box::new(kept)))
     }
 
+    /// The launched plan, for a sandbox.
+    pub(crate) fn plan(&self) -> Option<&iterion_core::LaunchPlan> {
+        match &self.0 {
+            Kind::Sandbox(k) => Some(&k.plan),
+            Kind::Nothing | Kind::Scratch(_) => None,
+        }
+    }
+
     pub(crate) fn into_sandbox(self) -> Option<Box<Kept>> {
         match self.0 {
             Kind::Sandbox(k) => Some(k),

@@ -83,6 +83,9 @@ pub struct RunOptions {
     pub launch_settings: serde_json::Map<String, serde_json::Value>,
     /// `iterion run --timeout`: the whole run's bound.
     pub timeout: Option<std::time::Duration>,
+    /// `iterion run --attach NAME=PATH`: stored in the run store at launch
+    /// (checked against the workflow's declarations first).
+    pub attachments: Vec<crate::attachments::LaunchAttachment>,
     /// The `worktree: auto` worktree made for the run
     /// ([`crate::worktree::setup`]; `workspace` is its path).
     pub worktree: Option<crate::worktree::RunWorktree>,
@@ -333,6 +336,20 @@ impl Engine {
         let checked = admission::check_workflow(&options.workflow, self.agents.is_some())
             .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars))
             .map_err(|e| (e.code(), e.to_string()));
+        // The launch's attachments go into the store with the run (checked
+        // again: what the CLI checked may have changed since).
+        let checked = match checked {
+            Ok(vars) => crate::attachments::store_launch(
+                self.store.as_ref(),
+                &options.run_id,
+                &options.workflow,
+                &options.attachments,
+            )
+            .await
+            .map(|_| vars)
+            .map_err(|e| (e.code(), e.to_string())),
+            Err(e) => Err(e),
+        };
         let checked = match bounds {
             Err(e) => Err((e.code(), e.to_string())),
             Ok(b) => checked.map(|vars| (vars, b)),
@@ -505,6 +522,29 @@ impl Engine {
         if let Booted::Host { reason, .. } = &booted {
             events.system_log(None, format!("running on the host, unsandboxed: {reason}"));
         }
+        // Attachments come from the store on every boot, a resumed one's
+        // too; a required one that cannot be provided fails the run here,
+        // before any node reads it.
+        let attachments = match crate::attachments::provide(
+            self.store.as_ref(),
+            ctx.run_id,
+            workflow,
+            &booted,
+            events,
+        )
+        .await
+        {
+            Ok(view) => view,
+            Err(failure) => {
+                if let Some(agents) = &self.agents {
+                    agents.run_finished(ctx.run_id).await;
+                }
+                if let Err(e) = self.booter.teardown(booted, ctx).await {
+                    events.system_log(None, format!("teardown failed ({}): {e}", e.code()));
+                }
+                return self.finish(ctx, record, Some(failure), started).await;
+            }
+        };
 
         // ---- nodes (parallel branches share the bounds)
         let bounds = std::sync::Mutex::new(bounds);
@@ -520,6 +560,7 @@ impl Engine {
             watchdog,
         );
         cx.human = self.human.as_deref();
+        cx.attachments = attachments;
         let stop = match start {
             Start::Fresh => cx.run_graph(cancel).await,
             Start::Resume {

@@ -181,6 +181,11 @@ pub struct RunPaths {
     /// The record a copy-based workspace keeps of what it copied in
     /// (`<state>/sandboxes/<run>/workspace-manifest`).
     pub workspace_manifest: String,
+    /// The run's attachments directory (`<state>/sandboxes/<run>/attachments`)
+    /// when the workflow declares attachments: bound read-only at
+    /// `/run/iterion/attachments` where the driver binds, judged as a
+    /// managed bind like the run-files dir.
+    pub attachments: Option<String>,
     /// The file-secret directory (`<memory fs>/iterion-<uid>/<run>`), or why
     /// this host has no memory filesystem to hold one.
     pub secrets_dir: Result<String, String>,

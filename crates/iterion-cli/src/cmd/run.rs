@@ -30,7 +30,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         stores::select_dir(dir.clone());
     }
     let (loaded, workflow) = workflow::load_workflow(&args.file)?;
-    let vars = parse_vars(&args.vars)?;
+    let vars =
+        super::launch_inputs::run_vars(&workflow, args.preset.as_deref(), parse_vars(&args.vars)?)?;
+    let attachments = super::launch_inputs::attachments(&workflow, &args.attach)?;
     let env = check_env(EnvSnapshot::from_process())?;
     let launch = LaunchFlags::of(
         args.sandbox,
@@ -92,7 +94,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         flags,
         timeout: args.timeout,
         source_sha256: Some(source_sha256(&loaded.source)),
-        launch_settings: launch.to_settings(),
+        launch_settings: {
+            let mut settings = launch.to_settings();
+            if let Some(preset) = &args.preset {
+                settings.insert("preset".into(), serde_json::json!(preset));
+            }
+            settings
+        },
+        attachments,
         worktree,
     };
     let made = options.worktree.clone();

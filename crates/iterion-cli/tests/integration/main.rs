@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
 mod agents_e2e;
+mod attachments_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
 mod builtins_e2e;

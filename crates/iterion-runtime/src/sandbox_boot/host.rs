@@ -129,6 +129,9 @@ pub struct RunRequest<'a> {
     pub flags: &'a SandboxFlags,
     /// `doctor --strict --target` (a run never sets it).
     pub target: Option<HostKind>,
+    /// Whether the workflow declares attachments (the run's attachments
+    /// directory is then planned and bound).
+    pub attachments: bool,
     /// The shared git directory of the run's `worktree: auto` worktree.
     pub worktree_git_dir: Option<&'a Path>,
     /// That worktree's own part of it (`<git dir>/worktrees/<name>`).
@@ -275,6 +278,9 @@ impl SandboxHost {
                 run_files,
                 mask: dirs.mask().to_string_lossy().into_owned(),
                 workspace_manifest: dirs.workspace_manifest().to_string_lossy().into_owned(),
+                attachments: run
+                    .attachments
+                    .then(|| dirs.attachments().to_string_lossy().into_owned()),
                 secrets_dir,
             },
             binds: &binds,

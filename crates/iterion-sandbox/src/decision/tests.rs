@@ -128,6 +128,7 @@ impl Fixture {
                 run_files: format!("{STATE}/sandboxes/r1/artifact-files"),
                 mask: format!("{STATE}/sandboxes/r1/mask"),
                 workspace_manifest: format!("{STATE}/sandboxes/r1/workspace-manifest"),
+                attachments: None,
                 secrets_dir: Ok(format!("{SHM}/r1")),
             },
             binds: HostBindSettings::default()
@@ -375,6 +376,74 @@ fn a_sandboxed_run_gets_a_finalized_guarded_plan_and_its_events_in_order() {
     };
     assert!(identity.workspace_writable);
     assert_eq!(d.source, ModeSource::Workflow.as_str());
+}
+
+/// Issue 14 item 5: a run that declares attachments gets its managed
+/// attachments dir bound read-only at `/run/iterion/attachments`, judged
+/// like the other binds of iterion's own (under the managed roots); a
+/// driver without host binds drops it (the runtime copies them in), and a
+/// dir outside the managed roots is refused, never bound.
+#[test]
+fn the_attachments_dir_is_a_judged_read_only_bind_or_dropped() {
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    let dir = format!("{STATE}/sandboxes/r1/attachments");
+    f.paths.attachments = Some(dir.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let bind = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::Attachments)
+        .expect("attachments bind");
+    assert_eq!(bind.source.as_deref(), Some(dir.as_str()));
+    assert_eq!(bind.target, iterion_core::plan::ATTACHMENTS_CONTAINER_DIR);
+    assert!(bind.readonly);
+
+    // Without attachments declared, no bind.
+    let mut none = Fixture::new();
+    none.block = f.block.clone();
+    let d = none.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+
+    // A bindless engine: dropped, and said so.
+    f.offers = vec![ready(DriverName::Docker, docker_caps(false))];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+    assert!(kinds(&d.events).contains(&"sandbox_host_binds_dropped"));
+
+    // Outside the managed roots: the bind judge refuses the run.
+    let mut outside = Fixture::new();
+    outside.block = f.block.clone();
+    outside.paths.attachments = Some("/elsewhere/attachments".into());
+    let d = outside.decide();
+    assert!(
+        matches!(&d.verdict, Verdict::Refused(_)),
+        "a managed bind outside the managed roots: {d:#?}"
+    );
 }
 
 /// Issue 14 item 8(b): a read-back path the driver can neither bind nor
