@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::credentials::CredentialBook;
 use crate::error::NetproxyError;
+use crate::inspect::{self, Inspection, RewriteBody};
 use crate::policy::{Policy, canonical_host};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::token::ProxyToken;
@@ -68,6 +69,11 @@ pub enum BlockReason {
     /// The host was allowed but an address it resolved to is refused
     /// ([`Policy::vet_address`]).
     ResolvedAddress,
+    /// A bound secret's placeholder on a request to a host it is not bound
+    /// to, or in plain `http://` (issue 17).
+    SecretExfiltration,
+    /// An inspected upstream's certificate did not verify (issue 17).
+    UpstreamTls,
 }
 
 impl BlockReason {
@@ -77,6 +83,18 @@ impl BlockReason {
             Self::Allowlist => "blocked-by-allowlist",
             Self::Denylist => "blocked-by-denylist",
             Self::ResolvedAddress => "blocked-resolved-address",
+            Self::SecretExfiltration => "blocked-secret-exfiltration",
+            Self::UpstreamTls => "upstream-tls-invalid",
+        }
+    }
+
+    /// The reason a `network_blocked` event carries: the header token,
+    /// except for the issue 17 reasons, named as the issue names them.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            Self::SecretExfiltration => "secret_exfiltration",
+            Self::UpstreamTls => "upstream_tls_invalid",
+            other => other.as_str(),
         }
     }
 }
@@ -96,6 +114,9 @@ pub struct BlockedRequest {
     /// The label of the per-exec credential the request presented
     /// ([`CredentialBook::issue`]); `None` when it used the run token.
     pub exec: Option<String>,
+    /// The bound secret whose placeholder the request carried
+    /// ([`BlockReason::SecretExfiltration`]): its name, never its value.
+    pub secret: Option<String>,
 }
 
 /// Callback for denied requests (the runtime turns it into `network_blocked`).
@@ -168,6 +189,9 @@ pub struct ProxyOptions {
     pub freebind: bool,
     /// Called when a limit is hit (rate-limited); a panic inside it is contained.
     pub on_limit: LimitCallback,
+    /// TLS inspection for the hosts secret bindings name (issue 17);
+    /// `None`: every CONNECT is a blind tunnel.
+    pub inspection: Option<Arc<Inspection>>,
 }
 
 impl ProxyOptions {
@@ -186,6 +210,7 @@ impl ProxyOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             freebind: false,
             on_limit: Arc::new(|_| {}),
+            inspection: None,
         }
     }
 }
@@ -239,6 +264,7 @@ impl EgressProxy {
             max_connections: opts.max_connections.max(1),
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
             limits: Limits::new(opts.on_limit),
+            inspection: opts.inspection,
         });
         tracker.spawn(accept_loop(listener, shared));
         Ok(ProxyHandle {
@@ -294,23 +320,24 @@ impl Drop for ProxyHandle {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     policy: Arc<Policy>,
     token: ProxyToken,
     credentials: CredentialBook,
     on_blocked: BlockedCallback,
-    dial_timeout: Duration,
+    pub(crate) dial_timeout: Duration,
     header_read_timeout: Duration,
     resolver: Arc<dyn Resolver>,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-    tunnels: Arc<AtomicUsize>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) tunnels: Arc<AtomicUsize>,
     /// One permit per client connection held (issue 19 item 9).
     connections: Arc<Semaphore>,
     max_connections: usize,
     /// One permit per over-cap connection being answered `503`.
     overflow: Arc<Semaphore>,
     limits: Limits,
+    inspection: Option<Arc<Inspection>>,
 }
 
 /// A listening socket on `addr`; with `freebind`, also when the address is
@@ -504,9 +531,9 @@ async fn serve_connection(
     }
 }
 
-type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     let mut resp = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -516,16 +543,16 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     resp
 }
 
-fn empty(status: StatusCode) -> Response<ProxyBody> {
+pub(crate) fn empty(status: StatusCode) -> Response<ProxyBody> {
     let mut resp = Response::new(Empty::new().map_err(|n| match n {}).boxed());
     *resp.status_mut() = status;
     resp
 }
 
 /// Where a request goes.
-struct Target {
-    host: String,
-    port: u16,
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// The Host an absolute-form request is forwarded with (its
     /// request-target's authority); `None` for origin-form and CONNECT.
     host_header: Option<HeaderValue>,
@@ -533,7 +560,7 @@ struct Target {
 
 /// Who presented a valid credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Principal {
+pub(crate) enum Principal {
     /// The run token (the sandbox as a whole).
     Run,
     /// A per-exec credential, with its label.
@@ -541,7 +568,7 @@ enum Principal {
 }
 
 impl Principal {
-    fn exec(self) -> Option<String> {
+    pub(crate) fn exec(self) -> Option<String> {
         match self {
             Self::Run => None,
             Self::Exec(label) => Some(label),
@@ -550,7 +577,7 @@ impl Principal {
 }
 
 /// A connection's cap permit, handed to its tunnel when it becomes one.
-type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
+pub(crate) type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
 async fn handle(
     req: Request<Incoming>,
@@ -615,9 +642,15 @@ async fn handle(
         }
     };
     if req.method() == Method::CONNECT {
-        tunnel(req, upstream, &shared, &slot)
+        // Issue 17: terminate TLS only where a bound secret is for the host.
+        match shared.inspection.clone() {
+            Some(i) if i.bindings().inspects(&target.host) => {
+                inspect::connect(req, upstream, target, &shared, &slot, principal, i).await
+            }
+            _ => tunnel(req, upstream, &shared, &slot),
+        }
     } else {
-        forward(req, upstream, &target, &shared).await
+        forward(req, upstream, &target, &shared, principal).await
     }
 }
 
@@ -732,19 +765,27 @@ fn blocked(
     if let Ok(v) = HeaderValue::from_str(&format!("{}; rule={rule_text}", reason.as_str())) {
         resp.headers_mut().insert(EGRESS_HEADER, v);
     }
-    let event = BlockedRequest {
-        host: target.host,
-        port: target.port,
-        reason,
-        rule,
-        exec: principal.exec(),
-    };
+    report(
+        shared,
+        BlockedRequest {
+            host: target.host,
+            port: target.port,
+            reason,
+            rule,
+            exec: principal.exec(),
+            secret: None,
+        },
+    );
+    resp
+}
+
+/// Hand a refusal to the run's callback, which never takes the proxy down
+/// (facts §7.3).
+pub(crate) fn report(shared: &Shared, event: BlockedRequest) {
     let cb = shared.on_blocked.clone();
-    // The callback never takes the proxy down (facts §7.3).
     if std::panic::catch_unwind(AssertUnwindSafe(move || cb(event))).is_err() {
         tracing::warn!("egress proxy on_blocked callback panicked; ignored");
     }
-    resp
 }
 
 async fn resolve(
@@ -783,10 +824,10 @@ async fn dial(addrs: &[SocketAddr], deadline: tokio::time::Instant) -> io::Resul
 }
 
 /// Counts a live tunnel for as long as it exists.
-struct TunnelGuard(Arc<AtomicUsize>);
+pub(crate) struct TunnelGuard(Arc<AtomicUsize>);
 
 impl TunnelGuard {
-    fn new(counter: &Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Self {
         counter.fetch_add(1, Ordering::Relaxed);
         Self(counter.clone())
     }
@@ -996,9 +1037,21 @@ async fn forward(
     upstream: TcpStream,
     target: &Target,
     shared: &Shared,
+    principal: Principal,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // Issue 17: plain http never carries a bound secret's value, and a
+    // placeholder in it is refused before a byte leaves.
+    let bindings = shared.inspection.as_ref().map(|i| i.bindings().clone());
+    let rewriter = bindings.unwrap_or_default().rewriter(None);
+    if let Err(crate::bindings::HeadError::Exfiltration(e)) =
+        rewriter.head(&mut parts.uri, &mut parts.headers)
+    {
+        return inspect::exfiltration(shared, target, principal, e);
+    }
+    let flagged = Arc::new(std::sync::Mutex::new(None));
+    let body = RewriteBody::streaming(body, &rewriter, flagged.clone());
     let origin_form = parts
         .uri
         .path_and_query()
@@ -1033,7 +1086,11 @@ async fn forward(
             r = conn => if let Err(e) = r { tracing::debug!(error = %e, "upstream connection ended"); },
         }
     });
-    match sender.send_request(req).await {
+    let sent = sender.send_request(req).await;
+    if let Some(e) = flagged.lock().ok().and_then(|mut f| f.take()) {
+        return inspect::exfiltration(shared, target, principal, e);
+    }
+    match sent {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
