@@ -26,7 +26,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -40,9 +40,15 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod forward;
+/// Zero-copy splicing (socket → pipe → socket, splice(2)).
+#[cfg(target_os = "linux")]
+mod splice;
+
+use self::forward::forward;
 use crate::credentials::CredentialBook;
 use crate::error::NetproxyError;
-use crate::inspect::{self, Inspection, RewriteBody};
+use crate::inspect::{self, Inspection};
 use crate::policy::{Policy, canonical_host};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::token::ProxyToken;
@@ -931,68 +937,6 @@ async fn pump_tcp(
     Ok(())
 }
 
-/// Zero-copy splicing (socket → pipe → socket, splice(2)). A tunnel on
-/// loopback is CPU-bound by memcpy: a user-space copy doubles the copies
-/// per byte, splice keeps the data in the kernel.
-#[cfg(target_os = "linux")]
-mod splice {
-    use std::io;
-    use std::os::fd::OwnedFd;
-
-    use rustix::pipe::{PipeFlags, SpliceFlags, fcntl_setpipe_size, pipe_with, splice};
-    use tokio::io::Interest;
-    use tokio::net::TcpStream;
-
-    /// Bytes moved per splice call (and the pipe size asked for).
-    const CHUNK: usize = 256 * 1024;
-
-    pub(super) struct Pipe {
-        read: OwnedFd,
-        write: OwnedFd,
-    }
-
-    impl Pipe {
-        /// A non-blocking pipe; `None` (fall back to copying) when the
-        /// process is out of descriptors.
-        pub(super) fn new() -> Option<Self> {
-            let (read, write) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC).ok()?;
-            // Best effort: a bigger pipe means fewer syscalls per byte.
-            let _ = fcntl_setpipe_size(&write, CHUNK);
-            Some(Self { read, write })
-        }
-
-        /// Move bytes from `from` to `to` until `from` reaches EOF.
-        pub(super) async fn pump(&self, from: &TcpStream, to: &TcpStream) -> io::Result<()> {
-            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
-            loop {
-                from.readable().await?;
-                let filled = match from.try_io(Interest::READABLE, || {
-                    splice(from, None, &self.write, None, CHUNK, flags).map_err(io::Error::from)
-                }) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
-                };
-                // Drain the pipe completely before reading again, so it
-                // never holds more than one chunk.
-                let mut left = filled;
-                while left > 0 {
-                    to.writable().await?;
-                    match to.try_io(Interest::WRITABLE, || {
-                        splice(&self.read, None, to, None, left, flags).map_err(io::Error::from)
-                    }) {
-                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                        Ok(n) => left -= n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// One direction over generic halves (fallback when the upgrade is not raw TCP).
 async fn pump<R, W>(mut from: R, mut to: W) -> io::Result<()>
 where
@@ -1031,75 +975,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Not in the RFC list but only ever meant for the proxy.
     headers.remove("proxy-connection");
 }
-
-async fn forward(
-    req: Request<Incoming>,
-    upstream: TcpStream,
-    target: &Target,
-    shared: &Shared,
-    principal: Principal,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    // Issue 17: plain http never carries a bound secret's value, and a
-    // placeholder in it is refused before a byte leaves.
-    let bindings = shared.inspection.as_ref().map(|i| i.bindings().clone());
-    let rewriter = bindings.unwrap_or_default().rewriter(None);
-    if let Err(crate::bindings::HeadError::Exfiltration(e)) =
-        rewriter.head(&mut parts.uri, &mut parts.headers)
-    {
-        return inspect::exfiltration(shared, target, principal, e);
-    }
-    let flagged = Arc::new(std::sync::Mutex::new(None));
-    let body = RewriteBody::streaming(body, &rewriter, flagged.clone());
-    let origin_form = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
-    parts.uri = match origin_form.parse::<Uri>() {
-        Ok(u) => u,
-        Err(_) => return text(StatusCode::BAD_REQUEST, "invalid request target\n"),
-    };
-    if let Some(judged) = &target.host_header {
-        parts.headers.insert(header::HOST, judged.clone());
-    } else if !parts.headers.contains_key(header::HOST) {
-        let host = if target.host.contains(':') {
-            format!("[{}]:{}", target.host, target.port)
-        } else {
-            format!("{}:{}", target.host, target.port)
-        };
-        if let Ok(v) = HeaderValue::from_str(&host) {
-            parts.headers.insert(header::HOST, v);
-        }
-    }
-    let req = Request::from_parts(parts, body);
-    let (mut sender, conn) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
-            Ok(pair) => pair,
-            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
-        };
-    let cancel = shared.cancel.clone();
-    shared.tracker.spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            r = conn => if let Err(e) = r { tracing::debug!(error = %e, "upstream connection ended"); },
-        }
-    });
-    let sent = sender.send_request(req).await;
-    if let Some(e) = flagged.lock().ok().and_then(|mut f| f.take()) {
-        return inspect::exfiltration(shared, target, principal, e);
-    }
-    match sent {
-        Ok(resp) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
-        }
-        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
