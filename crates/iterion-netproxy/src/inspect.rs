@@ -15,6 +15,7 @@
 //! only by the hosts a secret is for.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -25,9 +26,9 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
@@ -89,7 +90,7 @@ impl Inspection {
                 ca: ca.clone(),
                 name: "localhost".to_owned(),
             }));
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let mut upstream = ClientConfig::builder_with_provider(ca.provider())
             .with_safe_default_protocol_versions()
             .map_err(tls)?
@@ -142,10 +143,84 @@ pub fn upstream_roots(extra: Option<&Path>) -> Result<RootCertStore, NetproxyErr
     Ok(roots)
 }
 
-/// Answer an inspected CONNECT to `target` over the dialled `upstream`.
+type UpstreamSender = hyper::client::conn::http1::SendRequest<RewriteBody>;
+
+/// Why the upstream connection could not be (re)opened.
+enum OpenError {
+    /// Its certificate did not verify (or the handshake failed).
+    Tls(String),
+    /// Anything else (dial, HTTP handshake).
+    Other(String),
+}
+
+/// The verified upstream of one inspected CONNECT: opened again — on the
+/// addresses vetted at CONNECT time, never resolved again, with the same
+/// verification — when the upstream closed the previous connection, so a
+/// kept-alive client outlives an upstream's `Connection: close`.
+struct Upstream {
+    sender: Option<UpstreamSender>,
+    addrs: Vec<SocketAddr>,
+    name: ServerName<'static>,
+    connector: TlsConnector,
+}
+
+impl Upstream {
+    async fn open(
+        &self,
+        shared: &Shared,
+        tcp: Option<TcpStream>,
+    ) -> Result<UpstreamSender, OpenError> {
+        let deadline = tokio::time::Instant::now() + shared.dial_timeout;
+        let tcp = match tcp {
+            Some(t) => t,
+            None => crate::proxy::dial(&self.addrs, deadline)
+                .await
+                .map_err(|e| OpenError::Other(format!("cannot reach the upstream again: {e}")))?,
+        };
+        let tls =
+            match tokio::time::timeout_at(deadline, self.connector.connect(self.name.clone(), tcp))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(OpenError::Tls(e.to_string())),
+                Err(_) => return Err(OpenError::Tls("TLS handshake timed out".into())),
+            };
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| OpenError::Other(format!("upstream: {e}")))?;
+        let cancel = shared.cancel.clone();
+        shared.tracker.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                r = conn => if let Err(e) = r { tracing::debug!(error = %e, "inspected upstream ended"); },
+            }
+        });
+        Ok(sender)
+    }
+
+    /// A sender ready for the next request, reopening when needed.
+    async fn ready(&mut self, shared: &Shared) -> Result<&mut UpstreamSender, OpenError> {
+        let alive = match self.sender.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !alive {
+            self.sender = None;
+            self.sender = Some(self.open(shared, None).await?);
+        }
+        self.sender
+            .as_mut()
+            .ok_or_else(|| OpenError::Other("upstream connection closed".into()))
+    }
+}
+
+/// Answer an inspected CONNECT to `target` over the dialled `upstream`
+/// (one of `addrs`, all vetted).
+#[allow(clippy::too_many_arguments)] // the CONNECT's parts, as `handle` holds them
 pub(crate) async fn connect(
     mut req: Request<Incoming>,
     upstream: TcpStream,
+    addrs: Vec<SocketAddr>,
     target: Target,
     shared: &Arc<Shared>,
     slot: &PermitSlot,
@@ -155,17 +230,19 @@ pub(crate) async fn connect(
     let Ok(name) = ServerName::try_from(target.host.clone()) else {
         return text(StatusCode::BAD_REQUEST, "invalid target host\n");
     };
-    let connector = TlsConnector::from(inspection.upstream.clone());
-    let deadline = tokio::time::Instant::now() + shared.dial_timeout;
-    let tls = match tokio::time::timeout_at(deadline, connector.connect(name, upstream)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return upstream_refused(shared, target, principal, &e.to_string()),
-        Err(_) => return upstream_refused(shared, target, principal, "TLS handshake timed out"),
+    let mut up = Upstream {
+        sender: None,
+        addrs,
+        name,
+        connector: TlsConnector::from(inspection.upstream.clone()),
     };
-    let (sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tls)).await {
-        Ok(pair) => pair,
-        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
-    };
+    match up.open(shared, Some(upstream)).await {
+        Ok(sender) => up.sender = Some(sender),
+        Err(OpenError::Tls(reason)) => {
+            return upstream_refused(shared, &target, principal, &reason);
+        }
+        Err(OpenError::Other(m)) => return text(StatusCode::BAD_GATEWAY, format!("{m}\n")),
+    }
     let on_upgrade = hyper::upgrade::on(&mut req);
     let cancel = shared.cancel.clone();
     let guard = TunnelGuard::new(&shared.tunnels);
@@ -174,13 +251,6 @@ pub(crate) async fn connect(
     shared.tracker.clone().spawn(async move {
         let _guard = guard;
         let _permit = permit;
-        let conn_cancel = cancel.clone();
-        shared.tracker.spawn(async move {
-            tokio::select! {
-                () = conn_cancel.cancelled() => {}
-                r = conn => if let Err(e) = r { tracing::debug!(error = %e, "inspected upstream ended"); },
-            }
-        });
         let upgraded = tokio::select! {
             () = cancel.cancelled() => return,
             u = on_upgrade => match u {
@@ -207,7 +277,8 @@ pub(crate) async fn connect(
                 return;
             }
         };
-        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let h2 = client.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+        let sender = Arc::new(tokio::sync::Mutex::new(up));
         let target = Arc::new(target);
         let svc = service_fn(move |req| {
             let sender = sender.clone();
@@ -219,6 +290,21 @@ pub(crate) async fn connect(
                 Ok::<_, Infallible>(relay(req, rw, &sender, &shared, &target, principal).await)
             }
         });
+        if h2 {
+            // HTTP/2 towards the client (ALPN); each stream is relayed over
+            // the HTTP/1.1 upstream in turn.
+            let mut builder = http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(MAX_HEAD as u32);
+            let conn = builder.serve_connection(TokioIo::new(client), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r { tracing::debug!(error = %e, "inspected h2 client ended"); },
+                () = cancel.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+            return;
+        }
         let mut builder = http1::Builder::new();
         builder
             .timer(TokioTimer::new())
@@ -238,7 +324,7 @@ pub(crate) async fn connect(
 async fn relay(
     req: Request<Incoming>,
     rw: Rewriter,
-    sender: &tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<RewriteBody>>,
+    upstream: &tokio::sync::Mutex<Upstream>,
     shared: &Shared,
     target: &Target,
     principal: Principal,
@@ -255,6 +341,17 @@ async fn relay(
             );
         }
     }
+    // An HTTP/2 request names its host in `:authority`; the HTTP/1.1
+    // upstream reads `Host`.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(v) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        parts.headers.insert(header::HOST, v);
+    }
+    parts.version = http::Version::HTTP_11;
     // An origin-form target for the upstream, whatever form the client used.
     if let Some(pq) = parts.uri.path_and_query().cloned() {
         parts.uri = pq.as_str().parse().unwrap_or_default();
@@ -287,12 +384,14 @@ async fn relay(
         RewriteBody::streaming(body, &rw, flagged.clone())
     };
     let req = Request::from_parts(parts, body);
-    let mut sender = sender.lock().await;
-    if sender.ready().await.is_err() {
-        return text(StatusCode::BAD_GATEWAY, "upstream connection closed\n");
-    }
+    let mut up = upstream.lock().await;
+    let sender = match up.ready(shared).await {
+        Ok(s) => s,
+        Err(OpenError::Tls(reason)) => return upstream_refused(shared, target, principal, &reason),
+        Err(OpenError::Other(m)) => return text(StatusCode::BAD_GATEWAY, format!("{m}\n")),
+    };
     let sent = sender.send_request(req).await;
-    drop(sender);
+    drop(up);
     // A placeholder for another host in the body: the request was cut
     // before that chunk left, and it is refused.
     let exfil = flagged.lock().ok().and_then(|mut f| f.take());
@@ -350,7 +449,7 @@ pub(crate) fn exfiltration(
 /// `502 upstream-tls-invalid; reason=…` and the event: never plaintext.
 fn upstream_refused(
     shared: &Shared,
-    target: Target,
+    target: &Target,
     principal: Principal,
     reason: &str,
 ) -> Response<ProxyBody> {
@@ -380,7 +479,7 @@ fn upstream_refused(
     crate::proxy::report(
         shared,
         BlockedRequest {
-            host: target.host,
+            host: target.host.clone(),
             port: target.port,
             reason: BlockReason::UpstreamTls,
             rule: None,

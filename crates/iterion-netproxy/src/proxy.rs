@@ -651,7 +651,7 @@ async fn handle(
         // Issue 17: terminate TLS only where a bound secret is for the host.
         match shared.inspection.clone() {
             Some(i) if i.bindings().inspects(&target.host) => {
-                inspect::connect(req, upstream, target, &shared, &slot, principal, i).await
+                inspect::connect(req, upstream, addrs, target, &shared, &slot, principal, i).await
             }
             _ => tunnel(req, upstream, &shared, &slot),
         }
@@ -814,7 +814,10 @@ async fn resolve(
 }
 
 /// Dial the vetted addresses in order; never resolves again (no rebinding window).
-async fn dial(addrs: &[SocketAddr], deadline: tokio::time::Instant) -> io::Result<TcpStream> {
+pub(crate) async fn dial(
+    addrs: &[SocketAddr],
+    deadline: tokio::time::Instant,
+) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
         match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {

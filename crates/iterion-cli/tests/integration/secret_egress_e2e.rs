@@ -282,7 +282,8 @@ emit
 
     // The other inspected host: refused, and it never saw the request.
     let exfil = field(&probe, "exfil");
-    assert!(exfil.contains("HTTP/1.1 403"), "{engine:?}: {exfil}");
+    // curl negotiates HTTP/2 (ALPN) with the inspecting proxy.
+    assert!(exfil.contains("HTTP/2 403"), "{engine:?}: {exfil}");
     assert!(
         exfil.contains("x-iterion-egress: blocked-secret-exfiltration; secret=API_KEY"),
         "{exfil}"

@@ -105,6 +105,7 @@ async fn upstream(
                             text.push_str(&format!("{k}: {}\n", v.to_str().unwrap_or("?")));
                         }
                         let stream = req.uri().path() == "/stream";
+                        let close = req.uri().path() == "/close";
                         let body = req.into_body().collect().await.map(|c| c.to_bytes());
                         text.push_str(&String::from_utf8_lossy(&body.unwrap_or_default()));
                         record.0.lock().unwrap().push(text);
@@ -124,11 +125,16 @@ async fn upstream(
                             let body = StreamBody::new(tokio_stream_from(rx)).boxed();
                             return Ok::<_, Infallible>(Response::new(body));
                         }
-                        Ok(Response::new(
+                        let mut resp = Response::new(
                             Full::new(Bytes::from("upstream ok"))
                                 .map_err(|n| match n {})
                                 .boxed(),
-                        ))
+                        );
+                        if close {
+                            resp.headers_mut()
+                                .insert("connection", http::HeaderValue::from_static("close"));
+                        }
+                        Ok(resp)
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -200,6 +206,16 @@ type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// CONNECT `host:port`, then TLS trusting only `root`.
 async fn tls_through(rig: &Rig, host: &str, port: u16, root: &CertificateDer<'static>) -> Tls {
+    tls_through_alpn(rig, host, port, root, &[]).await
+}
+
+async fn tls_through_alpn(
+    rig: &Rig,
+    host: &str,
+    port: u16,
+    root: &CertificateDer<'static>,
+    alpn: &[&[u8]],
+) -> Tls {
     let (resp, stream) = connect(
         rig.proxy.addr(),
         &format!("{host}:{port}"),
@@ -209,9 +225,10 @@ async fn tls_through(rig: &Rig, host: &str, port: u16, root: &CertificateDer<'st
     assert_eq!(resp.status, 200, "CONNECT {host}: {:?}", resp.headers);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(root.clone()).unwrap();
-    let config = rustls::ClientConfig::builder()
+    let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from(host.to_owned()).unwrap(), stream)
         .await
@@ -482,4 +499,63 @@ async fn a_client_that_does_not_trust_the_run_ca_fails_closed() {
         .await;
     assert!(r.is_err(), "the handshake fails closed");
     assert!(seen.all().is_empty());
+}
+
+#[tokio::test]
+async fn a_kept_alive_client_outlives_an_upstream_close() {
+    let ca = test_ca();
+    let (up, seen, _) = upstream(&ca, &["bound.test"], None).await;
+    let rig = rig(&ca).await;
+    let tls = tls_through(&rig, "bound.test", up.port(), &ca_der(&rig)).await;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for path in ["/close", "/after"] {
+        sender.ready().await.unwrap();
+        let resp = sender
+            .send_request(post("bound.test", path, PH_A, String::new()))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let _ = resp.into_body().collect().await.unwrap();
+    }
+    let got = seen.all();
+    assert!(
+        got.contains("POST /close") && got.contains("POST /after"),
+        "{got}"
+    );
+    assert!(!got.contains(PH_A));
+}
+
+#[tokio::test]
+async fn an_http2_client_is_inspected_too() {
+    let ca = test_ca();
+    let (up, seen, _) = upstream(&ca, &["bound.test"], None).await;
+    let rig = rig(&ca).await;
+    let tls = tls_through_alpn(&rig, "bound.test", up.port(), &ca_der(&rig), &[b"h2"]).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post(format!("https://bound.test:{}/v1/h2", up.port()))
+        .header("x-api-key", PH_A)
+        .body(Full::new(Bytes::from(format!("k={PH_A}"))))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "upstream ok");
+    let got = seen.all();
+    assert!(got.contains("POST /v1/h2"), "{got}");
+    assert!(got.contains(&format!("x-api-key: {VALUE_A}")), "{got}");
+    assert!(got.contains(&format!("k={VALUE_A}")), "{got}");
+    assert!(
+        got.contains(&format!("host: bound.test:{}", up.port())),
+        "{got}"
+    );
 }
