@@ -559,3 +559,18 @@ async fn an_http2_client_is_inspected_too() {
         "{got}"
     );
 }
+
+#[test]
+fn a_bad_upstream_ca_bundle_is_an_error_never_ignored() {
+    let missing = upstream_roots(Some(std::path::Path::new("/nonexistent/ca.pem"))).unwrap_err();
+    assert_eq!(missing.code(), "EGRESS_UPSTREAM_CA_INVALID");
+    assert!(
+        missing
+            .to_string()
+            .contains("ITERION_EGRESS_UPSTREAM_CA=/nonexistent/ca.pem")
+    );
+    let mut empty = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut empty, b"no certificate here\n").unwrap();
+    let none = upstream_roots(Some(empty.path())).unwrap_err();
+    assert!(none.to_string().contains("no PEM certificate"), "{none}");
+}
