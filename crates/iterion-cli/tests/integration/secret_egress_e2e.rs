@@ -374,3 +374,56 @@ fn validate_reports_bindings_the_policy_never_lets_through() {
     assert_eq!(of("C324").len(), 1, "{text}");
     assert_eq!(diags.len(), 2, "the allowed bindings are clean: {text}");
 }
+
+/// Where a binding cannot be served (here: no `network:` block, so no
+/// proxy), an inline run is refused before any container, naming the
+/// secret, and an auto run gets the plain value with
+/// `sandbox_secret_egress_unavailable` — never a silent downgrade.
+#[test]
+fn an_unservable_binding_refuses_inline_and_is_said_in_auto() {
+    for engine in [Engine::Docker, Engine::Podman] {
+        let sb = Sandbox::new(engine).with_env("E2E_BOUND", "bound-plain-value-1234");
+        let workflow = |mode: &str| {
+            format!(
+                "secrets:\n  KEY:\n    value: \"${{E2E_BOUND}}\"\n    egress: [\"api.example.com\"]\n\n\
+                 tool t:\n  command: `test \"$KEY\" = bound-plain-value-1234 && echo '{{\"ok\":true}}'`\n\n\
+                 workflow w:\n  entry: t\n  sandbox:\n    mode: {mode}\n    image: \"{}\"\n    host_state: none\n  t -> done\n",
+                crate::support::busybox()
+            )
+        };
+        let file = sb.write("inline.iter", &workflow("inline"));
+        let r = sb.run(&file, &[]);
+        assert_eq!(
+            r.failure_code(),
+            Some("SANDBOX_SPEC_REFUSED"),
+            "{engine:?}: {}",
+            r.stderr
+        );
+        let run_id = r.run_id();
+        assert!(!crate::support::container_exists(engine, &run_id));
+        let text = serde_json::to_string(&sb.events(&run_id)).unwrap() + &r.stderr;
+        assert!(
+            text.contains("KEY") && text.contains("bound to egress hosts"),
+            "{text}"
+        );
+        assert!(!text.contains("bound-plain-value-1234"));
+
+        let file = sb.write("auto.iter", &workflow("auto"));
+        let r = sb.run(&file, &[]);
+        assert_eq!(
+            (r.code, r.status()),
+            (Some(0), "finished"),
+            "{engine:?}: {}",
+            r.stderr
+        );
+        let events = sb.events(&r.run_id());
+        let said = of_type(&events, "sandbox_secret_egress_unavailable");
+        assert_eq!(said.len(), 1, "{events:#?}");
+        assert_eq!(said[0]["data"]["secrets"], serde_json::json!(["KEY"]));
+        assert!(
+            !serde_json::to_string(&events)
+                .unwrap()
+                .contains("bound-plain-value-1234")
+        );
+    }
+}
