@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod agents;
+pub mod attachments;
 pub mod boot;
 pub mod bounds;
 mod branches;
@@ -52,6 +53,7 @@ pub mod template;
 mod tool;
 mod walk;
 mod workspace_copy;
+pub mod worktree;
 
 pub use boot::{
     Admitted, BootContext, BootError, Booted, ExecEgress, ExecSecrets, HostBooter, Keep,

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
 mod agents_e2e;
+mod attachments_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
 mod builtins_e2e;
@@ -35,3 +36,4 @@ mod tools_e2e;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;
+mod worktree_e2e;

@@ -387,9 +387,11 @@ pub(crate) fn compile(
             secrets::check(&w, ctx, egress_check);
             let mut declared = attachment_blocks.clone();
             declared.push(blocks::workflow_entries(wline, "attachments"));
-            let attachments = blocks::attachments(&declared, &w.vars, ctx);
+            let attachment_decls = blocks::attachments(&declared, &w.vars, ctx);
+            let attachments: HashSet<String> = attachment_decls.keys().cloned().collect();
+            let mut presets = BTreeMap::new();
             for p in &preset_blocks {
-                blocks::presets(p, &w.vars, ctx);
+                presets.extend(blocks::presets(p, &w.vars, ctx));
             }
             let compaction = blocks::entries_json(blocks::workflow_entries(wline, "compaction"));
             blocks::node_settings(&w, Some(&compaction), ctx);
@@ -408,6 +410,8 @@ pub(crate) fn compile(
                     .iter()
                     .map(|(k, (body, _))| (k.clone(), body.clone()))
                     .collect(),
+                attachments: attachment_decls,
+                presets,
                 ..w
             });
         }

@@ -76,6 +76,9 @@ impl SandboxBooter for PolicyBooter {
             workspace: ctx.workspace,
             flags: ctx.flags,
             target: None,
+            attachments: !ctx.workflow.attachments.is_empty(),
+            worktree_git_dir: ctx.worktree.map(|w| std::path::Path::new(&w.git_dir)),
+            worktree_admin_dir: ctx.worktree.map(|w| std::path::Path::new(&w.admin_dir)),
         }))
     }
 

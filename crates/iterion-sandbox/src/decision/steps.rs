@@ -214,6 +214,9 @@ impl Decider<'_, '_> {
         let mut host = req.host.clone();
         host.existing
             .insert(crate::guards::normalize_lexical(&paths.run_files));
+        if let Some(dir) = &paths.attachments {
+            host.existing.insert(crate::guards::normalize_lexical(dir));
+        }
         // Step 11: every mount, as if every mount were possible.
         let planned = match plan_launch(
             &PlanInputs {
@@ -221,9 +224,10 @@ impl Decider<'_, '_> {
                 host_state: Some(self.decision.host_state),
                 host_state_source: self.decision.host_state_source.as_str(),
                 workspace: &req.repo.workspace,
-                worktree_git_dir: None,
+                worktree_git_dir: req.repo.worktree_git_dir.as_deref(),
+                worktree_git_guards: &req.repo.worktree_git_guards,
                 scratch_dir: None,
-                attachments_dir: None,
+                attachments_dir: paths.attachments.as_deref(),
                 run_files_dir: Some(&paths.run_files),
                 bundle_dir: None,
                 readback_cap: req.env.readback_cap,
@@ -323,6 +327,7 @@ impl Decider<'_, '_> {
             ]
             .into_iter()
             .chain(paths.secrets_dir.clone().ok())
+            .chain(paths.attachments.clone())
             .map(|p| crate::guards::normalize_lexical(&p))
             .collect(),
             files: secret_mounts

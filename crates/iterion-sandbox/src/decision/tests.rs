@@ -117,6 +117,8 @@ impl Fixture {
                 mode_bits: Some(0o755),
                 devcontainer: Ok(None),
                 devbox_json: None,
+                worktree_git_dir: None,
+                worktree_git_guards: Vec::new(),
             },
             host: HostSnapshot {
                 uid: 1000,
@@ -128,6 +130,7 @@ impl Fixture {
                 run_files: format!("{STATE}/sandboxes/r1/artifact-files"),
                 mask: format!("{STATE}/sandboxes/r1/mask"),
                 workspace_manifest: format!("{STATE}/sandboxes/r1/workspace-manifest"),
+                attachments: None,
                 secrets_dir: Ok(format!("{SHM}/r1")),
             },
             binds: HostBindSettings::default()
@@ -376,6 +379,74 @@ fn a_sandboxed_run_gets_a_finalized_guarded_plan_and_its_events_in_order() {
     };
     assert!(identity.workspace_writable);
     assert_eq!(d.source, ModeSource::Workflow.as_str());
+}
+
+/// Issue 14 item 5: a run that declares attachments gets its managed
+/// attachments dir bound read-only at `/run/iterion/attachments`, judged
+/// like the other binds of iterion's own (under the managed roots); a
+/// driver without host binds drops it (the runtime copies them in), and a
+/// dir outside the managed roots is refused, never bound.
+#[test]
+fn the_attachments_dir_is_a_judged_read_only_bind_or_dropped() {
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    let dir = format!("{STATE}/sandboxes/r1/attachments");
+    f.paths.attachments = Some(dir.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let bind = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::Attachments)
+        .expect("attachments bind");
+    assert_eq!(bind.source.as_deref(), Some(dir.as_str()));
+    assert_eq!(bind.target, iterion_core::plan::ATTACHMENTS_CONTAINER_DIR);
+    assert!(bind.readonly);
+
+    // Without attachments declared, no bind.
+    let mut none = Fixture::new();
+    none.block = f.block.clone();
+    let d = none.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+
+    // A bindless engine: dropped, and said so.
+    f.offers = vec![ready(DriverName::Docker, docker_caps(false))];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+    assert!(kinds(&d.events).contains(&"sandbox_host_binds_dropped"));
+
+    // Outside the managed roots: the bind judge refuses the run.
+    let mut outside = Fixture::new();
+    outside.block = f.block.clone();
+    outside.paths.attachments = Some("/elsewhere/attachments".into());
+    let d = outside.decide();
+    assert!(
+        matches!(&d.verdict, Verdict::Refused(_)),
+        "a managed bind outside the managed roots: {d:#?}"
+    );
 }
 
 /// Issue 14 item 8(b): a read-back path the driver can neither bind nor
@@ -645,4 +716,72 @@ fn bound_secrets_are_placeholders_only_where_the_proxy_can_serve_them() {
     let d = f.decide();
     assert_eq!(d.verdict_kind(), "degraded");
     assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+}
+
+/// `worktree: auto` (facts §6.5): the repository's shared `.git` is bound
+/// read-write at its own path, judged as a workspace (so a repository under
+/// a home is fine); a bindless engine drops it with the rest and says so.
+#[test]
+fn a_worktrees_git_dir_is_bound_at_its_own_path_or_dropped_bindless() {
+    const GIT: &str = "/root/proj/.git";
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    f.repo.worktree_git_dir = Some(GIT.into());
+    f.repo.worktree_git_guards = vec![format!("{GIT}/hooks")];
+    let hooks = format!("{GIT}/hooks");
+    f.fs = Table(vec![WS, GIT, Box::leak(hooks.clone().into_boxed_str())]);
+    f.host.existing.insert(GIT.into());
+    f.host.existing.insert(hooks.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let git = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGit)
+        .expect("the .git bind");
+    assert_eq!(git.source.as_deref(), Some(GIT));
+    assert_eq!(git.target, GIT);
+    assert!(!git.readonly, "commits write objects and refs");
+    let guard = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGitGuard)
+        .expect("the hooks guard");
+    assert_eq!(guard.source.as_deref(), Some(hooks.as_str()));
+    assert_eq!(guard.target, hooks);
+    assert!(guard.readonly, "no hook planted from the box");
+
+    f.offers = vec![
+        ready(DriverName::Docker, docker_caps(false)),
+        DriverOffer::unavailable(DriverName::Podman, "no such engine answered"),
+        DriverOffer::unavailable(DriverName::Kubernetes, "not a cloud host"),
+    ];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        !plan
+            .launch
+            .mounts
+            .iter()
+            .any(|m| m.origin == MountOrigin::WorktreeGit)
+    );
+    let dropped = d.events.iter().find_map(|e| match e {
+        EventKind::SandboxHostBindsDropped { dropped, .. } => Some(dropped),
+        _ => None,
+    });
+    assert!(
+        dropped.is_some_and(|d| d.iter().any(|b| b.source == GIT)),
+        "{:?}",
+        d.events
+    );
 }
