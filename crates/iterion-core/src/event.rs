@@ -423,6 +423,19 @@ pub enum EventKind {
         reason: String,
         rule: Option<String>,
         node_id: Option<String>,
+        /// The bound secret whose placeholder a request carried to a host
+        /// it is not bound to (reason `secret_exfiltration`); its name,
+        /// never its value (issue 17).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+    },
+    /// Secrets bound to egress hosts (`egress:`) that this run delivers as
+    /// their plain value, since the run cannot put a placeholder back
+    /// (`auto` on a driver without TLS inspection, an open network, no
+    /// sandbox): names only (issue 17).
+    SandboxSecretEgressUnavailable {
+        secrets: Vec<String>,
+        reason: String,
     },
     // ---- bounds (issue 19 #5, #6) ----------------------------------------
     /// A containment bound stopped something: `limit` is `memory` (the
@@ -657,6 +670,7 @@ impl EventKind {
             Self::SandboxReaped { .. } => "sandbox_reaped",
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::SandboxSecretEgressUnavailable { .. } => "sandbox_secret_egress_unavailable",
             Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
             Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
             Self::LlmRequest { .. } => "llm_request",
@@ -760,6 +774,7 @@ mod tests {
             reason: "blocked-by-allowlist".into(),
             rule: None,
             node_id: Some("probe".into()),
+            secret: None,
         };
         let draft: EventDraft = kind.clone().into();
         assert_eq!(draft.kind, kind.name());

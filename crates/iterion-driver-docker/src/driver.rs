@@ -255,7 +255,9 @@ impl Driver for DockerDriver {
             // Bindless: the workspace is a per-run volume, copied in at
             // start and exported back at teardown (issue 14 item 2).
             workspace_export: self.bindless(),
-            tls_inspection: false,
+            // Issue 17: the runtime installs the run's CA through the
+            // archive API (export the image's roots, import the bundle).
+            tls_inspection: true,
         }
     }
 

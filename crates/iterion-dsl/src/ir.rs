@@ -340,6 +340,12 @@ pub struct SecretDecl {
     /// `optional: true`: a missing value is skipped, not refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// `egress:` — the hosts the secret is for (network-rule patterns,
+    /// `iterion_core::net`'s grammar, none negated). A bound secret reaches
+    /// the sandbox as a per-run placeholder; the egress proxy puts the value
+    /// back only on requests to these hosts (issue 17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<iterion_core::net::NetRule>,
 }
 
 /// Secret delivery.

@@ -47,6 +47,7 @@ pub mod resume;
 pub mod routing;
 pub mod runfiles;
 pub mod sandbox_boot;
+pub mod secret_egress;
 pub mod secrets;
 pub mod template;
 mod tool;

@@ -84,6 +84,9 @@ pub struct WorkflowFacts<'a> {
     /// The `as: file` secrets as resolved on the host, or why the run's
     /// secrets could not be (a required one is missing, a bad name).
     pub file_secrets: Result<&'a [FileSecretShape], &'a str>,
+    /// The names of the secrets bound to egress hosts (`egress:`), env and
+    /// file alike (issue 17).
+    pub bound_secrets: &'a [String],
 }
 
 /// The repository a run works in, as found on the host.
@@ -327,6 +330,11 @@ pub struct SandboxPlan {
     /// The read-back cap of the run-files dir, when a kept host bind
     /// serves it (the booter bounds it with a tmpfs of that size).
     pub run_files_cap: Option<ByteSize>,
+    /// The bound secrets go in as placeholders: the proxy inspects their
+    /// hosts with the run's CA, which the booter installs in the sandbox
+    /// ([`crate::secret_egress`]). `false`: none is bound, or they go in
+    /// plain (the decision's events say so).
+    pub secret_placeholders: bool,
 }
 
 /// What boot does.

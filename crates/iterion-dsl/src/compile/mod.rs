@@ -19,6 +19,7 @@ mod mcp;
 mod props;
 mod refs;
 pub(crate) mod sandbox;
+mod secrets;
 mod tools;
 mod workflow;
 
@@ -48,6 +49,10 @@ pub(crate) fn compile(
     lines: &[Line],
     ctx: &mut Ctx<'_>,
     tool_check: &dyn Fn(&str) -> Option<String>,
+    egress_check: &dyn Fn(
+        Option<&iterion_core::NetworkSpec>,
+        &iterion_core::net::NetRule,
+    ) -> Option<String>,
 ) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
@@ -379,6 +384,7 @@ pub(crate) fn compile(
         if let Some(w) =
             compile_workflow(wline, &nodes, &extra_edges, &vars, &schemas, &secrets, ctx)
         {
+            secrets::check(&w, ctx, egress_check);
             let mut declared = attachment_blocks.clone();
             declared.push(blocks::workflow_entries(wline, "attachments"));
             let attachment_decls = blocks::attachments(&declared, &w.vars, ctx);

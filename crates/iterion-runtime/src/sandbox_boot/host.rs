@@ -227,6 +227,10 @@ impl SandboxHost {
                     .collect()
             })
             .unwrap_or_default();
+        let bound: Vec<String> = secrets
+            .as_ref()
+            .map(|s| s.bound.iter().map(|b| b.name.clone()).collect())
+            .unwrap_or_default();
         let secrets_error = secrets.as_ref().err().map(ToString::to_string);
         // The root is made (0700, private) only for a run that has file
         // secrets, as before the decision existed.
@@ -270,6 +274,7 @@ impl SandboxHost {
                     Some(why) => Err(why),
                     None => Ok(&shapes),
                 },
+                bound_secrets: &bound,
             },
             repo: &repo,
             host: &host,

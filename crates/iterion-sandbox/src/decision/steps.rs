@@ -25,6 +25,7 @@ use crate::guards::check_noop_file_secrets;
 use crate::host::DriverOffer;
 use crate::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
 use crate::mounts::{PlanInputs, finalize_mounts_for_driver, plan_launch};
+use crate::secret_egress::{Placement, SecretEgressVerdict, secret_egress_verdict};
 use crate::spec::{BuiltSpec, SpecInputs, build_spec, source_label};
 use crate::verdict::{
     Availability, EgressVerdict, SandboxVerdict, egress_verdict, sandbox_verdict,
@@ -73,7 +74,13 @@ impl Decider<'_, '_> {
         Verdict::Refused(Refusal::new(refused, reason))
     }
 
-    fn host(&self, reason: String, degraded: bool) -> Verdict {
+    fn host(&mut self, reason: String, degraded: bool) -> Verdict {
+        // A host run holds its bound secrets plain, and says so.
+        if let SecretEgressVerdict::Plain { event } =
+            secret_egress_verdict(Mode::Auto, self.req.workflow.bound_secrets, Placement::Host)
+        {
+            self.decision.events.push(event);
+        }
         Verdict::Host { reason, degraded }
     }
 
@@ -405,6 +412,27 @@ impl Decider<'_, '_> {
             EgressVerdict::Advisory { event } => self.decision.events.push(event.clone()),
             EgressVerdict::Open | EgressVerdict::Enforced => {}
         }
+        // Step 15, bound secrets: placeholders only where the proxy can put
+        // the value back and the sandbox can trust its CA.
+        let secret_placeholders = match secret_egress_verdict(
+            self.decision.mode.mode,
+            req.workflow.bound_secrets,
+            Placement::Sandbox {
+                driver: driver.as_str(),
+                capabilities: caps,
+                egress: &selected.egress,
+            },
+        ) {
+            SecretEgressVerdict::Unbound => false,
+            SecretEgressVerdict::Placeholders => true,
+            SecretEgressVerdict::Plain { event } => {
+                self.decision.events.push(event);
+                false
+            }
+            SecretEgressVerdict::Refused { reason } => {
+                return self.refuse(Refused::Spec, reason);
+            }
+        };
         let run_files_cap = run_files_cap(&plan, &paths.run_files);
         Verdict::Sandbox(Box::new(SandboxPlan {
             driver,
@@ -413,6 +441,7 @@ impl Decider<'_, '_> {
             network: spec.network.clone(),
             egress: selected.egress,
             run_files_cap,
+            secret_placeholders,
         }))
     }
 }

@@ -88,6 +88,7 @@ struct Fixture {
     env: SandboxEnv,
     block: Option<Spec>,
     secrets: Vec<FileSecretShape>,
+    bound: Vec<String>,
     repo: RepoSnapshot,
     host: HostSnapshot,
     offers: Vec<DriverOffer>,
@@ -108,6 +109,7 @@ impl Fixture {
             env: SandboxEnv::default(),
             block: None,
             secrets: Vec::new(),
+            bound: Vec::new(),
             repo: RepoSnapshot {
                 workspace: WS.into(),
                 workspace_real: Some(WS.into()),
@@ -162,6 +164,7 @@ impl Fixture {
             workflow: WorkflowFacts {
                 sandbox: self.block.as_ref(),
                 file_secrets: Ok(&self.secrets),
+                bound_secrets: &self.bound,
             },
             repo: &self.repo,
             host: &self.host,
@@ -522,6 +525,7 @@ fn file_secrets_without_a_delivery_channel_are_refused_at_boot() {
         workflow: WorkflowFacts {
             sandbox: None,
             file_secrets: Err("secret \"GH\" is required but GH is not set on the host"),
+            bound_secrets: &[],
         },
         ..request(&f)
     });
@@ -538,6 +542,7 @@ fn request(f: &Fixture) -> DecisionRequest<'_> {
         workflow: WorkflowFacts {
             sandbox: f.block.as_ref(),
             file_secrets: Ok(&f.secrets),
+            bound_secrets: &f.bound,
         },
         repo: &f.repo,
         host: &f.host,
@@ -660,6 +665,57 @@ fn a_broken_devcontainer_refuses_auto_only() {
     });
     f.offers = offers(true);
     assert_eq!(f.decide().verdict_kind(), "sandbox");
+}
+
+/// Issue 17: a bound secret goes in as a placeholder only on a driver that
+/// installs the run's CA behind an egress proxy; else inline refuses and
+/// auto delivers it plain with `sandbox_secret_egress_unavailable`.
+#[test]
+fn bound_secrets_are_placeholders_only_where_the_proxy_can_serve_them() {
+    let network = NetworkSpec {
+        mode: Some(NetworkMode::Allowlist),
+        rules: vec!["api.example.com".parse().expect("rule")],
+        ..NetworkSpec::default()
+    };
+    let fixture = |mode: Mode, tls: bool, network: Option<NetworkSpec>| {
+        let mut f = Fixture::new();
+        f.block = Some(Spec {
+            mode,
+            image: Some("img:1".into()),
+            network,
+            ..Spec::default()
+        });
+        f.bound = vec!["API_KEY".into()];
+        let mut caps = docker_caps(true);
+        caps.tls_inspection = tls;
+        f.offers[0] = ready(DriverName::Docker, caps);
+        f
+    };
+    let d = fixture(Mode::Inline, true, Some(network.clone())).decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(plan.secret_placeholders);
+    assert!(!kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+    // No CA install on the driver: inline refuses, naming the secret.
+    let d = fixture(Mode::Inline, false, Some(network.clone())).decide();
+    assert_eq!(d.code(), Some("SANDBOX_SPEC_REFUSED"));
+    assert!(d.refusal_reason().is_some_and(|r| r.contains("API_KEY")));
+    // Auto on the same driver, or with an open network: plain, and said.
+    for (tls, net) in [(false, Some(network)), (true, None)] {
+        let d = fixture(Mode::Auto, tls, net).decide();
+        let Verdict::Sandbox(plan) = &d.verdict else {
+            panic!("sandbox expected: {d:#?}")
+        };
+        assert!(!plan.secret_placeholders);
+        assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+    }
+    // A host run (no engine) holds it plain too, and says so.
+    let mut f = fixture(Mode::Auto, true, None);
+    f.offers = offers(false);
+    let d = f.decide();
+    assert_eq!(d.verdict_kind(), "degraded");
+    assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
 }
 
 /// `worktree: auto` (facts §6.5): the repository's shared `.git` is bound

@@ -82,6 +82,7 @@ fn decide_in(
         workflow: WorkflowFacts {
             sandbox: block,
             file_secrets: Ok(&[]),
+            bound_secrets: &[],
         },
         repo: &snapshot,
         host: &host,
