@@ -30,6 +30,7 @@ use crate::claude_code::CliMcp;
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
+use crate::mcp::engine_tools::{CallServer, EngineListener, ListenerKind};
 use crate::mcp::listener::{GatewayGuard, RunGateway};
 use crate::mcp::{McpHub, NodeLauncher};
 use crate::provider::Message;
@@ -66,10 +67,35 @@ pub struct AgentBackends {
     /// Each live run's MCP listener (seed step 18), with its guard when
     /// this made it for a host run (a sandbox's is the booter's).
     gateways: Mutex<RunGateways>,
+    /// Each live run's ask-user and board listeners (seed step 18), the
+    /// same way.
+    engine_listeners: Mutex<EngineListeners>,
+    /// The board the `board.*` capabilities reach.
+    board: Arc<crate::tools::board::BoardStore>,
 }
 
 /// Each run's listener, and its guard when this process owns its life.
 type RunGateways = HashMap<RunId, (Arc<RunGateway>, Option<GatewayGuard>)>;
+/// Each run's ask-user and board listeners, the same way.
+type EngineListeners = HashMap<(RunId, ListenerKind), (Arc<EngineListener>, Option<GatewayGuard>)>;
+
+/// What a `claude_code` node holds on the run's listeners while it runs.
+#[derive(Default)]
+struct CliLease {
+    grant: Option<(Arc<RunGateway>, String)>,
+    calls: Vec<(Arc<EngineListener>, String)>,
+}
+
+impl CliLease {
+    fn release(&self) {
+        if let Some((gw, token)) = &self.grant {
+            gw.revoke(token);
+        }
+        for (l, id) in &self.calls {
+            l.unregister(id);
+        }
+    }
+}
 
 impl std::fmt::Debug for AgentBackends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,6 +114,10 @@ impl AgentBackends {
     /// must carry it at [`crate::runner::RUNNER_CONTAINER_PATH`].
     pub fn new(env: EnvSnapshot, runner_binary: Option<PathBuf>) -> Self {
         let facts = HostFacts::probe(&env);
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let board = Arc::new(crate::tools::board::BoardStore::new(
+            crate::tools::board::BoardStore::root_for(env.get("ITERION_STORE_DIR"), &cwd),
+        ));
         Self {
             env,
             facts,
@@ -100,24 +130,101 @@ impl AgentBackends {
             hubs: Mutex::new(HashMap::new()),
             ledger: None,
             gateways: Mutex::new(HashMap::new()),
+            engine_listeners: Mutex::new(HashMap::new()),
+            board,
         }
     }
 
     /// A `claude_code` node's MCP servers: started now (a failure is the
     /// node's, typed), wildcards expanded, a token minted on the run's
-    /// listener granting the tools its policy allows, and the CLI's
-    /// config. `None` when the node names no MCP tool.
+    /// listener granting the tools its policy allows; and, on an
+    /// interactive node, its `ask_user` on the run's ask-user listener.
+    /// The CLI's config and env, and what to release when the node ends;
+    /// `None` when it needs neither.
     async fn cli_mcp(
         &self,
         request: &AgentRequest,
         task: &mut AgentTask,
         run_log: &Arc<dyn seam::RunLog>,
         sandboxed: bool,
-    ) -> Result<Option<(CliMcp, Arc<RunGateway>, String)>, AgentError> {
+        ask: Option<Arc<dyn seam::AskHuman>>,
+    ) -> Result<Option<(CliMcp, CliLease)>, AgentError> {
         let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
-        if servers.is_empty() {
+        if servers.is_empty() && ask.is_none() {
             return Ok(None);
         }
+        let host = if sandboxed {
+            crate::mcp::listener::GATEWAY_HOST.to_owned()
+        } else {
+            "127.0.0.1".to_owned()
+        };
+        let mut lease = CliLease::default();
+        let mut env = BTreeMap::new();
+        let mut config = serde_json::json!({ "mcpServers": {} });
+        if !servers.is_empty() {
+            let (gateway, token) = self
+                .grant_servers(request, task, run_log, sandboxed, &servers)
+                .await?;
+            let owned: Vec<McpServerSpec> = servers.iter().map(|s| (*s).clone()).collect();
+            config = gateway.cli_config(&owned, &host);
+            env.insert(crate::mcp::listener::TOKEN_ENV.to_owned(), token.clone());
+            lease.grant = Some((gateway, token));
+        }
+        let board = seam::board_capabilities(&request.properties);
+        let mut calls = Vec::new();
+        if let Some(ask) = ask {
+            if !task.tools.is_empty() && !task.tools.iter().any(|t| t == "ask_user") {
+                task.tools.push("ask_user".to_owned());
+            }
+            calls.push((ListenerKind::AskUser, CallServer::Ask(ask)));
+        }
+        if !board.is_empty() {
+            if !task.tools.is_empty() {
+                task.tools
+                    .push(format!("mcp.{}.*", crate::tools::board::SERVER));
+            }
+            calls.push((
+                ListenerKind::Board,
+                CallServer::Board(self.board.clone(), Arc::new(board)),
+            ));
+        }
+        for (kind, server) in calls {
+            let listener = self
+                .engine_listener(&request.run_id, kind, sandboxed)
+                .await?;
+            let id = listener.register(server);
+            if let Some(map) = config["mcpServers"].as_object_mut() {
+                map.insert(
+                    kind.server_name().to_owned(),
+                    listener.cli_server(&id, &host),
+                );
+            }
+            env.insert(kind.token_env().to_owned(), listener.token().to_owned());
+            lease.calls.push((listener, id));
+        }
+        // The listeners are reached directly, never through the egress
+        // proxy (which resolves names on the host, where the alias means
+        // nothing).
+        let direct = format!("localhost,127.0.0.1,{}", crate::mcp::listener::GATEWAY_HOST);
+        env.insert("NO_PROXY".to_owned(), direct.clone());
+        env.insert("no_proxy".to_owned(), direct);
+        let mcp = CliMcp {
+            config: config.to_string(),
+            env,
+        };
+        Ok(Some((mcp, lease)))
+    }
+
+    /// Start `servers`, expand the node's wildcards and grant its allowed
+    /// tools on the run's MCP listener (a host run's made here).
+    async fn grant_servers(
+        &self,
+        request: &AgentRequest,
+        task: &mut AgentTask,
+        run_log: &Arc<dyn seam::RunLog>,
+        sandboxed: bool,
+        servers: &[&McpServerSpec],
+    ) -> Result<(Arc<RunGateway>, String), AgentError> {
         let owned: Vec<McpServerSpec> = servers.iter().map(|s| (*s).clone()).collect();
         let hub = self.hub_for(&request.run_id, Some(run_log));
         hub.ensure(&owned).await?;
@@ -140,15 +247,14 @@ impl AgentBackends {
             .lock()
             .ok()
             .and_then(|g| g.get(&request.run_id).map(|(gw, _)| gw.clone()));
-        let (gateway, host) = match (existing, sandboxed) {
-            (Some(gw), true) => (gw, crate::mcp::listener::GATEWAY_HOST.to_owned()),
+        let gateway = match (existing, sandboxed) {
+            (Some(gw), _) => gw,
             (None, true) => {
                 return Err(AgentError::McpServerFailed {
                     server: owned[0].name.clone(),
                     reason: "the run's sandbox started without an MCP listener".to_owned(),
                 });
             }
-            (Some(gw), false) => (gw, "127.0.0.1".to_owned()),
             (None, false) => {
                 // An unsandboxed CLI is a host process: loopback.
                 let (gw, guard) = RunGateway::start(
@@ -164,22 +270,52 @@ impl AgentBackends {
                 if let Ok(mut g) = self.gateways.lock() {
                     g.insert(request.run_id.clone(), (gw.clone(), Some(guard)));
                 }
-                (gw, "127.0.0.1".to_owned())
+                gw
             }
         };
         let token = gateway.grant(&owned, &allowed);
-        let mut env = BTreeMap::new();
-        env.insert(crate::mcp::listener::TOKEN_ENV.to_owned(), token.clone());
-        // The listener is reached directly, never through the egress proxy
-        // (which resolves names on the host, where the alias means nothing).
-        let direct = format!("localhost,127.0.0.1,{}", crate::mcp::listener::GATEWAY_HOST);
-        env.insert("NO_PROXY".to_owned(), direct.clone());
-        env.insert("no_proxy".to_owned(), direct);
-        let mcp = CliMcp {
-            config: gateway.cli_config(&owned, &host).to_string(),
-            env,
+        Ok((gateway, token))
+    }
+
+    /// The run's `kind` listener: the booter's in a sandbox (started
+    /// before the container, seed step 18), made on loopback for a host
+    /// run.
+    async fn engine_listener(
+        &self,
+        run: &RunId,
+        kind: ListenerKind,
+        sandboxed: bool,
+    ) -> Result<Arc<EngineListener>, AgentError> {
+        let key = (run.clone(), kind);
+        let existing = self
+            .engine_listeners
+            .lock()
+            .ok()
+            .and_then(|g| g.get(&key).map(|(l, _)| l.clone()));
+        let failed = |reason: String| AgentError::McpServerFailed {
+            server: kind.server_name().to_owned(),
+            reason,
         };
-        Ok(Some((mcp, gateway, token)))
+        match (existing, sandboxed) {
+            (Some(l), _) => Ok(l),
+            (None, true) => Err(failed(format!(
+                "the run's sandbox started without its {} listener",
+                kind.server_name()
+            ))),
+            (None, false) => {
+                let (l, guard) = EngineListener::start(
+                    kind,
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    false,
+                )
+                .await
+                .map_err(|e| failed(format!("cannot start the run's listener: {e}")))?;
+                if let Ok(mut g) = self.engine_listeners.lock() {
+                    g.insert(key, (l.clone(), Some(guard)));
+                }
+                Ok(l)
+            }
+        }
     }
 
     /// Record the MCP server processes this starts in `ledger` (the
@@ -220,16 +356,36 @@ impl AgentBackends {
         request: &AgentRequest,
         task: &mut AgentTask,
         log: &Arc<dyn seam::RunLog>,
+        ask: Option<Arc<dyn seam::AskHuman>>,
     ) -> Result<Option<NodeLauncher<'_>>, AgentError> {
         let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
         let wants_privacy = task
             .tools
             .iter()
             .any(|t| crate::tools::privacy::is_privacy_tool(t));
-        if servers.is_empty() && !wants_privacy {
+        let board = seam::board_capabilities(&request.properties);
+        if servers.is_empty() && !wants_privacy && ask.is_none() && board.is_empty() {
             return Ok(None);
         }
         let mut specs = Vec::new();
+        if !board.is_empty() {
+            // The tools the capabilities unlock, offered as listed.
+            for spec in crate::tools::board::specs(&board) {
+                if !task.tools.contains(&spec.name) {
+                    task.tools.push(spec.name.clone());
+                }
+                specs.push(spec);
+            }
+        }
+        let board = (!board.is_empty()).then(|| (self.board.clone(), board));
+        if ask.is_some() {
+            // An interactive node may ask, listed or not (upstream
+            // registers the tool whenever interaction is on).
+            if !task.tools.iter().any(|t| t == "ask_user") {
+                task.tools.push("ask_user".to_owned());
+            }
+            specs.push(crate::mcp::engine_tools::tool_spec());
+        }
         let hub = if servers.is_empty() {
             None
         } else {
@@ -252,6 +408,8 @@ impl AgentBackends {
         Ok(Some(NodeLauncher {
             hub,
             privacy,
+            ask,
+            board,
             specs,
         }))
     }
@@ -388,6 +546,16 @@ impl AgentBackends {
         let mut kept = Vec::new();
         for name in &task.tools {
             match crate::tools::classify(name) {
+                Some(crate::tools::ToolClass::Mcp { server, .. })
+                    if server == crate::tools::board::SERVER =>
+                {
+                    // The engine's board: what the capabilities unlock.
+                    let caps = seam::board_capabilities(properties);
+                    placeholders.extend(crate::tools::board::specs(&caps));
+                    if !name.ends_with(".*") {
+                        kept.push(name.clone());
+                    }
+                }
                 Some(crate::tools::ToolClass::Mcp { server, tool }) => {
                     if !mcp_servers.contains(&server) {
                         return Err(AgentError::ToolRefused {
@@ -405,6 +573,11 @@ impl AgentBackends {
                         });
                         kept.push(name.clone());
                     }
+                }
+                Some(crate::tools::ToolClass::AskUser) => {
+                    // Served on an interactive node (the engine's call).
+                    placeholders.push(crate::mcp::engine_tools::tool_spec());
+                    kept.push(name.clone());
                 }
                 Some(crate::tools::ToolClass::Privacy) => {
                     placeholders.extend(
@@ -578,7 +751,7 @@ impl seam::AgentRunner for AgentBackends {
         let _guard = cancel.clone().drop_guard();
         let launcher = match backend {
             BackendName::Claw => self
-                .node_launcher(&request, &mut task, &cx.run_log)
+                .node_launcher(&request, &mut task, &cx.run_log, cx.ask.clone())
                 .await
                 .map_err(|e| {
                     sink.emit(EventKind::DelegateError {
@@ -595,7 +768,7 @@ impl seam::AgentRunner for AgentBackends {
         };
         let cli = match backend {
             BackendName::ClaudeCode => self
-                .cli_mcp(&request, &mut task, &run_log, sandboxed)
+                .cli_mcp(&request, &mut task, &run_log, sandboxed, cx.ask.clone())
                 .await
                 .map_err(|e| to_seam(e, backend.as_str()))?,
             _ => None,
@@ -605,12 +778,12 @@ impl seam::AgentRunner for AgentBackends {
             facts: self.facts,
             sink: &sink,
             launcher: launcher.as_ref().map(|l| l as &dyn crate::LauncherTools),
-            cli_mcp: cli.as_ref().map(|(m, _, _)| m.clone()),
+            cli_mcp: cli.as_ref().map(|(m, _)| m.clone()),
             cancel,
         };
         let out = run_agent(&task, backend, placement, &ctx).await;
-        if let Some((_, gateway, token)) = &cli {
-            gateway.revoke(token);
+        if let Some((_, lease)) = &cli {
+            lease.release();
         }
         let out = out.map_err(|e| to_seam(e, backend.as_str()))?;
         self.record_spending(
@@ -693,6 +866,15 @@ impl seam::AgentRunner for AgentBackends {
         // A host run's listener stops here; a sandbox's with its teardown.
         let gateway = self.gateways.lock().ok().and_then(|mut g| g.remove(run));
         drop(gateway);
+        let listeners: Vec<_> = self
+            .engine_listeners
+            .lock()
+            .map(|mut g| {
+                let keys: Vec<_> = g.keys().filter(|(r, _)| r == run).cloned().collect();
+                keys.into_iter().filter_map(|k| g.remove(&k)).collect()
+            })
+            .unwrap_or_default();
+        drop(listeners);
     }
 }
 
@@ -705,34 +887,63 @@ impl seam::GatewayListeners for AgentBackends {
         address: std::net::IpAddr,
         freebind: bool,
     ) -> Result<Option<seam::GatewayHandle>, String> {
-        // Only a CLI in the box needs it: claw calls come back over the
+        // Only a CLI in the box needs them: claw calls come back over the
         // runner channel.
-        let wanted = needs.nodes.iter().any(|n| {
-            !n.mcp_servers.is_empty()
-                && resolve_backend(
-                    BackendInputs {
-                        node: n.backend.as_deref(),
-                        workflow_default: needs.default_backend.as_deref(),
-                    },
-                    &self.env,
-                    &self.facts,
-                )
-                .is_ok_and(|r| r.name == BackendName::ClaudeCode)
-        });
-        if !wanted {
+        let is_cli = |n: &seam::ListenerNode| {
+            resolve_backend(
+                BackendInputs {
+                    node: n.backend.as_deref(),
+                    workflow_default: needs.default_backend.as_deref(),
+                },
+                &self.env,
+                &self.facts,
+            )
+            .is_ok_and(|r| r.name == BackendName::ClaudeCode)
+        };
+        let wants_mcp = needs
+            .nodes
+            .iter()
+            .any(|n| !n.mcp_servers.is_empty() && is_cli(n));
+        let wants_ask = needs.nodes.iter().any(|n| n.interactive && is_cli(n));
+        let wants_board = needs.nodes.iter().any(|n| !n.board.is_empty() && is_cli(n));
+        let mut ports = Vec::new();
+        let mut guards = Vec::new();
+        if wants_mcp {
+            let hub = self.hub_for(run, None);
+            let (gw, guard) = RunGateway::start(hub, address, freebind)
+                .await
+                .map_err(|e| format!("cannot start the run's MCP listener on {address}: {e}"))?;
+            ports.push(gw.port());
+            guards.push(guard);
+            if let Ok(mut g) = self.gateways.lock() {
+                g.insert(run.clone(), (gw, None));
+            }
+        }
+        let kinds = [
+            (wants_ask, ListenerKind::AskUser),
+            (wants_board, ListenerKind::Board),
+        ];
+        for (_, kind) in kinds.into_iter().filter(|(w, _)| *w) {
+            let (l, guard) = EngineListener::start(kind, address, freebind)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot start the run's {} listener on {address}: {e}",
+                        kind.server_name()
+                    )
+                })?;
+            ports.push(l.port());
+            guards.push(guard);
+            if let Ok(mut g) = self.engine_listeners.lock() {
+                g.insert((run.clone(), kind), (l, None));
+            }
+        }
+        if ports.is_empty() {
             return Ok(None);
         }
-        let hub = self.hub_for(run, None);
-        let (gw, guard) = RunGateway::start(hub, address, freebind)
-            .await
-            .map_err(|e| format!("cannot start the run's MCP listener on {address}: {e}"))?;
-        let port = gw.port();
-        if let Ok(mut g) = self.gateways.lock() {
-            g.insert(run.clone(), (gw, None));
-        }
         Ok(Some(seam::GatewayHandle {
-            ports: vec![port],
-            guard: Box::new(guard),
+            ports,
+            guard: Box::new(guards),
         }))
     }
 }

@@ -505,7 +505,7 @@ impl Engine {
             &bounds,
             watchdog,
         );
-        cx.human = self.human.as_deref();
+        cx.human = self.human.clone();
         let stop = match start {
             Start::Fresh => cx.run_graph(cancel).await,
             Start::Resume {
