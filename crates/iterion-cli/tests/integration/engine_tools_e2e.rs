@@ -70,7 +70,15 @@ fn pause_and_answer(engine: Engine, sandboxed: bool, backend: &str) {
         },
         json!({"question": "Which colour?"}),
     );
-    let prov = Provider::start(vec![ask.clone(), ask, Turn::text("{\"colour\": \"blue\"}")]);
+    let mut turns = vec![ask.clone(), ask];
+    if backend == "claw" {
+        turns.push(Turn::text("{\"colour\": \"blue\"}"));
+    } else {
+        // The CLI answers a schema through its structured-output tool.
+        turns.push(Turn::Answer(json!({"colour": "blue"})));
+        turns.push(Turn::text("done"));
+    }
+    let prov = Provider::start(turns);
     let sb = prov.sandbox(engine);
     let image = if backend == "claw" {
         busybox()
