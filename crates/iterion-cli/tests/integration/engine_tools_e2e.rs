@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::agents_e2e::Provider;
 use crate::egress_e2e::host_ip;
-use crate::support::{Engine, Sandbox, busybox, leftovers, of_type};
+use crate::support::{Engine, busybox, leftovers, of_type};
 
 fn sandbox_block(engine: Option<Engine>, image: &str) -> String {
     match engine {
