@@ -1,4 +1,4 @@
-//! Flags and verbs, exactly as `shared/SPEC.md` §2 names them.
+//! Flags and verbs, exactly as `docs/reference/SPEC.md` §2 names them.
 
 use std::path::PathBuf;
 
@@ -126,6 +126,59 @@ pub struct RunArgs {
     /// (`paused_waiting_human`) for `iterion resume`.
     #[arg(long)]
     pub no_interactive: bool,
+    // attachments and presets
+    /// Attach a file to the run, `NAME=PATH` (repeatable): NAME is declared
+    /// in the workflow's `attachments:`; the file is stored with the run and
+    /// read by nodes as `{{attachments.NAME}}`.
+    #[arg(long = "attach", value_name = "NAME=PATH")]
+    pub attach: Vec<String>,
+    /// Apply the workflow's named preset (`presets:`) before `--var`.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    // ---- `worktree: auto` (upstream's four flags; ignored otherwise) ----
+    /// Where the run's commits are merged at the end: `current` (or empty,
+    /// the default) = the branch checked out when the run started, `none` =
+    /// no merge (the run's branch only), or a branch name (it must be the
+    /// checked-out branch then).
+    #[arg(long, value_name = "BRANCH", value_parser = parse_merge_into)]
+    pub merge_into: Option<iterion_runtime::worktree::MergeInto>,
+    /// The branch the run's commits are kept on (default
+    /// `iterion/run/<run-id>`; a taken name gets a `-N` suffix).
+    #[arg(long, value_name = "NAME", value_parser = parse_branch_name)]
+    pub branch_name: Option<String>,
+    /// How the commits land on the merge target: `squash` (default, one
+    /// commit) or `merge` (fast-forward only, history kept).
+    #[arg(long, value_enum, value_name = "STRATEGY")]
+    pub merge_strategy: Option<MergeStrategyFlag>,
+    /// Merge at the end of the run (`--auto-merge=false`: the branch only,
+    /// the merge left to you).
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value_t = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub auto_merge: bool,
+}
+
+/// `--merge-strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MergeStrategyFlag {
+    /// One commit on the target.
+    Squash,
+    /// Fast-forward only.
+    Merge,
+}
+
+fn parse_merge_into(raw: &str) -> Result<iterion_runtime::worktree::MergeInto, String> {
+    raw.parse()
+}
+
+fn parse_branch_name(raw: &str) -> Result<String, String> {
+    iterion_runtime::worktree::validate_branch_name(raw).map(|()| raw.to_owned())
 }
 
 /// `iterion resume`.

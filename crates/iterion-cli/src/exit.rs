@@ -1,4 +1,4 @@
-//! The one exit-code table of the `iterion` command (`shared/SPEC.md` §2).
+//! The one exit-code table of the `iterion` command (`docs/reference/SPEC.md` §2).
 //!
 //! | code | meaning |
 //! |------|---------|

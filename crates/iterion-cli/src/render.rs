@@ -1,7 +1,7 @@
 //! Human rendering of a run's events: a live view on a terminal (a
 //! spinner with the current step and elapsed time, a bar while an image is
 //! pulled) and plain lines otherwise. Rendering reads events; it never
-//! drives the run (shared/ARCHITECTURE.md, data flow). Every line it prints
+//! drives the run (ARCHITECTURE.md, "One run, walked"). Every line it prints
 //! passes through `iterion_core::display::printable`: event data is
 //! run-supplied (node ids, host names, errors) and must not drive the
 //! terminal.
@@ -296,6 +296,39 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
                 .map_or_else(String::new, |b| format!(" ({})", iterion_core::ByteSize(b))),
             s(d, "detail")
         ),
+        "worktree_created" => format!(
+            "worktree: {} (from {} at {})",
+            s(d, "path"),
+            d.get("branch")
+                .and_then(Value::as_str)
+                .unwrap_or("a detached HEAD"),
+            short(s(d, "base_commit"))
+        ),
+        "worktree_finalized" => match d.get("final_branch").and_then(Value::as_str) {
+            Some(branch) => format!(
+                "worktree: commits on {branch}, merge {}{}{}",
+                s(d, "merge_status"),
+                d.get("merged_into")
+                    .and_then(Value::as_str)
+                    .map_or_else(String::new, |t| format!(" into {t}")),
+                d.get("reason")
+                    .and_then(Value::as_str)
+                    .map_or_else(String::new, |r| format!(" ({r})"))
+            ),
+            None => format!(
+                "worktree: {}",
+                d.get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no branch")
+            ),
+        },
+        "worktree_branch_failed" => format!(
+            "worktree: WARNING no branch for commit {} ({}): {}",
+            s(d, "sha"),
+            s(d, "reason"),
+            s(d, "error")
+        ),
+        "worktree_kept" => format!("worktree kept ({}): {}", s(d, "reason"), s(d, "path")),
         "run_finished" => "run finished".into(),
         "run_failed" => format!(
             "run {} ({}): {}",
@@ -304,9 +337,29 @@ fn describe_raw(event: &EventRecord) -> Option<String> {
             s(d, "error")
         ),
         "run_cancelled" => format!("run cancelled: {}", s(d, "reason")),
+        "run_attachment_lost" => format!(
+            "attachment {} LOST{}: {}",
+            s(d, "name"),
+            if d["required"] == true {
+                " (required)"
+            } else {
+                ""
+            },
+            s(d, "reason")
+        ),
+        "sandbox_attachments_copied" => format!(
+            "attachments: {} file(s), {} bytes copied into the sandbox",
+            num(d, "count"),
+            num(d, "bytes")
+        ),
         "sandbox_image_pull" => return None,
         other => format!("{other} {}", compact(d)),
     })
+}
+
+/// A commit id, abbreviated as git does.
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
 }
 
 /// A number field, 0 when absent.

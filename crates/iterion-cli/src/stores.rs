@@ -1,4 +1,4 @@
-//! Picks the run store `ITERION_STORE` names (`shared/SPEC.md` §2): a
+//! Picks the run store `ITERION_STORE` names (`docs/reference/SPEC.md` §2): a
 //! `postgres://`/`postgresql://` URL → the PostgreSQL twin, anything else a
 //! directory → the embedded SQLite store (default `.iterion` under the
 //! current directory). A PostgreSQL URL may name its schema with

@@ -33,9 +33,24 @@ pub fn compile_source(source: String, path: &Path) -> Loaded {
         path,
         &iterion_dsl::Checks {
             tool: &iterion_agent::tools::unknown_tool_reason,
+            egress: &egress_binding_refusal,
         },
     );
     Loaded { source, compiled }
+}
+
+/// Why no request to a secret's `egress:` host could pass the workflow's
+/// `network:` block (`C325`), as the egress policy decides it.
+fn egress_binding_refusal(
+    network: Option<&iterion_dsl::NetworkSpec>,
+    rule: &iterion_core::net::NetRule,
+) -> Option<String> {
+    match iterion_netproxy::Policy::from_spec(network) {
+        Ok(policy) => policy.binding_reachable(rule).err(),
+        // A shipped preset that does not compile is a defect the run's
+        // boot refuses; the compile check stays silent on it.
+        Err(_) => None,
+    }
 }
 
 /// Read and compile a file that must hold one valid workflow; anything

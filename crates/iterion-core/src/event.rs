@@ -2,9 +2,9 @@
 //!
 //! The runtime emits typed [`EventKind`]s; stores persist the generic
 //! [`EventRecord`] envelope `{seq, timestamp, type, run_id, node_id, data}`
-//! of `shared/SPEC.md` §3, so a store never needs to know every event.
+//! of `docs/reference/SPEC.md` §3, so a store never needs to know every event.
 //! Names and payload fields follow facts §8; where the sources leave a
-//! payload open, `shared/SPEC.md` §3 fixes it.
+//! payload open, `docs/reference/SPEC.md` §3 fixes it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -136,6 +136,14 @@ pub enum EventKind {
         reason: String,
     },
     RunInterrupted {
+        reason: String,
+    },
+    /// An attachment the run was launched with cannot be provided (its
+    /// bytes gone from the store, unreadable, or changed since stored):
+    /// fatal when it is declared `required: true` (ADR-143 R12).
+    RunAttachmentLost {
+        name: String,
+        required: bool,
         reason: String,
     },
     /// Cloud mode: a runner took the run's lease for one delivery of its
@@ -415,6 +423,19 @@ pub enum EventKind {
         reason: String,
         rule: Option<String>,
         node_id: Option<String>,
+        /// The bound secret whose placeholder a request carried to a host
+        /// it is not bound to (reason `secret_exfiltration`); its name,
+        /// never its value (issue 17).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+    },
+    /// Secrets bound to egress hosts (`egress:`) that this run delivers as
+    /// their plain value, since the run cannot put a placeholder back
+    /// (`auto` on a driver without TLS inspection, an open network, no
+    /// sandbox): names only (issue 17).
+    SandboxSecretEgressUnavailable {
+        secrets: Vec<String>,
+        reason: String,
     },
     // ---- bounds (issue 19 #5, #6) ----------------------------------------
     /// A containment bound stopped something: `limit` is `memory` (the
@@ -551,6 +572,52 @@ pub enum EventKind {
         used: f64,
         limit: f64,
     },
+    // ---- worktree: auto (upstream pkg/runtime/worktree.go) -------------
+    /// The run's fresh git worktree was created (before the run record):
+    /// `branch` is the checked-out branch of the repository at start
+    /// (`None`: detached HEAD, nothing to merge into by default), `dirty`
+    /// says the repository had uncommitted tracked changes, which the
+    /// worktree does not carry.
+    WorktreeCreated {
+        path: String,
+        repo_root: String,
+        base_commit: String,
+        branch: Option<String>,
+        dirty: bool,
+    },
+    /// A finished run's worktree was promoted: `final_commit`/`final_branch`
+    /// are unset when the run made no commit; `merge_status` is `pending`
+    /// (`--auto-merge=false`), `merged`, `skipped` (`--merge-into none`, no
+    /// branch to merge into, no commits) or `failed` (`reason` says why; the
+    /// branch is kept); `removed` says the worktree directory is gone (it
+    /// is kept while it holds uncommitted work).
+    WorktreeFinalized {
+        final_commit: Option<String>,
+        final_branch: Option<String>,
+        merge_status: String,
+        merged_into: Option<String>,
+        merged_commit: Option<String>,
+        reason: Option<String>,
+        removed: bool,
+    },
+    /// The run's commits could not be put on a branch (upstream's
+    /// `worktree_branch_failed`): `sha` is the commit to recover with `git
+    /// branch <name> <sha>`, `reason` a token (`invalid_name`,
+    /// `git_branch_failed`), `branch` the name tried; the worktree is kept
+    /// so the commits stay reachable.
+    WorktreeBranchFailed {
+        sha: String,
+        reason: String,
+        branch: String,
+        error: String,
+    },
+    /// The run's worktree stays for inspection or a resume (the run did
+    /// not finish, or it holds uncommitted work): `reason` is the run's
+    /// status or `uncommitted_changes`.
+    WorktreeKept {
+        path: String,
+        reason: String,
+    },
 }
 
 impl EventKind {
@@ -563,6 +630,7 @@ impl EventKind {
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
             Self::RunInterrupted { .. } => "run_interrupted",
+            Self::RunAttachmentLost { .. } => "run_attachment_lost",
             Self::RunClaimed { .. } => "run_claimed",
             Self::RunReleased { .. } => "run_released",
             Self::HumanInputRequested { .. } => "human_input_requested",
@@ -602,6 +670,7 @@ impl EventKind {
             Self::SandboxReaped { .. } => "sandbox_reaped",
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::SandboxSecretEgressUnavailable { .. } => "sandbox_secret_egress_unavailable",
             Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
             Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
             Self::LlmRequest { .. } => "llm_request",
@@ -617,6 +686,10 @@ impl EventKind {
             Self::SandboxClawRoutedViaRunner { .. } => "sandbox_claw_routed_via_runner",
             Self::BudgetWarning { .. } => "budget_warning",
             Self::BudgetExceeded { .. } => "budget_exceeded",
+            Self::WorktreeCreated { .. } => "worktree_created",
+            Self::WorktreeFinalized { .. } => "worktree_finalized",
+            Self::WorktreeBranchFailed { .. } => "worktree_branch_failed",
+            Self::WorktreeKept { .. } => "worktree_kept",
         }
     }
 }
@@ -701,6 +774,7 @@ mod tests {
             reason: "blocked-by-allowlist".into(),
             rule: None,
             node_id: Some("probe".into()),
+            secret: None,
         };
         let draft: EventDraft = kind.clone().into();
         assert_eq!(draft.kind, kind.name());

@@ -181,6 +181,9 @@ pub enum FailureCode {
     /// the agents' token/cost bounds) was reached (upstream's
     /// `BUDGET_EXCEEDED`).
     BudgetExceeded,
+    /// A `required: true` attachment of the run cannot be provided
+    /// (`run_attachment_lost`): the same store fails the same way.
+    AttachmentLost,
 }
 
 impl FailureCode {
@@ -206,6 +209,7 @@ impl FailureCode {
             Self::StoreError => "STORE_ERROR",
             Self::Timeout => "TIMEOUT",
             Self::BudgetExceeded => "BUDGET_EXCEEDED",
+            Self::AttachmentLost => "ATTACHMENT_LOST",
         }
     }
 
@@ -224,7 +228,8 @@ impl FailureCode {
             | Self::SandboxSpecRefused
             | Self::WorkflowFailed
             | Self::LoopLimitExceeded
-            | Self::BudgetExceeded => Disposition::Deterministic,
+            | Self::BudgetExceeded
+            | Self::AttachmentLost => Disposition::Deterministic,
             Self::NodeFailed | Self::NoOutgoingEdge => Disposition::Reexecutable,
             Self::SandboxStartFailed | Self::StoreError | Self::Timeout => Disposition::Transient,
             Self::Cancelled => Disposition::Deterministic,

@@ -30,6 +30,7 @@ macro_rules! serde_via_parser {
 }
 
 pub mod agent;
+pub mod attachment;
 pub mod capabilities;
 pub mod display;
 pub mod driver;

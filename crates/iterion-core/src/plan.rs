@@ -187,6 +187,10 @@ pub enum MountOrigin {
     Bundle,
     /// The worktree's repository `.git`.
     WorktreeGit,
+    /// A read-only bind over what of that `.git` the host's git executes
+    /// from (`config`, `hooks`): a sandbox that could write them would run
+    /// its code on the host at the operator's next git command.
+    WorktreeGitGuard,
     /// A per-run secret file.
     SecretFile,
     /// An empty read-only directory laid over an iterion area (the run

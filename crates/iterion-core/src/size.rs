@@ -1,5 +1,5 @@
 //! Byte sizes as operators write them: `N`, `NKiB`, `NMiB`, `NGiB`, and the
-//! short `K`/`M`/`G` (powers of 1024, `shared/SPEC.md` §4).
+//! short `K`/`M`/`G` (powers of 1024, `docs/reference/SPEC.md` §4).
 
 use std::fmt;
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::ByteStream;
+use crate::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use crate::event::{EventDraft, EventRecord};
 use crate::failure::{Disposition, FailureCode, RunStatus};
 use crate::id::RunId;
@@ -656,6 +657,30 @@ pub trait RunStore: Send + Sync {
     /// The drain record, if any drain ran.
     async fn get_drain(&self, run: &RunId) -> Result<Option<DrainRecord>, StoreError>;
 
+    // ---- attachments (issue 14 item 5) ----------------------------------
+    /// Store a run's attachment `name` as `file`, metering against `cap`
+    /// ([`crate::attachment::ATTACHMENT_CAP`] from the CLI). Never leaves a
+    /// partial attachment visible; over the cap, nothing is kept; a second
+    /// put of a name replaces it whole.
+    async fn put_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+        file: &AttachmentFile,
+        content: ByteStream,
+        cap: u64,
+    ) -> Result<AttachmentPut, StoreError>;
+    /// Attachments of a run, sorted by name.
+    async fn list_attachments(&self, run: &RunId) -> Result<Vec<AttachmentRecord>, StoreError>;
+    /// Stream an attachment's content ([`StoreError::FileNotFound`] naming
+    /// `attachment NAME` when the run has none of that name). Readers check
+    /// it with [`FileCheck::finish_attachment`].
+    async fn get_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+    ) -> Result<ByteStream, StoreError>;
+
     /// Every run, newest first: [`RunStore::list_runs`] page after page
     /// (what `iterion runs` and the studio's `/api/runs` list).
     async fn list_all_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
@@ -703,13 +728,23 @@ impl FileCheck {
 
     /// Whether everything read matches `record`.
     pub fn finish(self, record: &RunFileRecord) -> Result<(), StoreError> {
+        self.finish_as(record.path.as_str(), record.size, &record.sha256)
+    }
+
+    /// Whether everything read matches an attachment's record.
+    pub fn finish_attachment(self, record: &AttachmentRecord) -> Result<(), StoreError> {
+        let what = format!("attachment {}", record.name);
+        self.finish_as(&what, record.size, &record.sha256)
+    }
+
+    fn finish_as(self, path: &str, size: u64, expected_sha256: &str) -> Result<(), StoreError> {
         use sha2::Digest as _;
         let sha256 = hex::encode(self.hasher.finalize());
-        if self.size != record.size || sha256 != record.sha256 {
+        if self.size != size || sha256 != expected_sha256 {
             return Err(StoreError::Tampered {
-                path: record.path.to_string(),
-                expected_size: record.size,
-                expected_sha256: record.sha256.clone(),
+                path: path.to_owned(),
+                expected_size: size,
+                expected_sha256: expected_sha256.to_owned(),
                 actual_size: self.size,
                 actual_sha256: sha256,
             });

@@ -1,6 +1,6 @@
 //! The machine-readable views of the run store: the documents that
 //! `iterion runs --json` and `iterion files --json` print and that
-//! `iterion studio` serves under `/api/` (`shared/SPEC.md` §2). One shape
+//! `iterion studio` serves under `/api/` (`docs/reference/SPEC.md` §2). One shape
 //! in one home, so the CLI and the web API cannot drift apart; events need
 //! no view, their envelope is [`EventRecord`](crate::EventRecord) itself.
 //!

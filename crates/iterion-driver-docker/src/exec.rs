@@ -14,7 +14,7 @@ use futures_util::{Stream, StreamExt};
 use iterion_core::{DriverError, ExecSession, OutputChunk, OutputStream};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::run::DockerRun;
+use crate::container::Container;
 
 /// Variable marking every process of one exec (inherited by children).
 pub(crate) const EXEC_MARKER_ENV: &str = "ITERION_EXEC_ID";
@@ -39,7 +39,7 @@ type Input = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// A running exec.
 pub struct DockerExec {
-    run: DockerRun,
+    target: Container,
     id: String,
     marker: String,
     user: Option<String>,
@@ -58,14 +58,14 @@ impl std::fmt::Debug for DockerExec {
 
 impl DockerExec {
     pub(crate) async fn start(
-        run: DockerRun,
+        target: Container,
         id: String,
         marker: String,
         user: Option<String>,
         stdin: bool,
     ) -> Result<Box<dyn ExecSession>, DriverError> {
-        let started = run
-            .driver_client()
+        let started = target
+            .client()
             .start_exec(
                 &id,
                 Some(StartExecOptions {
@@ -75,7 +75,7 @@ impl DockerExec {
                 }),
             )
             .await
-            .map_err(|e| run.map_err("start exec", e))?;
+            .map_err(|e| target.map_err("start exec", e))?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(DriverError::Engine {
                 operation: "start exec",
@@ -83,7 +83,7 @@ impl DockerExec {
             });
         };
         Ok(Box::new(Self {
-            run,
+            target,
             id,
             marker,
             user,
@@ -108,7 +108,7 @@ impl ExecSession for DockerExec {
                 }
                 Some(Err(e)) => {
                     self.done = true;
-                    return Some(Err(crate::driver::engine_err("read exec output")(e)));
+                    return Some(Err(crate::engine::engine_err("read exec output")(e)));
                 }
                 Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
                     return Some(Ok(OutputChunk {
@@ -174,15 +174,15 @@ impl ExecSession for DockerExec {
             user: self.user.clone(),
             ..CreateExecOptions::default()
         };
-        let docker = self.run.driver_client();
+        let docker = self.target.client();
         let created = docker
-            .create_exec(self.run.container_name(), options)
+            .create_exec(self.target.name.as_str(), options)
             .await
-            .map_err(|e| self.run.map_err("create kill exec", e))?;
+            .map_err(|e| self.target.map_err("create kill exec", e))?;
         let started = docker
             .start_exec(&created.id, None)
             .await
-            .map_err(|e| self.run.map_err("start kill exec", e))?;
+            .map_err(|e| self.target.map_err("start kill exec", e))?;
         if let StartExecResults::Attached { mut output, .. } = started {
             while output.next().await.is_some() {}
         }
@@ -201,14 +201,14 @@ impl ExecSession for DockerExec {
         let mut delay = Duration::from_millis(2);
         for _ in 0..200 {
             let inspect = self
-                .run
-                .driver_client()
+                .target
+                .client()
                 .inspect_exec(&self.id)
                 .await
-                .map_err(|e| self.run.map_err("inspect exec", e))?;
+                .map_err(|e| self.target.map_err("inspect exec", e))?;
             if inspect.running != Some(true) {
                 return inspect.exit_code.ok_or_else(|| DriverError::ContainerGone {
-                    container: self.run.container_name().to_owned(),
+                    container: self.target.name.clone(),
                 });
             }
             tokio::time::sleep(delay).await;

@@ -13,7 +13,7 @@ use iterion_core::driver::{HostFootprint, UidMapping};
 use iterion_core::{DriverError, LaunchPlan};
 use iterion_sandbox::binds::{HostBindSettings, recheck_plan_binds};
 
-use crate::driver::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// Bound of the `/info` question (Podman 4.3 takes one to three seconds
 /// to answer it here).

@@ -44,7 +44,7 @@ use iterion_sandbox::identity::{
     names_root, parse_guard_status, parse_status, resolve_user,
 };
 
-use crate::driver::{DockerDriver, engine_err};
+use crate::engine::{Engine, engine_err};
 
 /// The numeric identity a sandbox runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,12 +91,11 @@ pub(crate) struct Resolved {
 /// Step 1: who `plan` runs as under its host-root guard (a plan needing a
 /// guard and naming none is refused).
 pub(crate) async fn resolve(
-    driver: &DockerDriver,
+    driver: &Engine,
     image: &str,
     plan: &LaunchPlan,
     labels: &std::collections::HashMap<String, String>,
 ) -> Result<Resolved, DriverError> {
-    use iterion_core::Driver;
     let spec_user = plan
         .user
         .as_deref()
@@ -164,7 +163,7 @@ pub(crate) async fn resolve(
 
 /// `user` as a numeric `uid:gid`: a name through the image's own accounts.
 async fn numeric_user(
-    driver: &DockerDriver,
+    driver: &Engine,
     image: &str,
     user: &str,
     labels: &std::collections::HashMap<String, String>,
@@ -188,7 +187,7 @@ async fn numeric_user(
 }
 
 /// The image's own default user (`USER`), empty for root.
-async fn image_user(driver: &DockerDriver, image: &str) -> Result<String, DriverError> {
+async fn image_user(driver: &Engine, image: &str) -> Result<String, DriverError> {
     let inspected = driver
         .client()
         .inspect_image(image)
@@ -206,7 +205,7 @@ async fn image_user(driver: &DockerDriver, image: &str) -> Result<String, Driver
 /// container that is created and removed without ever starting (a missing
 /// file reads as empty).
 async fn image_accounts(
-    driver: &DockerDriver,
+    driver: &Engine,
     image: &str,
     labels: &std::collections::HashMap<String, String>,
     with_group: bool,
@@ -237,7 +236,7 @@ async fn image_accounts(
 
 /// One file of a created container (empty when it has no such file).
 async fn container_file(
-    driver: &DockerDriver,
+    driver: &Engine,
     container: &str,
     image: &str,
     path: &str,
@@ -257,7 +256,7 @@ async fn container_file(
                     break;
                 }
             }
-            Err(e) if crate::driver::status_of(&e) == Some(404) => return Ok(String::new()),
+            Err(e) if crate::engine::status_of(&e) == Some(404) => return Ok(String::new()),
             Err(e) => return Err(engine_err("download archive")(e)),
         }
     }
@@ -281,7 +280,7 @@ async fn container_file(
     Ok(String::new())
 }
 
-async fn remove_quiet(driver: &DockerDriver, id: &str) {
+async fn remove_quiet(driver: &Engine, id: &str) {
     let _ = driver
         .client()
         .remove_container(

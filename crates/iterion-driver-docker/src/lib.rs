@@ -40,22 +40,28 @@
 //! - `ITERION_SANDBOX_DOCKER_BINDS=none`: force bindless mode on a local engine.
 
 mod build;
+mod container;
+mod create;
 mod driver;
+mod endpoint;
+mod engine;
 mod exec;
 mod firewall;
 mod footprint;
 mod identity;
+mod labels;
+mod managed;
 mod rawlist;
 mod run;
 mod security;
 pub mod settings;
 mod tarfix;
 
-pub use driver::{
-    DockerDriver, Endpoint, MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL, STORE_LABEL,
-};
+pub use driver::DockerDriver;
+pub use endpoint::Endpoint;
 pub use exec::DockerExec;
 pub use firewall::{EgressHostSupport, RULES_SUMMARY, egress_host_support};
+pub use labels::{MANAGED_LABEL, RUN_ID_LABEL, RUN_NAME_LABEL, STORE_LABEL};
 pub use run::{DockerRun, drain_len};
 pub use security::SANDBOX_CAPABILITIES;
 pub use settings::{BindsMode, DockerSettings, SettingsError};

@@ -21,7 +21,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use iterion_core::ByteStream;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::driver::{Endpoint, MANAGED_LABEL};
+use crate::endpoint::Endpoint;
+use crate::labels::MANAGED_LABEL;
 
 const READ_BUFFER: usize = 256 * 1024;
 

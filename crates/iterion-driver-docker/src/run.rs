@@ -10,11 +10,10 @@ use bollard::query_parameters::{
     RemoveContainerOptions, RemoveVolumeOptions, StopContainerOptions, UploadToContainerOptions,
 };
 use futures_util::StreamExt;
-use iterion_core::{
-    ByteStream, DriverError, DriverName, ExecRequest, ExecSession, OutputStream, SandboxRun,
-};
+use iterion_core::{ByteStream, DriverError, DriverName, ExecRequest, ExecSession, SandboxRun};
 
-use crate::driver::{DockerDriver, engine_err, engine_unreachable, message_of, status_of};
+use crate::container::Container;
+use crate::engine::{Engine, engine_err, message_of, status_of};
 use crate::exec::{DockerExec, EXEC_MARKER_ENV};
 
 /// Bound of one directory listing (a drain's piecewise export).
@@ -44,19 +43,17 @@ pub(crate) struct RunResources {
 /// The live sandbox of one run.
 #[derive(Debug, Clone)]
 pub struct DockerRun {
-    driver: DockerDriver,
+    target: Container,
     res: RunResources,
-    container: String,
     workdir: String,
 }
 
 impl DockerRun {
-    pub(crate) fn new(driver: DockerDriver, res: RunResources, workdir: String) -> Self {
-        let container = res.container.clone().unwrap_or_default();
+    pub(crate) fn new(engine: Engine, res: RunResources, workdir: String) -> Self {
+        let name = res.container.clone().unwrap_or_default();
         Self {
-            driver,
+            target: Container { engine, name },
             res,
-            container,
             workdir,
         }
     }
@@ -71,86 +68,19 @@ impl DockerRun {
         self.res.network.as_deref()
     }
 
-    fn gone(&self) -> DriverError {
-        DriverError::ContainerGone {
-            container: self.container.clone(),
-        }
-    }
-
-    /// Map an engine error on this container: 404, or 409 "not running",
-    /// means the container is gone.
-    pub(crate) fn map_err(
-        &self,
-        operation: &'static str,
-        e: bollard::errors::Error,
-    ) -> DriverError {
-        let msg = message_of(&e);
-        match status_of(&e) {
-            Some(404) => self.gone(),
-            Some(409) if msg.contains("not running") || msg.contains("paused") => self.gone(),
-            // Podman answers 500 for exec into a stopped container, and for
-            // an exec whose container was removed under it ("… does not
-            // exist in database: no such container").
-            Some(500)
-                if msg.contains("not running")
-                    || msg.contains("state improper")
-                    || msg.contains("no such container") =>
-            {
-                self.gone()
-            }
-            // Podman answers 500 for an exec inspect of a removed container
-            // (seen in the e2e flood test when a reaper removed it).
-            Some(500) if msg.contains("no such container") => self.gone(),
-            // A daemon that no longer answers mid-run has taken the sandbox
-            // with it as far as the run can tell: SANDBOX_LOST, not a node
-            // failure (found by the dead-daemon e2e test).
-            _ if engine_unreachable(&e) => self.gone(),
-            _ => engine_err(operation)(e),
-        }
-    }
-
-    /// Whether the container no longer exists or is being removed.
-    async fn removed_or_removing(&self) -> bool {
-        match self
-            .driver
-            .docker
-            .inspect_container(&self.container, None)
-            .await
-        {
-            Ok(c) => {
-                let status = c
-                    .state
-                    .and_then(|s| s.status)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                matches!(status.as_str(), "removing" | "dead")
-            }
-            Err(e) => status_of(&e) == Some(404),
-        }
-    }
-
-    pub(crate) fn driver_client(&self) -> &bollard::Docker {
-        &self.driver.docker
-    }
-
-    pub(crate) fn container_name(&self) -> &str {
-        &self.container
-    }
-
     fn report(&self, line: &str) {
-        self.driver.reporter.log(OutputStream::System, line);
+        self.target.engine.report(line);
     }
 }
 
 #[async_trait]
 impl SandboxRun for DockerRun {
     fn driver(&self) -> DriverName {
-        use iterion_core::Driver;
-        self.driver.name()
+        self.target.engine.name
     }
 
     fn container(&self) -> &str {
-        &self.container
+        &self.target.name
     }
 
     fn workdir(&self) -> &str {
@@ -195,35 +125,37 @@ impl SandboxRun for DockerRun {
             ..CreateExecOptions::default()
         };
         let created = self
-            .driver
+            .target
+            .engine
             .docker
-            .create_exec(&self.container, options)
+            .create_exec(&self.target.name, options)
             .await
-            .map_err(|e| self.map_err("create exec", e))?;
-        DockerExec::start(self.clone(), created.id, marker, request.user, stdin).await
+            .map_err(|e| self.target.map_err("create exec", e))?;
+        DockerExec::start(self.target.clone(), created.id, marker, request.user, stdin).await
     }
 
     async fn export(&self, container_path: &str) -> Result<ByteStream, DriverError> {
         // Inspect first so a vanished container is a typed error, not a
         // broken stream; a stopped one still serves its filesystem.
-        self.driver
+        self.target
+            .engine
             .docker
-            .inspect_container(&self.container, None)
+            .inspect_container(&self.target.name, None)
             .await
-            .map_err(|e| self.map_err("inspect container", e))?;
+            .map_err(|e| self.target.map_err("inspect container", e))?;
         let path = format!(
             "/v1.41/containers/{}/archive?path={}",
-            self.container,
+            self.target.name,
             crate::rawlist::encode_query(container_path)
         );
-        let fetched = crate::rawlist::get_stream(self.driver.endpoint(), &path).await;
+        let fetched = crate::rawlist::get_stream(&self.target.engine.endpoint, &path).await;
         // The container may go between the inspect and the archive request
         // (removed under the run, or reaped): that is `container_gone`, not a
         // broken archive, whatever status the engine chose to say it with.
         if !matches!(fetched, Ok(crate::rawlist::Streamed::Ok(..)))
-            && self.removed_or_removing().await
+            && self.target.removed_or_removing().await
         {
-            return Err(self.gone());
+            return Err(self.target.gone());
         }
         let stream = match fetched {
             Ok(crate::rawlist::Streamed::Ok(stream, stat)) => {
@@ -317,10 +249,11 @@ done"#;
     }
 
     async fn import(&self, container_dir: &str, archive: ByteStream) -> Result<(), DriverError> {
-        self.driver
+        self.target
+            .engine
             .docker
             .upload_to_container(
-                &self.container,
+                &self.target.name,
                 Some(UploadToContainerOptions {
                     path: container_dir.to_owned(),
                     ..UploadToContainerOptions::default()
@@ -328,14 +261,15 @@ done"#;
                 bollard::body_try_stream(archive),
             )
             .await
-            .map_err(|e| self.map_err("upload archive", e))
+            .map_err(|e| self.target.map_err("upload archive", e))
     }
 
     async fn is_alive(&self) -> Result<bool, DriverError> {
         match self
-            .driver
+            .target
+            .engine
             .docker
-            .inspect_container(&self.container, None)
+            .inspect_container(&self.target.name, None)
             .await
         {
             Ok(c) => Ok(c.state.and_then(|s| s.running).unwrap_or(false)),
@@ -349,7 +283,7 @@ done"#;
     }
 
     async fn cleanup(&self) -> Result<(), DriverError> {
-        let docker = &self.driver.docker;
+        let docker = &self.target.engine.docker;
         // Best effort throughout, but a container still there is reported
         // (after the rest is released), so `sandbox_cleanup` never says ok
         // for a sandbox a dead daemon kept (found by the dead-daemon e2e).

@@ -207,6 +207,13 @@ pub mod codes {
     /// An `mcp: servers:`/`disable:` entry naming no declared
     /// `mcp_server` (issue 20, this project; upstream fails at run time).
     pub const C323: &str = "C323";
+    /// A secret's `egress:` pattern that can never bind a host: it does
+    /// not parse as a network rule, is negated, or names every host
+    /// (issue 17, this project).
+    pub const C324: &str = "C324";
+    /// A secret bound to a host the workflow's `network:` block never lets
+    /// through (issue 17, this project: hook).
+    pub const C325: &str = "C325";
 }
 
 /// Severity of a diagnostic.

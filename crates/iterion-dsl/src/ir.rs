@@ -55,8 +55,34 @@ pub struct Workflow {
     /// references not yet expanded).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, McpServerSpec>,
+    /// The declared `attachments:` (top level and the workflow's own) by
+    /// name: what `iterion run --attach NAME=PATH` may provide.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attachments: BTreeMap<String, AttachmentDecl>,
+    /// The `presets:` by name: variable values `iterion run --preset NAME`
+    /// applies before `--var` (each value already of its variable's type).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub presets: BTreeMap<String, BTreeMap<String, Value>>,
     /// Where the workflow is declared.
     pub pos: Pos,
+}
+
+/// One declared attachment (`NAME: file|image` with optional
+/// `description:`, `accept_mime:`, `required:`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AttachmentDecl {
+    /// `file` or `image` as written (`file` when omitted).
+    pub kind: String,
+    /// `description:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `accept_mime:` patterns (`type/subtype`, `*` allowed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept_mime: Vec<String>,
+    /// `required: true`: a launch without it is refused, and losing it
+    /// fails the run (`run_attachment_lost`).
+    #[serde(default)]
+    pub required: bool,
 }
 
 impl Workflow {
@@ -314,6 +340,12 @@ pub struct SecretDecl {
     /// `optional: true`: a missing value is skipped, not refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// `egress:` — the hosts the secret is for (network-rule patterns,
+    /// `iterion_core::net`'s grammar, none negated). A bound secret reaches
+    /// the sandbox as a per-run placeholder; the egress proxy puts the value
+    /// back only on requests to these hosts (issue 17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<iterion_core::net::NetRule>,
 }
 
 /// Secret delivery.

@@ -45,7 +45,14 @@ impl Compiled {
 
 /// Compile source text. `file` is only used in diagnostics.
 pub fn compile_source(text: &str, file: &Path) -> Compiled {
-    compile_checked(text, file, &Checks { tool: &|_| None })
+    compile_checked(
+        text,
+        file,
+        &Checks {
+            tool: &|_| None,
+            egress: &|_, _| None,
+        },
+    )
 }
 
 /// What a compile asks of the components that own a decision this crate
@@ -54,6 +61,11 @@ pub struct Checks<'a> {
     /// An agent's or judge's `tools:` name: why it is unknown, `None` when
     /// the tool registry knows it (`C322` at the entry).
     pub tool: &'a dyn Fn(&str) -> Option<String>,
+    /// A secret's `egress:` pattern under the workflow's `network:` block
+    /// (`None`: no block): why no host it names could be reached, `None`
+    /// when some could (`C325` at the pattern). The egress policy owns
+    /// "host allowed" (`iterion_netproxy::Policy`).
+    pub egress: &'a dyn Fn(Option<&NetworkSpec>, &iterion_core::net::NetRule) -> Option<String>,
 }
 
 /// Compile with every hook of [`Checks`].
@@ -66,8 +78,9 @@ pub fn compile_checked(text: &str, file: &Path, checks: &Checks<'_>) -> Compiled
     let mut ctx = compile::Ctx {
         file: &fname,
         diags,
+        bindings: Vec::new(),
     };
-    let workflows = compile::compile(&lines, &mut ctx, checks.tool);
+    let workflows = compile::compile(&lines, &mut ctx, checks.tool, checks.egress);
     let diag::Sink {
         kept: mut diagnostics,
         omitted,

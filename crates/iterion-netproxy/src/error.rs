@@ -26,6 +26,21 @@ pub enum NetproxyError {
         #[source]
         source: std::io::Error,
     },
+    /// The run's inspection CA, a leaf, or the upstream trust could not be
+    /// set up (issue 17).
+    #[error("egress TLS inspection: {reason}")]
+    Tls {
+        /// What failed.
+        reason: String,
+    },
+    /// `ITERION_EGRESS_UPSTREAM_CA` names no readable PEM bundle.
+    #[error("ITERION_EGRESS_UPSTREAM_CA={path}: {reason}")]
+    UpstreamCa {
+        /// The path as given.
+        path: String,
+        /// Why it is unusable.
+        reason: String,
+    },
 }
 
 impl NetproxyError {
@@ -34,6 +49,8 @@ impl NetproxyError {
         match self {
             Self::PresetRule { .. } => "NETWORK_PRESET_INVALID",
             Self::Bind { .. } => "EGRESS_PROXY_BIND",
+            Self::Tls { .. } => "EGRESS_TLS_SETUP",
+            Self::UpstreamCa { .. } => "EGRESS_UPSTREAM_CA_INVALID",
         }
     }
 }

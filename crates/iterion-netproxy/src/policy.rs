@@ -148,6 +148,55 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// Could a request to some host `binding` (a secret's `egress:`
+    /// pattern) pass this policy? `Err` says why none could: the compile
+    /// check of a binding (DSL `C325`), answered by [`Policy::decide`] on
+    /// the binding's own host, or for a wildcard on a host it names (a
+    /// probe label under its suffix, and every exact host a rule of this
+    /// policy allows under it). A CIDR binding is judged by its rules only
+    /// at run time.
+    pub fn binding_reachable(&self, binding: &NetRule) -> Result<(), String> {
+        if self.mode == NetworkMode::Open {
+            return Ok(());
+        }
+        let text = binding.as_str().to_lowercase();
+        let mut probes: Vec<String> = Vec::new();
+        if let Some(suffix) = text.strip_prefix("**.") {
+            probes.push(suffix.to_owned());
+            probes.push(format!("{BINDING_PROBE}.{suffix}"));
+        } else if let Some(suffix) = text.strip_prefix("*.") {
+            probes.push(format!("{BINDING_PROBE}.{suffix}"));
+        } else if text == "*" {
+            probes.push(BINDING_PROBE.to_owned());
+        } else if text.contains('/') {
+            return Ok(());
+        } else {
+            probes.push(text.clone());
+        }
+        // Exact hosts the policy names that the binding covers.
+        probes.extend(
+            self.rules
+                .iter()
+                .filter(|r| !r.negated() && !r.as_str().contains('*'))
+                .map(|r| r.as_str().to_lowercase())
+                .filter(|h| binding.matches(&Host::parse(h))),
+        );
+        if probes.iter().any(|h| self.decide(h).allowed) {
+            return Ok(());
+        }
+        let d = self.decide(&probes[0]);
+        Err(match d.rule {
+            Some(rule) => format!("rule `{rule}` refuses it"),
+            None => format!("no rule of the {} allows it", self.mode.as_str()),
+        })
+    }
+}
+
+/// A label no real host is expected to carry, standing for "some host"
+/// under a wildcard binding.
+const BINDING_PROBE: &str = "iterion-binding-probe";
+
 /// An address of THIS host (the proxy runs on it): its primary IP, a
 /// bridge gateway… Reaching one through the proxy reaches every host
 /// service listening on 0.0.0.0, exactly like loopback, so it gets the
@@ -182,6 +231,31 @@ mod tests {
 
     fn allow(rules: &[&str]) -> Policy {
         Policy::compile(&spec(NetworkMode::Allowlist, rules)).unwrap()
+    }
+
+    #[test]
+    fn a_binding_is_reachable_only_where_the_policy_lets_some_host_through() {
+        let rule = |s: &str| -> NetRule { s.parse().unwrap() };
+        let p = allow(&[
+            "api.example.com",
+            "**.corp.test",
+            "!bad.corp.test",
+            "10.0.0.0/8",
+        ]);
+        assert!(p.binding_reachable(&rule("api.example.com")).is_ok());
+        assert!(
+            p.binding_reachable(&rule("*.example.com")).is_ok(),
+            "covers an allowed host"
+        );
+        assert!(p.binding_reachable(&rule("x.corp.test")).is_ok());
+        assert!(p.binding_reachable(&rule("10.1.2.3")).is_ok());
+        let why = p.binding_reachable(&rule("bad.corp.test")).unwrap_err();
+        assert!(why.contains("!bad.corp.test"), "{why}");
+        let why = p.binding_reachable(&rule("evil.test")).unwrap_err();
+        assert!(why.contains("allowlist"), "{why}");
+        assert!(p.binding_reachable(&rule("*.other.test")).is_err());
+        // Open: every binding is reachable (the run decides placeholders).
+        assert!(Policy::open().binding_reachable(&rule("evil.test")).is_ok());
     }
 
     #[test]

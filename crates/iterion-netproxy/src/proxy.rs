@@ -26,7 +26,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -40,8 +40,15 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod forward;
+/// Zero-copy splicing (socket → pipe → socket, splice(2)).
+#[cfg(target_os = "linux")]
+mod splice;
+
+use self::forward::forward;
 use crate::credentials::CredentialBook;
 use crate::error::NetproxyError;
+use crate::inspect::{self, Inspection};
 use crate::policy::{Policy, canonical_host};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::token::ProxyToken;
@@ -68,6 +75,11 @@ pub enum BlockReason {
     /// The host was allowed but an address it resolved to is refused
     /// ([`Policy::vet_address`]).
     ResolvedAddress,
+    /// A bound secret's placeholder on a request to a host it is not bound
+    /// to, or in plain `http://` (issue 17).
+    SecretExfiltration,
+    /// An inspected upstream's certificate did not verify (issue 17).
+    UpstreamTls,
 }
 
 impl BlockReason {
@@ -77,6 +89,18 @@ impl BlockReason {
             Self::Allowlist => "blocked-by-allowlist",
             Self::Denylist => "blocked-by-denylist",
             Self::ResolvedAddress => "blocked-resolved-address",
+            Self::SecretExfiltration => "blocked-secret-exfiltration",
+            Self::UpstreamTls => "upstream-tls-invalid",
+        }
+    }
+
+    /// The reason a `network_blocked` event carries: the header token,
+    /// except for the issue 17 reasons, named as the issue names them.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            Self::SecretExfiltration => "secret_exfiltration",
+            Self::UpstreamTls => "upstream_tls_invalid",
+            other => other.as_str(),
         }
     }
 }
@@ -96,6 +120,9 @@ pub struct BlockedRequest {
     /// The label of the per-exec credential the request presented
     /// ([`CredentialBook::issue`]); `None` when it used the run token.
     pub exec: Option<String>,
+    /// The bound secret whose placeholder the request carried
+    /// ([`BlockReason::SecretExfiltration`]): its name, never its value.
+    pub secret: Option<String>,
 }
 
 /// Callback for denied requests (the runtime turns it into `network_blocked`).
@@ -168,6 +195,9 @@ pub struct ProxyOptions {
     pub freebind: bool,
     /// Called when a limit is hit (rate-limited); a panic inside it is contained.
     pub on_limit: LimitCallback,
+    /// TLS inspection for the hosts secret bindings name (issue 17);
+    /// `None`: every CONNECT is a blind tunnel.
+    pub inspection: Option<Arc<Inspection>>,
 }
 
 impl ProxyOptions {
@@ -186,6 +216,7 @@ impl ProxyOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             freebind: false,
             on_limit: Arc::new(|_| {}),
+            inspection: None,
         }
     }
 }
@@ -239,6 +270,7 @@ impl EgressProxy {
             max_connections: opts.max_connections.max(1),
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
             limits: Limits::new(opts.on_limit),
+            inspection: opts.inspection,
         });
         tracker.spawn(accept_loop(listener, shared));
         Ok(ProxyHandle {
@@ -294,23 +326,24 @@ impl Drop for ProxyHandle {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     policy: Arc<Policy>,
     token: ProxyToken,
     credentials: CredentialBook,
     on_blocked: BlockedCallback,
-    dial_timeout: Duration,
+    pub(crate) dial_timeout: Duration,
     header_read_timeout: Duration,
     resolver: Arc<dyn Resolver>,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-    tunnels: Arc<AtomicUsize>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) tunnels: Arc<AtomicUsize>,
     /// One permit per client connection held (issue 19 item 9).
     connections: Arc<Semaphore>,
     max_connections: usize,
     /// One permit per over-cap connection being answered `503`.
     overflow: Arc<Semaphore>,
     limits: Limits,
+    inspection: Option<Arc<Inspection>>,
 }
 
 /// A listening socket on `addr`; with `freebind`, also when the address is
@@ -504,9 +537,9 @@ async fn serve_connection(
     }
 }
 
-type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     let mut resp = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -516,16 +549,16 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     resp
 }
 
-fn empty(status: StatusCode) -> Response<ProxyBody> {
+pub(crate) fn empty(status: StatusCode) -> Response<ProxyBody> {
     let mut resp = Response::new(Empty::new().map_err(|n| match n {}).boxed());
     *resp.status_mut() = status;
     resp
 }
 
 /// Where a request goes.
-struct Target {
-    host: String,
-    port: u16,
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// The Host an absolute-form request is forwarded with (its
     /// request-target's authority); `None` for origin-form and CONNECT.
     host_header: Option<HeaderValue>,
@@ -533,7 +566,7 @@ struct Target {
 
 /// Who presented a valid credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Principal {
+pub(crate) enum Principal {
     /// The run token (the sandbox as a whole).
     Run,
     /// A per-exec credential, with its label.
@@ -541,7 +574,7 @@ enum Principal {
 }
 
 impl Principal {
-    fn exec(self) -> Option<String> {
+    pub(crate) fn exec(self) -> Option<String> {
         match self {
             Self::Run => None,
             Self::Exec(label) => Some(label),
@@ -550,7 +583,7 @@ impl Principal {
 }
 
 /// A connection's cap permit, handed to its tunnel when it becomes one.
-type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
+pub(crate) type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
 async fn handle(
     req: Request<Incoming>,
@@ -615,9 +648,15 @@ async fn handle(
         }
     };
     if req.method() == Method::CONNECT {
-        tunnel(req, upstream, &shared, &slot)
+        // Issue 17: terminate TLS only where a bound secret is for the host.
+        match shared.inspection.clone() {
+            Some(i) if i.bindings().inspects(&target.host) => {
+                inspect::connect(req, upstream, addrs, target, &shared, &slot, principal, i).await
+            }
+            _ => tunnel(req, upstream, &shared, &slot),
+        }
     } else {
-        forward(req, upstream, &target, &shared).await
+        forward(req, upstream, &target, &shared, principal).await
     }
 }
 
@@ -732,19 +771,27 @@ fn blocked(
     if let Ok(v) = HeaderValue::from_str(&format!("{}; rule={rule_text}", reason.as_str())) {
         resp.headers_mut().insert(EGRESS_HEADER, v);
     }
-    let event = BlockedRequest {
-        host: target.host,
-        port: target.port,
-        reason,
-        rule,
-        exec: principal.exec(),
-    };
+    report(
+        shared,
+        BlockedRequest {
+            host: target.host,
+            port: target.port,
+            reason,
+            rule,
+            exec: principal.exec(),
+            secret: None,
+        },
+    );
+    resp
+}
+
+/// Hand a refusal to the run's callback, which never takes the proxy down
+/// (facts §7.3).
+pub(crate) fn report(shared: &Shared, event: BlockedRequest) {
     let cb = shared.on_blocked.clone();
-    // The callback never takes the proxy down (facts §7.3).
     if std::panic::catch_unwind(AssertUnwindSafe(move || cb(event))).is_err() {
         tracing::warn!("egress proxy on_blocked callback panicked; ignored");
     }
-    resp
 }
 
 async fn resolve(
@@ -767,7 +814,10 @@ async fn resolve(
 }
 
 /// Dial the vetted addresses in order; never resolves again (no rebinding window).
-async fn dial(addrs: &[SocketAddr], deadline: tokio::time::Instant) -> io::Result<TcpStream> {
+pub(crate) async fn dial(
+    addrs: &[SocketAddr],
+    deadline: tokio::time::Instant,
+) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
         match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
@@ -783,10 +833,10 @@ async fn dial(addrs: &[SocketAddr], deadline: tokio::time::Instant) -> io::Resul
 }
 
 /// Counts a live tunnel for as long as it exists.
-struct TunnelGuard(Arc<AtomicUsize>);
+pub(crate) struct TunnelGuard(Arc<AtomicUsize>);
 
 impl TunnelGuard {
-    fn new(counter: &Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Self {
         counter.fetch_add(1, Ordering::Relaxed);
         Self(counter.clone())
     }
@@ -890,68 +940,6 @@ async fn pump_tcp(
     Ok(())
 }
 
-/// Zero-copy splicing (socket → pipe → socket, splice(2)). A tunnel on
-/// loopback is CPU-bound by memcpy: a user-space copy doubles the copies
-/// per byte, splice keeps the data in the kernel.
-#[cfg(target_os = "linux")]
-mod splice {
-    use std::io;
-    use std::os::fd::OwnedFd;
-
-    use rustix::pipe::{PipeFlags, SpliceFlags, fcntl_setpipe_size, pipe_with, splice};
-    use tokio::io::Interest;
-    use tokio::net::TcpStream;
-
-    /// Bytes moved per splice call (and the pipe size asked for).
-    const CHUNK: usize = 256 * 1024;
-
-    pub(super) struct Pipe {
-        read: OwnedFd,
-        write: OwnedFd,
-    }
-
-    impl Pipe {
-        /// A non-blocking pipe; `None` (fall back to copying) when the
-        /// process is out of descriptors.
-        pub(super) fn new() -> Option<Self> {
-            let (read, write) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC).ok()?;
-            // Best effort: a bigger pipe means fewer syscalls per byte.
-            let _ = fcntl_setpipe_size(&write, CHUNK);
-            Some(Self { read, write })
-        }
-
-        /// Move bytes from `from` to `to` until `from` reaches EOF.
-        pub(super) async fn pump(&self, from: &TcpStream, to: &TcpStream) -> io::Result<()> {
-            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
-            loop {
-                from.readable().await?;
-                let filled = match from.try_io(Interest::READABLE, || {
-                    splice(from, None, &self.write, None, CHUNK, flags).map_err(io::Error::from)
-                }) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
-                };
-                // Drain the pipe completely before reading again, so it
-                // never holds more than one chunk.
-                let mut left = filled;
-                while left > 0 {
-                    to.writable().await?;
-                    match to.try_io(Interest::WRITABLE, || {
-                        splice(&self.read, None, to, None, left, flags).map_err(io::Error::from)
-                    }) {
-                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                        Ok(n) => left -= n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// One direction over generic halves (fallback when the upgrade is not raw TCP).
 async fn pump<R, W>(mut from: R, mut to: W) -> io::Result<()>
 where
@@ -990,59 +978,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Not in the RFC list but only ever meant for the proxy.
     headers.remove("proxy-connection");
 }
-
-async fn forward(
-    req: Request<Incoming>,
-    upstream: TcpStream,
-    target: &Target,
-    shared: &Shared,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let origin_form = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
-    parts.uri = match origin_form.parse::<Uri>() {
-        Ok(u) => u,
-        Err(_) => return text(StatusCode::BAD_REQUEST, "invalid request target\n"),
-    };
-    if let Some(judged) = &target.host_header {
-        parts.headers.insert(header::HOST, judged.clone());
-    } else if !parts.headers.contains_key(header::HOST) {
-        let host = if target.host.contains(':') {
-            format!("[{}]:{}", target.host, target.port)
-        } else {
-            format!("{}:{}", target.host, target.port)
-        };
-        if let Ok(v) = HeaderValue::from_str(&host) {
-            parts.headers.insert(header::HOST, v);
-        }
-    }
-    let req = Request::from_parts(parts, body);
-    let (mut sender, conn) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
-            Ok(pair) => pair,
-            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
-        };
-    let cancel = shared.cancel.clone();
-    shared.tracker.spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            r = conn => if let Err(e) = r { tracing::debug!(error = %e, "upstream connection ended"); },
-        }
-    });
-    match sender.send_request(req).await {
-        Ok(resp) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
-        }
-        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

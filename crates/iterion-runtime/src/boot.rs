@@ -44,6 +44,8 @@ pub struct BootContext<'a> {
     pub workspace: &'a Path,
     /// The CLI's sandbox knobs of the run.
     pub flags: &'a SandboxFlags,
+    /// The run's `worktree: auto` worktree (its path is `workspace`).
+    pub worktree: Option<&'a crate::worktree::RunWorktree>,
     /// The run's event writer (sandbox_* events, driver log lines).
     pub events: &'a Emitter,
     /// Fires when the run is cancelled; a slow boot should stop on it.
@@ -119,6 +121,14 @@ impl Keep {
 
     pub(crate) fn sandbox(kept: Kept) -> Self {
         Self(Kind::Sandbox(Box::new(kept)))
+    }
+
+    /// The launched plan, for a sandbox.
+    pub(crate) fn plan(&self) -> Option<&iterion_core::LaunchPlan> {
+        match &self.0 {
+            Kind::Sandbox(k) => Some(&k.plan),
+            Kind::Nothing | Kind::Scratch(_) => None,
+        }
     }
 
     pub(crate) fn into_sandbox(self) -> Option<Box<Kept>> {

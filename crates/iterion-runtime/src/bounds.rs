@@ -497,6 +497,8 @@ mod tests {
             prompts: BTreeMap::new(),
             properties: BTreeMap::new(),
             mcp_servers: BTreeMap::new(),
+            attachments: Default::default(),
+            presets: Default::default(),
             pos: ir::Pos::default(),
         }
     }

@@ -83,6 +83,12 @@ pub struct RunOptions {
     pub launch_settings: serde_json::Map<String, serde_json::Value>,
     /// `iterion run --timeout`: the whole run's bound.
     pub timeout: Option<std::time::Duration>,
+    /// `iterion run --attach NAME=PATH`: stored in the run store at launch
+    /// (checked against the workflow's declarations first).
+    pub attachments: Vec<crate::attachments::LaunchAttachment>,
+    /// The `worktree: auto` worktree made for the run
+    /// ([`crate::worktree::setup`]; `workspace` is its path).
+    pub worktree: Option<crate::worktree::RunWorktree>,
 }
 
 /// How a run ended.
@@ -300,6 +306,7 @@ impl Engine {
             trust: options.trust,
             workspace: &options.workspace,
             flags: &options.flags,
+            worktree: options.worktree.as_ref(),
             events: &events,
             cancel: &cancel,
         };
@@ -329,6 +336,20 @@ impl Engine {
         let checked = admission::check_workflow(&options.workflow, self.agents.is_some())
             .and_then(|()| admission::resolve_vars(&options.workflow, &options.vars))
             .map_err(|e| (e.code(), e.to_string()));
+        // The launch's attachments go into the store with the run (checked
+        // again: what the CLI checked may have changed since).
+        let checked = match checked {
+            Ok(vars) => crate::attachments::store_launch(
+                self.store.as_ref(),
+                &options.run_id,
+                &options.workflow,
+                &options.attachments,
+            )
+            .await
+            .map(|_| vars)
+            .map_err(|e| (e.code(), e.to_string())),
+            Err(e) => Err(e),
+        };
         let checked = match bounds {
             Err(e) => Err((e.code(), e.to_string())),
             Ok(b) => checked.map(|vars| (vars, b)),
@@ -412,6 +433,15 @@ impl Engine {
             file: options.file.clone(),
             trust: format!("{:?}", options.trust).to_lowercase(),
         });
+        if let Some(wt) = &options.worktree {
+            events.emit(EventKind::WorktreeCreated {
+                path: wt.path.clone(),
+                repo_root: wt.repo_root.clone(),
+                base_commit: wt.base_commit.clone(),
+                branch: wt.original_branch.clone(),
+                dirty: wt.dirty,
+            });
+        }
         let launch = RunLaunch {
             vars: vars.clone(),
             workspace: options.workspace.display().to_string(),
@@ -422,6 +452,7 @@ impl Engine {
             timeout_ms: options
                 .timeout
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            worktree: options.worktree.clone().map(Box::new),
         };
         // Recorded before the boot, so a run whose sandbox never started
         // resumes too.
@@ -491,6 +522,29 @@ impl Engine {
         if let Booted::Host { reason, .. } = &booted {
             events.system_log(None, format!("running on the host, unsandboxed: {reason}"));
         }
+        // Attachments come from the store on every boot, a resumed one's
+        // too; a required one that cannot be provided fails the run here,
+        // before any node reads it.
+        let attachments = match crate::attachments::provide(
+            self.store.as_ref(),
+            ctx.run_id,
+            workflow,
+            &booted,
+            events,
+        )
+        .await
+        {
+            Ok(view) => view,
+            Err(failure) => {
+                if let Some(agents) = &self.agents {
+                    agents.run_finished(ctx.run_id).await;
+                }
+                if let Err(e) = self.booter.teardown(booted, ctx).await {
+                    events.system_log(None, format!("teardown failed ({}): {e}", e.code()));
+                }
+                return self.finish(ctx, record, Some(failure), started).await;
+            }
+        };
 
         // ---- nodes (parallel branches share the bounds)
         let bounds = std::sync::Mutex::new(bounds);
@@ -506,6 +560,7 @@ impl Engine {
             watchdog,
         );
         cx.human = self.human.clone();
+        cx.attachments = attachments;
         let stop = match start {
             Start::Fresh => cx.run_graph(cancel).await,
             Start::Resume {
@@ -563,6 +618,9 @@ impl Engine {
         started: Instant,
     ) -> Result<RunOutcome, RuntimeError> {
         let events = ctx.events;
+        if let Some(wt) = ctx.worktree {
+            crate::worktree::end_of_run(wt, &end_status(&end), events).await;
+        }
         let (to, failure) = match end {
             Ending::Finished => (RunStatus::Finished, None),
             Ending::Paused(node) => {
@@ -654,6 +712,15 @@ impl Engine {
             events.emit(e);
         }
         failure
+    }
+}
+
+/// The status a run ends with (what its worktree's end reads).
+fn end_status(end: &Ending) -> RunStatus {
+    match end {
+        Ending::Finished => RunStatus::Finished,
+        Ending::Paused(_) => RunStatus::PausedWaitingHuman,
+        Ending::Failed(f) => f.code.status(),
     }
 }
 

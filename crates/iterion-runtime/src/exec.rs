@@ -24,7 +24,7 @@ use crate::events::Emitter;
 use crate::graph::GraphInfo;
 use crate::human::HumanPrompter;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
-use crate::template::LOOPS_KEY;
+use crate::template::{ATTACHMENTS_KEY, LOOPS_KEY};
 
 /// Why node execution stopped short of `done`.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +104,9 @@ pub(crate) struct RunCx<'a> {
     pub(crate) scratch: tokio::sync::OnceCell<()>,
     pub(crate) scripts: AtomicU64,
     progress: std::sync::Mutex<RunProgress>,
+    /// The run's provided attachments (`{{attachments.…}}`), when the
+    /// workflow declares any.
+    pub(crate) attachments: Option<Value>,
 }
 
 impl<'a> RunCx<'a> {
@@ -135,6 +138,7 @@ impl<'a> RunCx<'a> {
             scratch: tokio::sync::OnceCell::new(),
             scripts: AtomicU64::new(0),
             progress: std::sync::Mutex::new(RunProgress::new()),
+            attachments: None,
         }
     }
 
@@ -265,6 +269,9 @@ impl<'a> RunCx<'a> {
             }
             if !loops.is_empty() {
                 out.insert(NodeId::new(LOOPS_KEY), Value::Object(loops));
+            }
+            if let Some(a) = &self.attachments {
+                out.insert(NodeId::new(ATTACHMENTS_KEY), a.clone());
             }
             out
         })

@@ -400,6 +400,8 @@ mod tests {
             prompts: BTreeMap::new(),
             properties: BTreeMap::new(),
             mcp_servers: Default::default(),
+            attachments: Default::default(),
+            presets: Default::default(),
             pos: Pos::default(),
         }
     }

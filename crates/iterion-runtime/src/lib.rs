@@ -28,6 +28,7 @@
 pub mod admission;
 pub mod agents;
 pub mod ask_user;
+pub mod attachments;
 pub mod boot;
 pub mod bounds;
 mod branches;
@@ -47,11 +48,13 @@ pub mod resume;
 pub mod routing;
 pub mod runfiles;
 pub mod sandbox_boot;
+pub mod secret_egress;
 pub mod secrets;
 pub mod template;
 mod tool;
 mod walk;
 mod workspace_copy;
+pub mod worktree;
 
 pub use boot::{
     Admitted, BootContext, BootError, Booted, ExecEgress, ExecSecrets, HostBooter, Keep,

@@ -156,6 +156,10 @@ pub struct RunLaunch {
     /// resumed run by it again (on a fresh clock, see `resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The run's `worktree: auto` worktree: a resume runs in it again and
+    /// promotes its commits as the run was launched to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Box<crate::worktree::RunWorktree>>,
 }
 
 impl RunLaunch {

@@ -347,6 +347,7 @@ impl crate::Engine {
             trust: record.trust,
             workspace: &workspace,
             flags: &flags,
+            worktree: resumable.launch.worktree.as_deref(),
             events: &events,
             cancel: &cancel,
         };

@@ -97,6 +97,14 @@ pub struct FileSecret {
     value: String,
 }
 
+#[cfg(test)]
+impl FileSecret {
+    /// What the file holds: the value, or a bound secret's placeholder.
+    pub(crate) fn content(&self) -> &str {
+        &self.value
+    }
+}
+
 impl std::fmt::Debug for FileSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSecret")
@@ -114,6 +122,10 @@ pub struct ResolvedSecrets {
     pub env: BTreeMap<String, String>,
     /// `as: file` secrets.
     pub files: Vec<FileSecret>,
+    /// The secrets bound to egress hosts, each with its run's placeholder
+    /// (`crate::secret_egress`); delivered plain until
+    /// [`ResolvedSecrets::with_placeholders`] swaps them.
+    pub bound: Vec<crate::secret_egress::BoundSecret>,
 }
 
 impl std::fmt::Debug for ResolvedSecrets {
@@ -121,6 +133,7 @@ impl std::fmt::Debug for ResolvedSecrets {
         f.debug_struct("ResolvedSecrets")
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("files", &self.files)
+            .field("bound", &self.bound)
             .finish()
     }
 }
@@ -128,7 +141,33 @@ impl std::fmt::Debug for ResolvedSecrets {
 impl ResolvedSecrets {
     /// The masker of every value (env and file) and its common encodings.
     pub fn redactor(&self) -> Redactor {
-        Redactor::new(self.env.values().chain(self.files.iter().map(|f| &f.value)))
+        Redactor::new(
+            self.env
+                .values()
+                .chain(self.files.iter().map(|f| &f.value))
+                .chain(self.bound.iter().map(|b| b.value())),
+        )
+    }
+
+    /// The same secrets with every bound one delivered as its placeholder,
+    /// in env and file form alike (the decision said the run can put the
+    /// value back, `SandboxPlan::secret_placeholders`).
+    pub fn with_placeholders(mut self) -> Self {
+        for b in &self.bound {
+            match &b.delivery {
+                crate::secret_egress::Delivered::Env(var) => {
+                    if let Some(v) = self.env.get_mut(var) {
+                        *v = b.placeholder().to_owned();
+                    }
+                }
+                crate::secret_egress::Delivered::File(name) => {
+                    if let Some(f) = self.files.iter_mut().find(|f| &f.name == name) {
+                        f.value = b.placeholder().to_owned();
+                    }
+                }
+            }
+        }
+        self
     }
 }
 
@@ -192,6 +231,18 @@ pub fn resolve(
             && !valid_env_name(env)
         {
             return Err(invalid(format!("env {env:?} is not a variable name")));
+        }
+        if !d.egress.is_empty() {
+            out.bound.push(crate::secret_egress::BoundSecret::mint(
+                d,
+                &value,
+                match d.delivery {
+                    SecretDelivery::Env => crate::secret_egress::Delivered::Env(
+                        d.env.clone().unwrap_or_else(|| d.name.clone()),
+                    ),
+                    SecretDelivery::File => crate::secret_egress::Delivered::File(d.name.clone()),
+                },
+            ));
         }
         match d.delivery {
             SecretDelivery::Env => {
@@ -437,6 +488,7 @@ mod tests {
             mount_path: None,
             env: None,
             optional: false,
+            egress: Vec::new(),
         }
     }
 

@@ -32,7 +32,7 @@ pub enum TemplateError {
     },
     /// A namespace other than vars/input/outputs/output.
     #[error(
-        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD, output.FIELD, artifacts.NAME or loop.NAME.FIELD"
+        "unknown reference {{{{{reference}}}}}: expected vars.NAME, input.NAME, outputs.NODE.FIELD, output.FIELD, artifacts.NAME, attachments.NAME or loop.NAME.FIELD"
     )]
     UnknownNamespace {
         /// The reference.
@@ -58,6 +58,10 @@ impl TemplateError {
 /// The `outputs` entry holding published artifacts (name → output). A
 /// NUL byte: never part of a node id, which is an identifier.
 pub const ARTIFACTS_KEY: &str = "\u{0}artifacts";
+
+/// The `outputs` entry holding the run's provided attachments (name →
+/// `{path, file, size, sha256, mime}`; `{{attachments.x}}` is its path).
+pub const ATTACHMENTS_KEY: &str = "\u{0}attachments";
 
 /// The `outputs` entry holding loop state (name → `{iteration, max,
 /// previous_output}`).
@@ -183,6 +187,19 @@ fn lookup<'s>(reference: &str, scope: &Scope<'s>) -> Result<&'s Value, TemplateE
             ),
             tail,
         ),
+        ("attachments", [name, tail @ ..]) => (
+            Some(
+                scope
+                    .outputs
+                    .get(&NodeId::new(ATTACHMENTS_KEY))
+                    .and_then(|a| a.get(*name))
+                    .ok_or_else(|| {
+                        unresolved("no attachment of that name was provided to the run")
+                    })?,
+            ),
+            // `{{attachments.x}}` is its path (upstream's default).
+            if tail.is_empty() { &["path"][..] } else { tail },
+        ),
         ("loop", [name, tail @ ..]) => (
             Some(
                 scope
@@ -271,7 +288,7 @@ pub fn check_syntax(template: &str) -> Result<(), TemplateError> {
             let ns = reference.split('.').next().unwrap_or_default();
             let parts = reference.split('.').count();
             let ok = match ns {
-                "vars" | "input" | "outputs" | "artifacts" => parts >= 2,
+                "vars" | "input" | "outputs" | "artifacts" | "attachments" => parts >= 2,
                 "loop" => parts >= 3,
                 "output" => true,
                 _ => false,

@@ -92,6 +92,9 @@ const KERNEL_AREAS: &[&str] = &["/proc", "/sys", "/dev"];
 pub enum BindRole {
     /// The run's checkout (or the worktree's repository `.git`).
     Workspace,
+    /// A read-only guard inside the worktree's `.git` (its `config` file,
+    /// its `hooks`): judged as the workspace is, but it may be a file.
+    GitGuard,
     /// A directory iterion created for the run (run files, secrets, masks).
     Managed,
     /// A workflow's or devcontainer's mount, or a host_state bind.
@@ -108,6 +111,7 @@ impl BindRole {
     pub fn of(origin: MountOrigin) -> Self {
         match origin {
             MountOrigin::Workspace | MountOrigin::WorktreeGit => Self::Workspace,
+            MountOrigin::WorktreeGitGuard => Self::GitGuard,
             MountOrigin::RunFiles
             | MountOrigin::SecretFile
             | MountOrigin::Scratch
@@ -135,6 +139,10 @@ pub struct HostBindSettings {
     pub private: Vec<String>,
     /// Roots a managed bind must lie under (empty: not checked).
     pub managed_roots: Vec<String>,
+    /// Where `worktree: auto` worktrees live (`<private>/worktrees`): a
+    /// workspace below one is a run's own checkout, not the private area
+    /// it sits in (the rest of the store stays out of reach).
+    pub worktree_roots: Vec<String>,
 }
 
 impl HostBindSettings {
@@ -178,6 +186,14 @@ impl HostBindSettings {
         self
     }
 
+    /// Name the roots `worktree: auto` worktrees are made under.
+    pub fn with_worktree_roots(mut self, roots: impl IntoIterator<Item = String>) -> Self {
+        self.worktree_roots
+            .extend(roots.into_iter().map(|p| real_or_lexical(&p)));
+        self.dedup();
+        self
+    }
+
     /// Name the roots managed binds must lie under.
     pub fn with_managed_roots(mut self, roots: impl IntoIterator<Item = String>) -> Self {
         self.managed_roots
@@ -192,6 +208,7 @@ impl HostBindSettings {
             &mut self.homes,
             &mut self.private,
             &mut self.managed_roots,
+            &mut self.worktree_roots,
         ] {
             for p in list.iter_mut() {
                 *p = normalize_lexical(p);
@@ -237,12 +254,15 @@ pub fn run_settings(
         .iter()
         .map(|d| d.to_string_lossy().into_owned())
         .collect();
-    let private = store_dir
+    let private: Vec<String> = store_dir
         .map(|d| d.to_string_lossy().into_owned())
         .into_iter()
-        .chain(state.iter().cloned());
+        .chain(state.iter().cloned())
+        .collect();
+    let worktrees: Vec<String> = private.iter().map(|p| format!("{p}/worktrees")).collect();
     HostBindSettings::capture(lookup)
         .with_engine_paths(engine_paths)
+        .with_worktree_roots(worktrees)
         .with_private(private)
         .with_managed_roots(state)
 }
@@ -320,14 +340,20 @@ pub fn sensitive_reason(
             });
         }
     }
+    // A run's worktree (strictly below a worktree root) is its checkout.
+    let worktree = role == BindRole::Workspace
+        && settings
+            .worktree_roots
+            .iter()
+            .any(|root| path_is_under(path, root) && path != root);
     for private in &settings.private {
-        if path_is_under(path, private) {
+        if path_is_under(path, private) && !worktree {
             return Some(format!("inside iterion's private area {private}"));
         }
     }
     match role {
         BindRole::Managed => None,
-        BindRole::Workspace => {
+        BindRole::Workspace | BindRole::GitGuard => {
             let inside = KERNEL_AREAS
                 .iter()
                 .map(|s| (*s).to_owned())
@@ -554,6 +580,12 @@ pub fn judge_bind_in(
         PathKind::Device => return Err(refuse(source, shown("is a device".to_owned()))),
         PathKind::Fifo => return Err(refuse(source, shown("is a fifo".to_owned()))),
         PathKind::Dir | PathKind::File => {}
+    }
+    if role == BindRole::GitGuard && kind != PathKind::Dir && kind != PathKind::File {
+        return Err(refuse(
+            source,
+            shown("is not a file or directory".to_owned()),
+        ));
     }
     if role == BindRole::Workspace && kind != PathKind::Dir {
         return Err(refuse(source, shown("is not a directory".to_owned())));

@@ -84,6 +84,9 @@ pub struct WorkflowFacts<'a> {
     /// The `as: file` secrets as resolved on the host, or why the run's
     /// secrets could not be (a required one is missing, a bad name).
     pub file_secrets: Result<&'a [FileSecretShape], &'a str>,
+    /// The names of the secrets bound to egress hosts (`egress:`), env and
+    /// file alike (issue 17).
+    pub bound_secrets: &'a [String],
 }
 
 /// The repository a run works in, as found on the host.
@@ -102,6 +105,12 @@ pub struct RepoSnapshot {
     pub devcontainer: Result<Option<(String, Devcontainer)>, PolicyError>,
     /// `devbox.json` of the repository, when it is a regular file.
     pub devbox_json: Option<String>,
+    /// The repository's shared git directory when the workspace is a
+    /// `worktree: auto` worktree of it and that directory exists (facts
+    /// §6.5: bound at its own path so the worktree's `gitdir:` resolves).
+    pub worktree_git_dir: Option<String>,
+    /// Its `config` and `hooks` that exist: bound read-only over it.
+    pub worktree_git_guards: Vec<String>,
 }
 
 impl RepoSnapshot {
@@ -123,7 +132,41 @@ impl RepoSnapshot {
             devbox_json: devbox
                 .is_file()
                 .then(|| devbox.to_string_lossy().into_owned()),
+            worktree_git_dir: None,
+            worktree_git_guards: Vec::new(),
         }
+    }
+
+    /// The run's worktree shares `git_dir` with its repository (its own
+    /// part of it is `admin_dir`, `<git_dir>/worktrees/<name>`): note it
+    /// when it is a directory (upstream binds nothing otherwise), with what
+    /// of it the host's git executes or follows, kept read-only: the
+    /// repository's `config` and `hooks`, and the worktree's `commondir`
+    /// and `gitdir` pointers (rewritten, they would lead the host's git to
+    /// a config the box wrote).
+    pub fn with_worktree_git_dir(
+        mut self,
+        git_dir: Option<&Path>,
+        admin_dir: Option<&Path>,
+    ) -> Self {
+        self.worktree_git_dir = git_dir
+            .filter(|d| d.is_dir())
+            .map(|d| d.to_string_lossy().into_owned());
+        self.worktree_git_guards = match git_dir.filter(|d| d.is_dir()) {
+            None => Vec::new(),
+            Some(d) => ["config", "hooks"]
+                .iter()
+                .map(|name| d.join(name))
+                .chain(
+                    admin_dir
+                        .into_iter()
+                        .flat_map(|a| [a.join("commondir"), a.join("gitdir")]),
+                )
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+        };
+        self
     }
 }
 
@@ -141,6 +184,11 @@ pub struct RunPaths {
     /// The record a copy-based workspace keeps of what it copied in
     /// (`<state>/sandboxes/<run>/workspace-manifest`).
     pub workspace_manifest: String,
+    /// The run's attachments directory (`<state>/sandboxes/<run>/attachments`)
+    /// when the workflow declares attachments: bound read-only at
+    /// `/run/iterion/attachments` where the driver binds, judged as a
+    /// managed bind like the run-files dir.
+    pub attachments: Option<String>,
     /// The file-secret directory (`<memory fs>/iterion-<uid>/<run>`), or why
     /// this host has no memory filesystem to hold one.
     pub secrets_dir: Result<String, String>,
@@ -282,6 +330,11 @@ pub struct SandboxPlan {
     /// The read-back cap of the run-files dir, when a kept host bind
     /// serves it (the booter bounds it with a tmpfs of that size).
     pub run_files_cap: Option<ByteSize>,
+    /// The bound secrets go in as placeholders: the proxy inspects their
+    /// hosts with the run's CA, which the booter installs in the sandbox
+    /// ([`crate::secret_egress`]). `false`: none is bound, or they go in
+    /// plain (the decision's events say so).
+    pub secret_placeholders: bool,
 }
 
 /// What boot does.

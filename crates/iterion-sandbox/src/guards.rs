@@ -268,7 +268,7 @@ fn check_image(image: &str) -> Result<(), GuardViolation> {
 
 /// A declared read-back path, judged by the one parser
 /// ([`ReadBackPath`]: absolute, normalised as written, never `/` nor under
-/// `/proc`, `/sys`, `/dev`; shared/SPEC.md §4). Returns the path.
+/// `/proc`, `/sys`, `/dev`; docs/reference/SPEC.md §4). Returns the path.
 pub fn check_read_back_path(path: &str) -> Result<String, GuardViolation> {
     path.parse::<ReadBackPath>().map(String::from).map_err(|e| {
         GuardViolation::new(

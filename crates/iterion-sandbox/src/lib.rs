@@ -30,7 +30,9 @@
 //!    [`identity::decide_identity`] (who the sandbox runs as and its
 //!    host-root guard, with [`seccomp::guard_profile`] for root in its own
 //!    checkout);
-//! 7. every refusal's code through [`classify::classify`].
+//! 7. [`secret_egress::secret_egress_verdict`]: placeholders, plain or
+//!    refused for the secrets bound to egress hosts;
+//! 8. every refusal's code through [`classify::classify`].
 //!
 //! The driver then calls [`guards::check_launch_plan`] and
 //! [`binds::recheck_plan_binds`] in `prepare` (and the re-check again
@@ -64,6 +66,7 @@ pub mod noop;
 pub mod precedence;
 pub mod reaper;
 pub mod seccomp;
+pub mod secret_egress;
 pub mod spec;
 pub mod verdict;
 

@@ -153,6 +153,9 @@ pub struct PlanInputs<'a> {
     pub workspace: &'a str,
     /// `<repo>/.git` when the workspace is a worktree of another root.
     pub worktree_git_dir: Option<&'a str>,
+    /// What of that `.git` is bound read-only over it (its `config` and
+    /// `hooks`, when they exist).
+    pub worktree_git_guards: &'a [String],
     /// Host scratch dir of the run.
     pub scratch_dir: Option<&'a str>,
     /// Host attachments dir of the run.
@@ -350,6 +353,17 @@ pub fn plan_launch(
         && !path_is_under(&git, &workspace)
     {
         mounts.push(bind(&git, &git, false, MountOrigin::WorktreeGit));
+        // Read-only over the read-write bind: git in the box commits
+        // (objects, refs, its worktree's index), but cannot plant a hook or
+        // a `core.fsmonitor`/filter command the host's git would run.
+        for guard in inputs
+            .worktree_git_guards
+            .iter()
+            .filter_map(|g| present(Some(g)))
+            .filter(|g| path_is_under(g, &git) && *g != git)
+        {
+            mounts.push(bind(&guard, &guard, true, MountOrigin::WorktreeGitGuard));
+        }
     }
     let build = match &spec.build {
         None => None,

@@ -1,5 +1,5 @@
 //! The one fail-safe reaper predicate shared by every driver's reaper
-//! (facts §5.5, shared/SPEC.md §4): liveness first; only an empty run id,
+//! (facts §5.5, docs/reference/SPEC.md §4): liveness first; only an empty run id,
 //! a terminal status or a confirmed-absent run reaps; any doubt keeps.
 //!
 //! CONTRACT: keep these types and [`reapable`]'s signature.

@@ -97,7 +97,7 @@ pub fn sandbox_verdict(
 }
 
 /// How a run's egress policy is served on the selected driver: the one
-/// home of "enforce, advise or refuse" (shared/SPEC.md §4: never fail open
+/// home of "enforce, advise or refuse" (docs/reference/SPEC.md §4: never fail open
 /// silently). The booter acts on it; `doctor --strict` reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EgressVerdict {

@@ -17,6 +17,8 @@
 //! number of processes; status transitions are a single conditional
 //! `UPDATE … WHERE status = $from AND revision = $rev`.
 
+mod attachments;
+mod blobs;
 mod queued;
 pub mod schema;
 pub mod url;
@@ -26,14 +28,12 @@ pub use url::{StoreUrl, UrlError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tokio_postgres::{NoTls, Row};
 
+use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use iterion_core::event::{EventDraft, EventRecord};
 use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
@@ -42,12 +42,10 @@ use iterion_core::store::{
     PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::page::Window;
 
 /// Default schema when the caller names none.
 pub const DEFAULT_SCHEMA: &str = "iterion";
-
-/// Size of one stored file chunk.
-const CHUNK: usize = 1 << 20;
 
 /// How long to wait for a connection (pool or network) before `Unavailable`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -108,7 +106,7 @@ fn decode_err(what: &'static str, msg: String) -> StoreError {
     }
 }
 
-fn now() -> OffsetDateTime {
+pub(crate) fn now() -> OffsetDateTime {
     let t = OffsetDateTime::now_utc();
     t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
         .unwrap_or(t)
@@ -153,7 +151,7 @@ fn enum_from<T: serde::de::DeserializeOwned>(what: &'static str, s: &str) -> Res
 const RUN_COLS: &str = "id, workflow, file, trust, status, failure_code, failure_disposition, \
      failure_message, admission, owner, revision, created_at, updated_at, ord";
 
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     idx: usize,
 ) -> Result<T, StoreError> {
@@ -292,7 +290,11 @@ impl PostgresStore {
         })
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_err)
     }
 
@@ -321,7 +323,7 @@ impl PostgresStore {
         }
     }
 
-    async fn run_exists(&self, run: &RunId) -> Result<bool, StoreError> {
+    pub(crate) async fn run_exists(&self, run: &RunId) -> Result<bool, StoreError> {
         let c = self.client().await?;
         let row = c
             .query_opt("SELECT 1 FROM runs WHERE id = $1", &[&run.as_str()])
@@ -372,42 +374,20 @@ impl RunStore for PostgresStore {
     }
 
     async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
-        let before = match page.cursor.as_deref() {
-            None => i64::MAX,
-            Some(c) => c
-                .strip_prefix('o')
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n > 0)
-                .ok_or(StoreError::InvalidCursor)?,
-        };
-        let limit = if page.limit == 0 {
-            50
-        } else {
-            page.limit.min(1000)
-        };
+        let window = Window::of(&page)?;
         let c = self.client().await?;
         let rows = c
             .query(
                 &format!("SELECT {RUN_COLS} FROM runs WHERE ord < $1 ORDER BY ord DESC LIMIT $2"),
-                &[&before, &(limit as i64 + 1)],
+                &[&window.before, &window.fetch()],
             )
             .await
             .map_err(|e| classify(e, "list runs"))?;
-        let more = rows.len() > limit;
-        let mut items = Vec::with_capacity(limit);
-        let mut last = None;
-        for row in rows.iter().take(limit) {
-            last = Some(get::<i64>(row, 13)?);
-            items.push(decode_run(row)?);
-        }
-        Ok(Page {
-            items,
-            next_cursor: if more {
-                last.map(|o| format!("o{o}"))
-            } else {
-                None
-            },
-        })
+        let rows = rows
+            .iter()
+            .map(|row| Ok((get::<i64>(row, 13)?, decode_run(row)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(window.finish(rows))
     }
 
     async fn transition(&self, id: &RunId, t: Transition) -> Result<RunRecord, StoreError> {
@@ -810,7 +790,7 @@ impl RunStore for PostgresStore {
         &self,
         run: &RunId,
         path: &RunFilePath,
-        mut content: ByteStream,
+        content: ByteStream,
         cap: u64,
     ) -> Result<PutOutcome, StoreError> {
         let map = |e| classify(e, "put file");
@@ -818,54 +798,10 @@ impl RunStore for PostgresStore {
         // One transaction for the whole put: over the cap, on a stream error
         // or a lost connection it rolls back and nothing is kept.
         let tx = c.transaction().await.map_err(map)?;
-        let blob = tx
-            .query_opt(
-                "INSERT INTO file_blobs (run_id) SELECT id FROM runs WHERE id = $1 RETURNING id",
-                &[&run.as_str()],
-            )
-            .await
-            .map_err(map)?;
-        let Some(blob) = blob else {
-            return Err(StoreError::RunNotFound(run.clone()));
+        let (blob_id, read, sha256) = match blobs::write(&tx, run, content, cap).await? {
+            blobs::Written::Over { read } => return Ok(PutOutcome::CapExceeded { read, cap }),
+            blobs::Written::Blob { id, size, sha256 } => (id, size, sha256),
         };
-        let blob_id: i64 = get(&blob, 0)?;
-        let insert = tx
-            .prepare("INSERT INTO file_chunks (blob_id, idx, data) VALUES ($1, $2, $3)")
-            .await
-            .map_err(map)?;
-        let mut hasher = Sha256::new();
-        let mut read: u64 = 0;
-        let mut idx: i32 = 0;
-        let mut buf = BytesMut::with_capacity(CHUNK);
-        while let Some(chunk) = content.next().await {
-            let chunk: Bytes = chunk.map_err(|source| StoreError::Io {
-                operation: "read run-file content".to_owned(),
-                source,
-            })?;
-            read += chunk.len() as u64;
-            if read > cap {
-                return Ok(PutOutcome::CapExceeded { read, cap });
-            }
-            hasher.update(&chunk);
-            let mut rest = &chunk[..];
-            while !rest.is_empty() {
-                let take = (CHUNK - buf.len()).min(rest.len());
-                buf.extend_from_slice(&rest[..take]);
-                rest = &rest[take..];
-                if buf.len() == CHUNK {
-                    let data = buf.split().freeze();
-                    tx.execute(&insert, &[&blob_id, &idx, &&data[..]])
-                        .await
-                        .map_err(map)?;
-                    idx += 1;
-                }
-            }
-        }
-        if !buf.is_empty() {
-            tx.execute(&insert, &[&blob_id, &idx, &&buf[..]])
-                .await
-                .map_err(map)?;
-        }
         // Serialize puts of one run for the path checks and the swap.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))",
@@ -893,7 +829,6 @@ impl RunStore for PostgresStore {
                 reason: "a file cannot also be a directory in the run file area",
             });
         }
-        let sha256 = hex::encode(hasher.finalize());
         let stored_at = now();
         let old = tx
             .query_opt(
@@ -976,46 +911,7 @@ impl RunStore for PostgresStore {
         };
         let blob_id: i64 = get(&row, 0)?;
         let size = get::<i64>(&row, 1)? as u64;
-        let pool = self.pool.clone();
-        // One chunk per query: memory stays at one chunk whatever the size.
-        // A blob replaced mid-read shows as a missing chunk before `size`
-        // bytes: an error, never a silently short file.
-        let stream = futures_util::stream::unfold(Some((0i32, size)), move |state| {
-            let pool = pool.clone();
-            async move {
-                let (idx, remaining) = state?;
-                if remaining == 0 {
-                    return None;
-                }
-                let fetched = async {
-                    let c = pool.get().await.map_err(std::io::Error::other)?;
-                    c.query_opt(
-                        "SELECT data FROM file_chunks WHERE blob_id = $1 AND idx = $2",
-                        &[&blob_id, &idx],
-                    )
-                    .await
-                    .map_err(std::io::Error::other)?
-                    .map(|r| r.try_get::<_, Vec<u8>>(0))
-                    .transpose()
-                    .map_err(std::io::Error::other)
-                }
-                .await;
-                match fetched {
-                    Ok(Some(data)) => {
-                        let left = remaining.saturating_sub(data.len() as u64);
-                        Some((Ok(Bytes::from(data)), Some((idx + 1, left))))
-                    }
-                    Ok(None) => Some((
-                        Err(std::io::Error::other(
-                            "run file was replaced or removed while being read",
-                        )),
-                        None,
-                    )),
-                    Err(e) => Some((Err(e), None)),
-                }
-            }
-        });
-        Ok(Box::pin(stream))
+        Ok(blobs::read(self.pool.clone(), blob_id, size))
     }
 
     async fn set_drain(&self, run: &RunId, drain: DrainRecord) -> Result<(), StoreError> {
@@ -1048,5 +944,28 @@ impl RunStore for PostgresStore {
             return Err(StoreError::RunNotFound(run.clone()));
         };
         json_field("decode drain", get(&row, 0)?)
+    }
+
+    async fn put_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+        file: &AttachmentFile,
+        content: ByteStream,
+        cap: u64,
+    ) -> Result<AttachmentPut, StoreError> {
+        attachments::put(self, run, name, file, content, cap).await
+    }
+
+    async fn list_attachments(&self, run: &RunId) -> Result<Vec<AttachmentRecord>, StoreError> {
+        attachments::list(self, run).await
+    }
+
+    async fn get_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+    ) -> Result<ByteStream, StoreError> {
+        attachments::get_bytes(self, run, name).await
     }
 }

@@ -88,6 +88,20 @@ const MIGRATIONS: &[&str] = &[
         record TEXT NOT NULL
     );
     "#,
+    // v3 (issue 14 item 5): a run's attachments, their bytes in a blob
+    // like a run file's.
+    r#"
+    CREATE TABLE run_attachments (
+        run_id    TEXT NOT NULL REFERENCES runs(id),
+        name      TEXT NOT NULL,
+        file      TEXT NOT NULL,
+        size      BIGINT NOT NULL,
+        sha256    TEXT NOT NULL,
+        stored_at TIMESTAMPTZ NOT NULL,
+        blob_id   BIGINT NOT NULL REFERENCES file_blobs(id),
+        PRIMARY KEY (run_id, name)
+    );
+    "#,
 ];
 
 /// The highest schema version this binary knows.

@@ -165,6 +165,17 @@ impl RunArea {
         }
     }
 
+    /// The run's attachment area, `runs/<RUN_ID>/attachments/<NAME>`: the
+    /// same staging, commit and open rules as the run files, beside them.
+    pub fn attachments(store_dir: &Path, run: &RunId) -> Self {
+        let base = store_dir.join("runs").join(run.as_str());
+        RunArea {
+            store: store_dir.to_owned(),
+            files: base.join("attachments"),
+            tmp: base.join("tmp"),
+        }
+    }
+
     /// Stream `content` into a temp file, stopping at `cap`.
     pub async fn stage(&self, mut content: ByteStream, cap: u64) -> Result<Staged, StoreError> {
         let store = self.store.clone();

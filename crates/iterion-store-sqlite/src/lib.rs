@@ -13,6 +13,7 @@
 //! (`BEGIN IMMEDIATE` + a busy timeout), which is what keeps event `seq`
 //! gapless when two processes append to the same store.
 
+mod attachments;
 mod files;
 mod queued;
 
@@ -27,6 +28,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavio
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
+use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use iterion_core::event::{EventDraft, EventRecord};
 use iterion_core::failure::RunStatus;
 use iterion_core::id::{NodeId, RunId};
@@ -35,6 +37,7 @@ use iterion_core::store::{
     PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::page::Window;
 
 /// Name of the database file inside the store directory.
 pub const DB_FILE: &str = "iterion.db";
@@ -80,7 +83,7 @@ pub(crate) fn micros(t: OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1000) as i64
 }
 
-fn from_micros(us: i64) -> Result<OffsetDateTime, StoreError> {
+pub(crate) fn from_micros(us: i64) -> Result<OffsetDateTime, StoreError> {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).map_err(|e| {
         StoreError::Backend {
             operation: "decode timestamp",
@@ -154,7 +157,11 @@ impl SqliteStore {
     }
 
     /// Run `f` on the blocking pool with the connection.
-    async fn with_conn<T, F>(&self, operation: &'static str, f: F) -> Result<T, StoreError>
+    pub(crate) async fn with_conn<T, F>(
+        &self,
+        operation: &'static str,
+        f: F,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &str) -> Result<T, StoreError> + Send + 'static,
@@ -174,12 +181,17 @@ impl SqliteStore {
         })?
     }
 
+    /// The lock that keeps a file's record describing the file on disk.
+    pub(crate) fn files_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.files_lock
+    }
+
     fn bump(&self) {
         self.inner.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 }
 
-fn run_exists(conn: &Connection, id: &str, loc: &str) -> Result<bool, StoreError> {
+pub(crate) fn run_exists(conn: &Connection, id: &str, loc: &str) -> Result<bool, StoreError> {
     conn.query_row("SELECT 1 FROM runs WHERE id = ?1", [id], |_| Ok(()))
         .optional()
         .map(|o| o.is_some())
@@ -367,19 +379,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn list_runs(&self, page: PageRequest) -> Result<Page<RunRecord>, StoreError> {
-        let before = match page.cursor.as_deref() {
-            None => i64::MAX,
-            Some(c) => c
-                .strip_prefix('o')
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n > 0)
-                .ok_or(StoreError::InvalidCursor)?,
-        };
-        let limit = if page.limit == 0 {
-            50
-        } else {
-            page.limit.min(1000)
-        };
+        let window = Window::of(&page)?;
         self.with_conn("list runs", move |conn, loc| {
             let map = |e| schema::classify(e, loc);
             let mut stmt = conn
@@ -388,25 +388,15 @@ impl RunStore for SqliteStore {
                 ))
                 .map_err(map)?;
             let raws = stmt
-                .query_map(params![before, limit as i64 + 1], raw_run)
+                .query_map(params![window.before, window.fetch()], raw_run)
                 .map_err(map)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(map)?;
-            let more = raws.len() > limit;
-            let mut items = Vec::with_capacity(limit);
-            let mut last_ord = None;
-            for raw in raws.into_iter().take(limit) {
-                last_ord = Some(raw.ord);
-                items.push(raw.decode()?);
-            }
-            Ok(Page {
-                items,
-                next_cursor: if more {
-                    last_ord.map(|o| format!("o{o}"))
-                } else {
-                    None
-                },
-            })
+            let rows = raws
+                .into_iter()
+                .map(|raw| Ok((raw.ord, raw.decode()?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(window.finish(rows))
         })
         .await
     }
@@ -915,5 +905,28 @@ impl RunStore for SqliteStore {
             json_field("decode drain", rec)
         })
         .await
+    }
+
+    async fn put_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+        file: &AttachmentFile,
+        content: ByteStream,
+        cap: u64,
+    ) -> Result<AttachmentPut, StoreError> {
+        attachments::put(self, run, name, file, content, cap).await
+    }
+
+    async fn list_attachments(&self, run: &RunId) -> Result<Vec<AttachmentRecord>, StoreError> {
+        attachments::list(self, run).await
+    }
+
+    async fn get_attachment(
+        &self,
+        run: &RunId,
+        name: &AttachmentName,
+    ) -> Result<ByteStream, StoreError> {
+        attachments::get(self, run, name).await
     }
 }

@@ -77,6 +77,19 @@ const MIGRATIONS: &[&str] = &[
         record TEXT NOT NULL
     );
     "#,
+    // v3 (issue 14 item 5): a run's attachments, their bytes under
+    // `runs/<RUN_ID>/attachments/<NAME>` like the run files.
+    r#"
+    CREATE TABLE run_attachments (
+        run_id    TEXT NOT NULL REFERENCES runs(id),
+        name      TEXT NOT NULL,
+        file      TEXT NOT NULL,
+        size      INTEGER NOT NULL,
+        sha256    TEXT NOT NULL,
+        stored_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, name)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The highest schema version this binary knows.

@@ -302,6 +302,7 @@ pub fn blocked(events: &[EventRecord]) -> Vec<BlockedRequest> {
                     reason,
                     rule,
                     node_id,
+                    ..
                 } => Some(BlockedRequest {
                     seq: e.seq,
                     host,

@@ -197,6 +197,18 @@ fn describe(kind: &EventKind) -> (Level, Group, String) {
         ),
         K::RunCancelled { reason } => (L::Warn, G::Run, format!("run cancelled: {reason}")),
         K::RunInterrupted { reason } => (L::Warn, G::Run, format!("run interrupted: {reason}")),
+        K::RunAttachmentLost {
+            name,
+            required,
+            reason,
+        } => (
+            if *required { L::Error } else { L::Warn },
+            G::Run,
+            format!(
+                "attachment {name} lost{}: {reason}",
+                if *required { " (required)" } else { "" }
+            ),
+        ),
         K::RunPaused { reason } => (L::Warn, G::Run, format!("run paused: {reason}")),
         K::RunResumed {
             resumed_from,

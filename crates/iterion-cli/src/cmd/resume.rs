@@ -28,6 +28,17 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
     let resumable = resume::load(store.as_ref(), &run_id)
         .await
         .map_err(resume_error)?;
+    // A worktree run continues in its own worktree, which must still be
+    // there (a removed one would run the rest in a directory that is gone).
+    if let Some(wt) = &resumable.launch.worktree {
+        wt.check_present().map_err(|e| {
+            UserInputError::new(format!(
+                "run {run_id} worked in {}, which is no longer its worktree: {e} [{}]",
+                wt.path,
+                e.code()
+            ))
+        })?;
+    }
     let file = std::path::PathBuf::from(&resumable.launch.file);
     let (loaded, workflow) = workflow::load_workflow(&file)?;
     let launch = LaunchFlags::from_settings(&resumable.launch.settings);

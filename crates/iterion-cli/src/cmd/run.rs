@@ -30,7 +30,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         stores::select_dir(dir.clone());
     }
     let (loaded, workflow) = workflow::load_workflow(&args.file)?;
-    let vars = parse_vars(&args.vars)?;
+    let vars =
+        super::launch_inputs::run_vars(&workflow, args.preset.as_deref(), parse_vars(&args.vars)?)?;
+    let attachments = super::launch_inputs::attachments(&workflow, &args.attach)?;
     let env = check_env(EnvSnapshot::from_process())?;
     let launch = LaunchFlags::of(
         args.sandbox,
@@ -69,6 +71,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     };
     tracing::info!(run = %run_id, file = %args.file.display(), "run starting");
     let workspace = std::env::current_dir()?.canonicalize()?;
+    // `worktree: auto`: the run works in a fresh worktree of this
+    // repository; a checkout that cannot have one is refused before the
+    // run exists.
+    let worktree = match workflow.worktree.as_deref() {
+        Some("auto") => Some(make_worktree(&args, &workspace, &run_id)?),
+        _ => None,
+    };
+    let workspace = worktree
+        .as_ref()
+        .map_or(workspace, |w| std::path::PathBuf::from(&w.path));
     let options = RunOptions {
         file: args.file.display().to_string(),
         workflow,
@@ -82,8 +94,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         flags,
         timeout: args.timeout,
         source_sha256: Some(source_sha256(&loaded.source)),
-        launch_settings: launch.to_settings(),
+        launch_settings: {
+            let mut settings = launch.to_settings();
+            if let Some(preset) = &args.preset {
+                settings.insert("preset".into(), serde_json::json!(preset));
+            }
+            settings
+        },
+        attachments,
+        worktree,
     };
+    let made = options.worktree.clone();
     let session = Session {
         store,
         env,
@@ -94,9 +115,60 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         cancel,
         runner: None,
     };
-    session
+    let result = session
         .execute(|engine, cancel| async move { engine.run(options, cancel).await })
-        .await
+        .await;
+    // A run the store could not record never used its worktree: it goes,
+    // unless something is in it.
+    if result.is_err()
+        && let Some(wt) = &made
+    {
+        iterion_runtime::worktree::discard_unused(wt);
+    }
+    result
+}
+
+/// Create the run's worktree under the directory store (upstream's
+/// `<store>/worktrees/<run-id>`), or under iterion's state dir when the
+/// store is PostgreSQL.
+fn make_worktree(
+    args: &RunArgs,
+    workspace: &std::path::Path,
+    run_id: &RunId,
+) -> anyhow::Result<iterion_runtime::worktree::RunWorktree> {
+    use iterion_runtime::worktree::{MergeStrategy, PromoteOptions, WorktreeRequest, setup};
+    let root = stores::store_dir().unwrap_or_else(iterion_runtime::sandbox_boot::default_state_dir);
+    let promote = PromoteOptions {
+        branch_name: args.branch_name.clone(),
+        merge_into: args.merge_into.clone().unwrap_or_default(),
+        strategy: match args.merge_strategy {
+            Some(crate::cli::MergeStrategyFlag::Merge) => MergeStrategy::Merge,
+            Some(crate::cli::MergeStrategyFlag::Squash) | None => MergeStrategy::Squash,
+        },
+        auto_merge: args.auto_merge,
+    };
+    let wt = setup(&WorktreeRequest {
+        workspace,
+        root: &root,
+        run_id: run_id.as_str(),
+        promote,
+    })
+    .map_err(|e| {
+        let message = format!("{e} [{}]", e.code());
+        if e.is_user_input() {
+            UserInputError::new(message).into()
+        } else {
+            anyhow::anyhow!(message)
+        }
+    })?;
+    if wt.dirty {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: {} has uncommitted changes; the run's worktree starts from HEAD without them",
+            iterion_core::display::printable(&wt.repo_root)
+        );
+    }
+    Ok(wt)
 }
 
 /// The sandbox flags a run was launched with, kept in its launch record

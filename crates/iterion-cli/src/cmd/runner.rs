@@ -241,6 +241,10 @@ impl RunExecutor for CliExecutor {
                         .map(std::time::Duration::from_millis),
                     source_sha256: Some(sha),
                     launch_settings: job.submission.settings.clone(),
+                    attachments: Vec::new(),
+                    // Cloud runs work in the runner's checkout: no
+                    // operator branch to promote onto (README, worktrees).
+                    worktree: None,
                 };
                 session
                     .drive(

@@ -1,5 +1,5 @@
 //! `iterion runs`, `iterion events`, `iterion logs`: read-only views of the
-//! store `ITERION_STORE` names (`shared/SPEC.md` §2). Rendering is pure
+//! store `ITERION_STORE` names (`docs/reference/SPEC.md` §2). Rendering is pure
 //! (records in, text out) so the output is snapshot-tested; the verbs only
 //! fetch and print.
 

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test scaffolding panics by design
 
 mod agents_e2e;
+mod attachments_e2e;
 mod attacks_e2e;
 mod bounds_e2e;
 mod builtins_e2e;
@@ -25,6 +26,7 @@ mod readback_e2e;
 mod resume_e2e;
 mod run_e2e;
 mod run_flags_e2e;
+mod secret_egress_e2e;
 mod secrets_e2e;
 mod setup_e2e;
 mod signals_e2e;
@@ -35,3 +37,4 @@ mod tools_e2e;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;
+mod worktree_e2e;

@@ -43,6 +43,7 @@ pub fn policy_plan(spec: &Spec, workspace: &str) -> LaunchPlan {
             host_state_source: "workflow",
             workspace,
             worktree_git_dir: None,
+            worktree_git_guards: &[],
             scratch_dir: None,
             attachments_dir: None,
             run_files_dir: Some(run_files),

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 use crate::diag::{Severity, codes};
-use crate::ir::{FieldType, NodeKind, VarDecl, Workflow};
+use crate::ir::{AttachmentDecl, FieldType, NodeKind, VarDecl, Workflow};
 use crate::lexer::Tok;
 use crate::parser::{Line, PValue, parse_value};
 
@@ -54,14 +54,14 @@ pub(crate) fn entries_json(entries: &[Line]) -> Value {
     )
 }
 
-/// Attachments declared at the top and in the workflow (C050–C052);
-/// returns their names for the reference checks.
+/// Attachments declared at the top and in the workflow (C050–C052), by
+/// name (a duplicate or a clash with a variable is reported and skipped).
 pub(crate) fn attachments(
     blocks: &[&[Line]],
     vars: &BTreeMap<String, VarDecl>,
     ctx: &mut Ctx<'_>,
-) -> HashSet<String> {
-    let mut names = HashSet::new();
+) -> BTreeMap<String, AttachmentDecl> {
+    let mut out = BTreeMap::new();
     for entry in blocks.iter().flat_map(|b| b.iter()) {
         let Some(name) = entry_name(entry) else {
             continue;
@@ -74,7 +74,7 @@ pub(crate) fn attachments(
             );
             continue;
         }
-        if !names.insert(name.to_owned()) {
+        if out.contains_key(name) {
             ctx.error(
                 codes::C050,
                 entry.pos(),
@@ -82,34 +82,53 @@ pub(crate) fn attachments(
             );
             continue;
         }
+        let mut decl = AttachmentDecl {
+            kind: entry_value(entry)
+                .and_then(|v| v.text().map(str::to_owned))
+                .unwrap_or_else(|| "file".to_owned()),
+            ..AttachmentDecl::default()
+        };
         for c in &entry.children {
-            if entry_name(c) != Some("accept_mime") {
-                continue;
-            }
-            let Some(PValue::List(items)) = entry_value(c) else {
-                continue;
-            };
-            for (item, pos) in items {
-                let Some(m) = item.text() else { continue };
-                let ok = m
-                    .split_once('/')
-                    .is_some_and(|(t, s)| !t.is_empty() && !s.is_empty());
-                if !ok {
-                    ctx.error(
-                        codes::C052,
-                        pos,
-                        format!("attachment `{name}`: accept_mime `{m}` is not `type/subtype`"),
-                    );
+            match (entry_name(c), entry_value(c)) {
+                (Some("description"), Some(v)) => decl.description = v.text().map(str::to_owned),
+                (Some("required"), Some(PValue::Word(w))) => decl.required = w == "true",
+                (Some("accept_mime"), Some(PValue::List(items))) => {
+                    for (item, pos) in items {
+                        let Some(m) = item.text() else { continue };
+                        let ok = m
+                            .split_once('/')
+                            .is_some_and(|(t, s)| !t.is_empty() && !s.is_empty());
+                        if !ok {
+                            ctx.error(
+                                codes::C052,
+                                pos,
+                                format!(
+                                    "attachment `{name}`: accept_mime `{m}` is not `type/subtype`"
+                                ),
+                            );
+                            continue;
+                        }
+                        decl.accept_mime.push(m.to_owned());
+                    }
                 }
+                _ => {}
             }
         }
+        out.insert(name.to_owned(), decl);
     }
-    names
+    out
 }
 
-/// Presets: each names declared variables with values of their type.
-pub(crate) fn presets(entries: &[Line], vars: &BTreeMap<String, VarDecl>, ctx: &mut Ctx<'_>) {
+/// Presets: each names declared variables with values of their type
+/// (C070–C072); returns the values of every preset, typed as their
+/// variables (an int written for a float is a float).
+pub(crate) fn presets(
+    entries: &[Line],
+    vars: &BTreeMap<String, VarDecl>,
+    ctx: &mut Ctx<'_>,
+) -> BTreeMap<String, BTreeMap<String, Value>> {
     let mut seen = HashSet::new();
+    let mut out: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
     for entry in entries {
         let Some(name) = entry_name(entry) else {
             continue;
@@ -148,9 +167,24 @@ pub(crate) fn presets(entries: &[Line], vars: &BTreeMap<String, VarDecl>, ctx: &
                     c.pos(),
                     format!("preset `{name}`: the value of `{key}` does not fit its declared type"),
                 );
+                continue;
             }
+            let Some(value) = entry_value(c).map(|v| v.to_json()) else {
+                continue;
+            };
+            let value = match (var.ty, value.as_f64()) {
+                (FieldType::Float, Some(f)) => {
+                    serde_json::Number::from_f64(f).map_or(value, Value::Number)
+                }
+                _ => value,
+            };
+            out.entry(name.to_owned())
+                .or_default()
+                .insert(key.to_owned(), value);
         }
+        out.entry(name.to_owned()).or_default();
     }
+    out
 }
 
 /// A number of a JSON object field.
@@ -325,5 +359,28 @@ pub(crate) fn capabilities(w: &Workflow, wline: &Line, ctx: &mut Ctx<'_>) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Upstream's presets tests: values typed as their variables (an int
+    /// written for a float is a float); attachments keep their declaration.
+    #[test]
+    fn presets_and_attachments_reach_the_ir() {
+        let src = "vars:\n  ratio: float = 0.5\n  name: string = \"x\"\n\npresets:\n  pick:\n    ratio: 1\n    name: \"y\"\n  empty:\n\nattachments:\n  logo: image\n    required: true\n  notes:\n\nworkflow w:\n  entry: a\n  a -> done\ntool a:\n  command: \"true\"\n";
+        let compiled = crate::compile_source(src, Path::new("p.iter"));
+        assert!(!compiled.has_errors(), "{:?}", compiled.diagnostics);
+        let w = &compiled.workflows[0];
+        assert_eq!(w.presets["pick"]["ratio"], serde_json::json!(1.0));
+        assert!(w.presets["pick"]["ratio"].is_f64());
+        assert_eq!(w.presets["pick"]["name"], "y");
+        assert!(w.presets["empty"].is_empty());
+        assert_eq!(w.attachments["logo"].kind, "image");
+        assert!(w.attachments["logo"].required);
+        assert_eq!(w.attachments["notes"].kind, "file");
+        assert!(!w.attachments["notes"].required);
     }
 }

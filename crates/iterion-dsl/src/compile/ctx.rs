@@ -11,6 +11,10 @@ pub(crate) struct Ctx<'f> {
     pub file: &'f str,
     /// Bounded: past [`crate::diag::MAX_PER_FILE`] findings are counted.
     pub diags: Sink,
+    /// Every secret `egress:` pattern read so far, with where it was
+    /// written: (secret, pattern as written, position), for the checks that
+    /// need the workflow's network block (`super::secrets::check`).
+    pub bindings: Vec<(String, String, Pos)>,
 }
 
 impl Ctx<'_> {

@@ -436,6 +436,7 @@ pub(crate) fn read_secrets(lines: &[Line], ctx: &mut Ctx<'_>, out: &mut Vec<Secr
         ("env", K::S),
         ("optional", K::B),
         ("hosts", K::L),
+        ("egress", K::L),
         ("description", K::S),
     ];
     for l in lines {
@@ -462,6 +463,11 @@ pub(crate) fn read_secrets(lines: &[Line], ctx: &mut Ctx<'_>, out: &mut Vec<Secr
             mount_path: text("mount_path"),
             env: text("env"),
             optional: text("optional").as_deref() == Some("true"),
+            egress: props
+                .iter()
+                .find(|p| p.key == "egress")
+                .map(|p| super::secrets::read_egress(name, p, ctx))
+                .unwrap_or_default(),
         });
     }
 }

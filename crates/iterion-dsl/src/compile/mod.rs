@@ -19,6 +19,7 @@ mod mcp;
 mod props;
 mod refs;
 pub(crate) mod sandbox;
+mod secrets;
 mod tools;
 mod workflow;
 
@@ -48,6 +49,10 @@ pub(crate) fn compile(
     lines: &[Line],
     ctx: &mut Ctx<'_>,
     tool_check: &dyn Fn(&str) -> Option<String>,
+    egress_check: &dyn Fn(
+        Option<&iterion_core::NetworkSpec>,
+        &iterion_core::net::NetRule,
+    ) -> Option<String>,
 ) -> Vec<Workflow> {
     let mut vars: BTreeMap<String, VarDecl> = BTreeMap::new();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
@@ -379,11 +384,14 @@ pub(crate) fn compile(
         if let Some(w) =
             compile_workflow(wline, &nodes, &extra_edges, &vars, &schemas, &secrets, ctx)
         {
+            secrets::check(&w, ctx, egress_check);
             let mut declared = attachment_blocks.clone();
             declared.push(blocks::workflow_entries(wline, "attachments"));
-            let attachments = blocks::attachments(&declared, &w.vars, ctx);
+            let attachment_decls = blocks::attachments(&declared, &w.vars, ctx);
+            let attachments: HashSet<String> = attachment_decls.keys().cloned().collect();
+            let mut presets = BTreeMap::new();
             for p in &preset_blocks {
-                blocks::presets(p, &w.vars, ctx);
+                presets.extend(blocks::presets(p, &w.vars, ctx));
             }
             let compaction = blocks::entries_json(blocks::workflow_entries(wline, "compaction"));
             blocks::node_settings(&w, Some(&compaction), ctx);
@@ -402,6 +410,8 @@ pub(crate) fn compile(
                     .iter()
                     .map(|(k, (body, _))| (k.clone(), body.clone()))
                     .collect(),
+                attachments: attachment_decls,
+                presets,
                 ..w
             });
         }

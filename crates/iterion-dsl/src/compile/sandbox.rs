@@ -151,7 +151,7 @@ fn string_map(p: &Prop<'_>, ctx: &mut Ctx<'_>, what: &str) -> BTreeMap<String, S
     out
 }
 
-fn string_list(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> Vec<(String, Pos)> {
+pub(crate) fn string_list(p: &Prop<'_>, ctx: &mut Ctx<'_>) -> Vec<(String, Pos)> {
     let mut out = Vec::new();
     if let Some(PValue::List(items)) = &p.value {
         for (v, pos) in items {

@@ -477,6 +477,8 @@ pub(crate) fn compile_workflow(
         prompts: BTreeMap::new(),
         properties,
         mcp_servers: BTreeMap::new(),
+        attachments: Default::default(),
+        presets: Default::default(),
         pos: wpos,
     })
 }

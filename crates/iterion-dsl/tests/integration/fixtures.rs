@@ -208,7 +208,10 @@ fn tool_hook_reports_c322_at_the_entry() {
     let c = iterion_dsl::compile_checked(
         text,
         Path::new("t.iter"),
-        &iterion_dsl::Checks { tool: &check },
+        &iterion_dsl::Checks {
+            tool: &check,
+            egress: &|_, _| None,
+        },
     );
     let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C322").collect();
     assert_eq!(d.len(), 2, "{:?}", c.diagnostics);

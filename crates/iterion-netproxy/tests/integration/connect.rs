@@ -103,6 +103,7 @@ async fn denied_connect_is_403_once_with_the_rule() {
             reason: BlockReason::Allowlist,
             rule: Some("!evil.example.test".into()),
             exec: None,
+            secret: None,
         }]
     );
 }

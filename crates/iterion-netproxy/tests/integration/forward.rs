@@ -67,6 +67,7 @@ async fn denied_host_gets_403_with_reason_header_and_one_callback() {
             reason: BlockReason::Allowlist,
             rule: None,
             exec: None,
+            secret: None,
         }]
     );
 }

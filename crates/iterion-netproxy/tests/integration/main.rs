@@ -12,4 +12,5 @@ mod connect;
 mod curl;
 mod forward;
 mod hardening;
+mod inspect;
 mod lifecycle;

@@ -138,4 +138,29 @@ impl RunStore for Faulty {
         }
         self.inner.get_drain(run).await
     }
+    async fn put_attachment(
+        &self,
+        run: &RunId,
+        name: &iterion_core::attachment::AttachmentName,
+        file: &iterion_core::attachment::AttachmentFile,
+        content: ByteStream,
+        cap: u64,
+    ) -> Result<iterion_core::attachment::AttachmentPut, StoreError> {
+        self.inner
+            .put_attachment(run, name, file, content, cap)
+            .await
+    }
+    async fn list_attachments(
+        &self,
+        run: &RunId,
+    ) -> Result<Vec<iterion_core::attachment::AttachmentRecord>, StoreError> {
+        self.inner.list_attachments(run).await
+    }
+    async fn get_attachment(
+        &self,
+        run: &RunId,
+        name: &iterion_core::attachment::AttachmentName,
+    ) -> Result<ByteStream, StoreError> {
+        self.inner.get_attachment(run, name).await
+    }
 }

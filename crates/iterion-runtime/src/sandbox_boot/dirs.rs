@@ -59,6 +59,12 @@ impl RunDirs {
         self.dir.join("artifact-files")
     }
 
+    /// The run's attachments, bound read-only where the driver binds
+    /// (filled after the start from the run store).
+    pub(crate) fn attachments(&self) -> PathBuf {
+        self.dir.join("attachments")
+    }
+
     pub(crate) fn mask(&self) -> PathBuf {
         self.dir.join("mask")
     }
@@ -81,6 +87,7 @@ impl RunDirs {
             source,
         };
         std::fs::create_dir_all(self.run_files()).map_err(io)?;
+        std::fs::create_dir_all(self.attachments()).map_err(io)?;
         crate::reap::mark_owner(&self.dir).map_err(io)?;
         // The run's files live here during the run: no other local user
         // reads them (the engine binds them as root; the sandbox sees only

@@ -129,6 +129,13 @@ pub struct RunRequest<'a> {
     pub flags: &'a SandboxFlags,
     /// `doctor --strict --target` (a run never sets it).
     pub target: Option<HostKind>,
+    /// Whether the workflow declares attachments (the run's attachments
+    /// directory is then planned and bound).
+    pub attachments: bool,
+    /// The shared git directory of the run's `worktree: auto` worktree.
+    pub worktree_git_dir: Option<&'a Path>,
+    /// That worktree's own part of it (`<git dir>/worktrees/<name>`).
+    pub worktree_admin_dir: Option<&'a Path>,
 }
 
 /// A run's decision and the secrets it was made with (values stay here,
@@ -220,6 +227,10 @@ impl SandboxHost {
                     .collect()
             })
             .unwrap_or_default();
+        let bound: Vec<String> = secrets
+            .as_ref()
+            .map(|s| s.bound.iter().map(|b| b.name.clone()).collect())
+            .unwrap_or_default();
         let secrets_error = secrets.as_ref().err().map(ToString::to_string);
         // The root is made (0700, private) only for a run that has file
         // secrets, as before the decision existed.
@@ -234,8 +245,17 @@ impl SandboxHost {
                 })
                 .map_err(|e| e.to_string()),
         };
-        let repo = RepoSnapshot::capture(run.workspace);
-        let host = HostSnapshot::capture(&self.env.snapshot, &[]);
+        let repo = RepoSnapshot::capture(run.workspace)
+            .with_worktree_git_dir(run.worktree_git_dir, run.worktree_admin_dir);
+        // The worktree's `.git` and its guards are planned only if they
+        // exist, as every host path planning binds.
+        let git_paths: Vec<&str> = repo
+            .worktree_git_dir
+            .iter()
+            .chain(&repo.worktree_git_guards)
+            .map(String::as_str)
+            .collect();
+        let host = HostSnapshot::capture(&self.env.snapshot, &git_paths);
         let binds = run_settings(
             |k| self.local_env.get(k).cloned(),
             std::iter::empty(),
@@ -254,6 +274,7 @@ impl SandboxHost {
                     Some(why) => Err(why),
                     None => Ok(&shapes),
                 },
+                bound_secrets: &bound,
             },
             repo: &repo,
             host: &host,
@@ -262,6 +283,9 @@ impl SandboxHost {
                 run_files,
                 mask: dirs.mask().to_string_lossy().into_owned(),
                 workspace_manifest: dirs.workspace_manifest().to_string_lossy().into_owned(),
+                attachments: run
+                    .attachments
+                    .then(|| dirs.attachments().to_string_lossy().into_owned()),
                 secrets_dir,
             },
             binds: &binds,

@@ -76,6 +76,9 @@ impl SandboxBooter for PolicyBooter {
             workspace: ctx.workspace,
             flags: ctx.flags,
             target: None,
+            attachments: !ctx.workflow.attachments.is_empty(),
+            worktree_git_dir: ctx.worktree.map(|w| std::path::Path::new(&w.git_dir)),
+            worktree_admin_dir: ctx.worktree.map(|w| std::path::Path::new(&w.admin_dir)),
         }))
     }
 
@@ -85,9 +88,17 @@ impl SandboxBooter for PolicyBooter {
             return Err(BootError::NotAdmitted);
         };
         let Decided { decision, secrets } = *decided;
+        // Masks the values, bound ones included, before any swap.
+        let redactor = secrets.redactor();
+        // Issue 17: bound secrets go in as placeholders where the decision
+        // said the proxy can put them back.
+        let secrets = match &decision.verdict {
+            Verdict::Sandbox(plan) if plan.secret_placeholders => secrets.with_placeholders(),
+            _ => secrets,
+        };
         let exec = ExecSecrets {
             env: secrets.env.clone(),
-            redactor: secrets.redactor(),
+            redactor,
             egress: None,
         };
         // Masked from the first event that could carry one (a driver line,

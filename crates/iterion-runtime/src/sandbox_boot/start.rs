@@ -108,6 +108,7 @@ pub(super) async fn start(
     let mut credentials = None;
     let mut egress_network = None;
     let mut gateway_at = None;
+    let mut trust_pem: Option<String> = None;
     let enforce = match plan.egress {
         EgressVerdict::Enforced => Some(true),
         EgressVerdict::Advisory { .. } => Some(false),
@@ -136,6 +137,20 @@ pub(super) async fn start(
         opts.on_blocked = Arc::new(network_blocked(events.clone()));
         opts.on_limit = Arc::new(proxy_limit(events.clone()));
         credentials = Some(opts.credentials.clone());
+        // Issue 17: the run's CA and inspection, only when bound secrets
+        // go in as placeholders (the decision said so).
+        if plan.secret_placeholders {
+            match egress_inspection(host, secrets) {
+                Ok(inspection) => {
+                    trust_pem = Some(inspection.ca_pem().to_owned());
+                    opts.inspection = Some(Arc::new(inspection));
+                }
+                Err(source) => {
+                    release_egress_network(&driver, ctx, egress_network).await;
+                    return Err(BootError::Proxy { source });
+                }
+            }
+        }
         let handle = match EgressProxy::start(opts).await {
             Ok(h) => h,
             Err(source) => {
@@ -168,6 +183,21 @@ pub(super) async fn start(
     let started = prepare_and_start(ctx, &driver, launch.clone(), source, mode, &info).await;
     match started {
         Ok(run) => {
+            // Issue 17: the sandbox trusts the run's CA before any exec.
+            if let Some(pem) = &trust_pem {
+                if let Err(e) = crate::secret_egress::install_trust(run.as_ref(), pem).await {
+                    let _ = run.cleanup().await;
+                    if let Some(p) = proxy {
+                        p.shutdown().await;
+                    }
+                    release_egress_network(&driver, ctx, egress_network).await;
+                    return Err(BootError::Io {
+                        operation: "install the run's egress CA".to_owned(),
+                        source: std::io::Error::other(e.to_string()),
+                    });
+                }
+                exec.env.extend(crate::secret_egress::trust_env());
+            }
             host_dir_guard.0 = None;
             // The container has mounted them: the values leave the host.
             let mut secret_files = secret_files;
@@ -213,6 +243,30 @@ pub(super) async fn start(
             Err(e)
         }
     }
+}
+
+/// The run's inspection (issue 17): a fresh in-memory CA, the bound
+/// secrets' bindings, and the upstream roots (the system's plus
+/// `ITERION_EGRESS_UPSTREAM_CA` of the launching environment).
+fn egress_inspection(
+    host: &SandboxHost,
+    secrets: &ResolvedSecrets,
+) -> Result<iterion_netproxy::Inspection, iterion_netproxy::NetproxyError> {
+    let extra = host
+        .local_env
+        .get(iterion_netproxy::UPSTREAM_CA_ENV)
+        .filter(|v| !v.trim().is_empty())
+        .map(std::path::Path::new);
+    let roots = iterion_netproxy::upstream_roots(extra)?;
+    let ca = Arc::new(iterion_netproxy::EgressCa::generate()?);
+    let bindings = iterion_netproxy::Bindings::new(
+        secrets
+            .bound
+            .iter()
+            .filter_map(crate::secret_egress::BoundSecret::binding)
+            .collect(),
+    );
+    iterion_netproxy::Inspection::new(ca, bindings, roots)
 }
 
 /// Seed step 18: start what the run needs of the per-run listeners, on
@@ -492,9 +546,10 @@ fn network_blocked(events: Emitter) -> impl Fn(BlockedRequest) + Send + Sync {
         let kind = EventKind::NetworkBlocked {
             host: req.host.clone(),
             port: req.port,
-            reason: req.reason.as_str().to_owned(),
+            reason: req.reason.event_reason().to_owned(),
             rule: req.rule.clone(),
             node_id: node.as_ref().map(|n| n.to_string()),
+            secret: req.secret.clone(),
         };
         match node {
             Some(n) => events.emit_node(&n, kind),

@@ -264,4 +264,27 @@ impl RunStore for MemStore {
     async fn get_drain(&self, _run: &RunId) -> Result<Option<DrainRecord>, StoreError> {
         Ok(None)
     }
+    async fn put_attachment(
+        &self,
+        _run: &RunId,
+        _name: &iterion_core::attachment::AttachmentName,
+        _file: &iterion_core::attachment::AttachmentFile,
+        _content: ByteStream,
+        _cap: u64,
+    ) -> Result<iterion_core::attachment::AttachmentPut, StoreError> {
+        Err(unsupported())
+    }
+    async fn list_attachments(
+        &self,
+        _run: &RunId,
+    ) -> Result<Vec<iterion_core::attachment::AttachmentRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn get_attachment(
+        &self,
+        _run: &RunId,
+        _name: &iterion_core::attachment::AttachmentName,
+    ) -> Result<ByteStream, StoreError> {
+        Err(unsupported())
+    }
 }

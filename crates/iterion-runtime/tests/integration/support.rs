@@ -122,6 +122,8 @@ pub fn workflow(entry: &str, nodes: Vec<Node>, edges: Vec<Edge>) -> Workflow {
         prompts: BTreeMap::new(),
         properties: BTreeMap::new(),
         mcp_servers: BTreeMap::new(),
+        attachments: Default::default(),
+        presets: Default::default(),
         pos: Pos::default(),
     }
 }
@@ -185,7 +187,9 @@ impl Harness {
             flags: SandboxFlags::default(),
             source_sha256: None,
             launch_settings: serde_json::Map::new(),
+            attachments: Vec::new(),
             timeout: None,
+            worktree: None,
         }
     }
 

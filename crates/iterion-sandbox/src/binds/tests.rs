@@ -349,3 +349,25 @@ fn private_areas_within_the_workspace_are_named_relative_to_it() {
     );
     assert_eq!(got, vec![".iterion".to_owned(), "a/b".to_owned()]);
 }
+
+/// `worktree: auto`: a run's worktree under `<store>/worktrees` is its
+/// workspace; the store around it, the worktrees root itself and a declared
+/// bind into another run's worktree stay refused.
+#[test]
+fn a_worktree_under_the_store_is_a_workspace_and_nothing_else_is() {
+    let (_d, root) = tmp();
+    let store = root.join("proj/.iterion");
+    let wt = store.join("worktrees/r1");
+    std::fs::create_dir_all(&wt).expect("mkdir");
+    let settings = HostBindSettings::default()
+        .with_worktree_roots([format!("{}/worktrees", s(&store))])
+        .with_private([s(&store)]);
+    let ws = |p: &Path| judge_bind(&s(p), BindRole::Workspace, &settings, &BindScope::default());
+    assert_eq!(ws(&wt), Ok(s(&wt)));
+    assert!(ws(&store).is_err(), "the store itself");
+    assert!(
+        ws(&store.join("worktrees")).is_err(),
+        "every run's worktrees"
+    );
+    assert!(declared(&s(&wt), &settings).is_err(), "a declared bind");
+}

@@ -25,6 +25,7 @@ use crate::guards::check_noop_file_secrets;
 use crate::host::DriverOffer;
 use crate::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
 use crate::mounts::{PlanInputs, finalize_mounts_for_driver, plan_launch};
+use crate::secret_egress::{Placement, SecretEgressVerdict, secret_egress_verdict};
 use crate::spec::{BuiltSpec, SpecInputs, build_spec, source_label};
 use crate::verdict::{
     Availability, EgressVerdict, SandboxVerdict, egress_verdict, sandbox_verdict,
@@ -73,7 +74,13 @@ impl Decider<'_, '_> {
         Verdict::Refused(Refusal::new(refused, reason))
     }
 
-    fn host(&self, reason: String, degraded: bool) -> Verdict {
+    fn host(&mut self, reason: String, degraded: bool) -> Verdict {
+        // A host run holds its bound secrets plain, and says so.
+        if let SecretEgressVerdict::Plain { event } =
+            secret_egress_verdict(Mode::Auto, self.req.workflow.bound_secrets, Placement::Host)
+        {
+            self.decision.events.push(event);
+        }
         Verdict::Host { reason, degraded }
     }
 
@@ -207,6 +214,9 @@ impl Decider<'_, '_> {
         let mut host = req.host.clone();
         host.existing
             .insert(crate::guards::normalize_lexical(&paths.run_files));
+        if let Some(dir) = &paths.attachments {
+            host.existing.insert(crate::guards::normalize_lexical(dir));
+        }
         // Step 11: every mount, as if every mount were possible.
         let planned = match plan_launch(
             &PlanInputs {
@@ -214,9 +224,10 @@ impl Decider<'_, '_> {
                 host_state: Some(self.decision.host_state),
                 host_state_source: self.decision.host_state_source.as_str(),
                 workspace: &req.repo.workspace,
-                worktree_git_dir: None,
+                worktree_git_dir: req.repo.worktree_git_dir.as_deref(),
+                worktree_git_guards: &req.repo.worktree_git_guards,
                 scratch_dir: None,
-                attachments_dir: None,
+                attachments_dir: paths.attachments.as_deref(),
                 run_files_dir: Some(&paths.run_files),
                 bundle_dir: None,
                 readback_cap: req.env.readback_cap,
@@ -316,6 +327,7 @@ impl Decider<'_, '_> {
             ]
             .into_iter()
             .chain(paths.secrets_dir.clone().ok())
+            .chain(paths.attachments.clone())
             .map(|p| crate::guards::normalize_lexical(&p))
             .collect(),
             files: secret_mounts
@@ -400,6 +412,27 @@ impl Decider<'_, '_> {
             EgressVerdict::Advisory { event } => self.decision.events.push(event.clone()),
             EgressVerdict::Open | EgressVerdict::Enforced => {}
         }
+        // Step 15, bound secrets: placeholders only where the proxy can put
+        // the value back and the sandbox can trust its CA.
+        let secret_placeholders = match secret_egress_verdict(
+            self.decision.mode.mode,
+            req.workflow.bound_secrets,
+            Placement::Sandbox {
+                driver: driver.as_str(),
+                capabilities: caps,
+                egress: &selected.egress,
+            },
+        ) {
+            SecretEgressVerdict::Unbound => false,
+            SecretEgressVerdict::Placeholders => true,
+            SecretEgressVerdict::Plain { event } => {
+                self.decision.events.push(event);
+                false
+            }
+            SecretEgressVerdict::Refused { reason } => {
+                return self.refuse(Refused::Spec, reason);
+            }
+        };
         let run_files_cap = run_files_cap(&plan, &paths.run_files);
         Verdict::Sandbox(Box::new(SandboxPlan {
             driver,
@@ -408,6 +441,7 @@ impl Decider<'_, '_> {
             network: spec.network.clone(),
             egress: selected.egress,
             run_files_cap,
+            secret_placeholders,
         }))
     }
 }

@@ -88,6 +88,7 @@ struct Fixture {
     env: SandboxEnv,
     block: Option<Spec>,
     secrets: Vec<FileSecretShape>,
+    bound: Vec<String>,
     repo: RepoSnapshot,
     host: HostSnapshot,
     offers: Vec<DriverOffer>,
@@ -108,6 +109,7 @@ impl Fixture {
             env: SandboxEnv::default(),
             block: None,
             secrets: Vec::new(),
+            bound: Vec::new(),
             repo: RepoSnapshot {
                 workspace: WS.into(),
                 workspace_real: Some(WS.into()),
@@ -115,6 +117,8 @@ impl Fixture {
                 mode_bits: Some(0o755),
                 devcontainer: Ok(None),
                 devbox_json: None,
+                worktree_git_dir: None,
+                worktree_git_guards: Vec::new(),
             },
             host: HostSnapshot {
                 uid: 1000,
@@ -126,6 +130,7 @@ impl Fixture {
                 run_files: format!("{STATE}/sandboxes/r1/artifact-files"),
                 mask: format!("{STATE}/sandboxes/r1/mask"),
                 workspace_manifest: format!("{STATE}/sandboxes/r1/workspace-manifest"),
+                attachments: None,
                 secrets_dir: Ok(format!("{SHM}/r1")),
             },
             binds: HostBindSettings::default()
@@ -159,6 +164,7 @@ impl Fixture {
             workflow: WorkflowFacts {
                 sandbox: self.block.as_ref(),
                 file_secrets: Ok(&self.secrets),
+                bound_secrets: &self.bound,
             },
             repo: &self.repo,
             host: &self.host,
@@ -375,6 +381,74 @@ fn a_sandboxed_run_gets_a_finalized_guarded_plan_and_its_events_in_order() {
     assert_eq!(d.source, ModeSource::Workflow.as_str());
 }
 
+/// Issue 14 item 5: a run that declares attachments gets its managed
+/// attachments dir bound read-only at `/run/iterion/attachments`, judged
+/// like the other binds of iterion's own (under the managed roots); a
+/// driver without host binds drops it (the runtime copies them in), and a
+/// dir outside the managed roots is refused, never bound.
+#[test]
+fn the_attachments_dir_is_a_judged_read_only_bind_or_dropped() {
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    let dir = format!("{STATE}/sandboxes/r1/attachments");
+    f.paths.attachments = Some(dir.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let bind = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::Attachments)
+        .expect("attachments bind");
+    assert_eq!(bind.source.as_deref(), Some(dir.as_str()));
+    assert_eq!(bind.target, iterion_core::plan::ATTACHMENTS_CONTAINER_DIR);
+    assert!(bind.readonly);
+
+    // Without attachments declared, no bind.
+    let mut none = Fixture::new();
+    none.block = f.block.clone();
+    let d = none.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+
+    // A bindless engine: dropped, and said so.
+    f.offers = vec![ready(DriverName::Docker, docker_caps(false))];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        plan.launch
+            .mounts
+            .iter()
+            .all(|m| m.origin != MountOrigin::Attachments)
+    );
+    assert!(kinds(&d.events).contains(&"sandbox_host_binds_dropped"));
+
+    // Outside the managed roots: the bind judge refuses the run.
+    let mut outside = Fixture::new();
+    outside.block = f.block.clone();
+    outside.paths.attachments = Some("/elsewhere/attachments".into());
+    let d = outside.decide();
+    assert!(
+        matches!(&d.verdict, Verdict::Refused(_)),
+        "a managed bind outside the managed roots: {d:#?}"
+    );
+}
+
 /// Issue 14 item 8(b): a read-back path the driver can neither bind nor
 /// drain is refused at admission with its own code, before anything is
 /// created (ADR-143 R2).
@@ -451,6 +525,7 @@ fn file_secrets_without_a_delivery_channel_are_refused_at_boot() {
         workflow: WorkflowFacts {
             sandbox: None,
             file_secrets: Err("secret \"GH\" is required but GH is not set on the host"),
+            bound_secrets: &[],
         },
         ..request(&f)
     });
@@ -467,6 +542,7 @@ fn request(f: &Fixture) -> DecisionRequest<'_> {
         workflow: WorkflowFacts {
             sandbox: f.block.as_ref(),
             file_secrets: Ok(&f.secrets),
+            bound_secrets: &f.bound,
         },
         repo: &f.repo,
         host: &f.host,
@@ -589,4 +665,123 @@ fn a_broken_devcontainer_refuses_auto_only() {
     });
     f.offers = offers(true);
     assert_eq!(f.decide().verdict_kind(), "sandbox");
+}
+
+/// Issue 17: a bound secret goes in as a placeholder only on a driver that
+/// installs the run's CA behind an egress proxy; else inline refuses and
+/// auto delivers it plain with `sandbox_secret_egress_unavailable`.
+#[test]
+fn bound_secrets_are_placeholders_only_where_the_proxy_can_serve_them() {
+    let network = NetworkSpec {
+        mode: Some(NetworkMode::Allowlist),
+        rules: vec!["api.example.com".parse().expect("rule")],
+        ..NetworkSpec::default()
+    };
+    let fixture = |mode: Mode, tls: bool, network: Option<NetworkSpec>| {
+        let mut f = Fixture::new();
+        f.block = Some(Spec {
+            mode,
+            image: Some("img:1".into()),
+            network,
+            ..Spec::default()
+        });
+        f.bound = vec!["API_KEY".into()];
+        let mut caps = docker_caps(true);
+        caps.tls_inspection = tls;
+        f.offers[0] = ready(DriverName::Docker, caps);
+        f
+    };
+    let d = fixture(Mode::Inline, true, Some(network.clone())).decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(plan.secret_placeholders);
+    assert!(!kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+    // No CA install on the driver: inline refuses, naming the secret.
+    let d = fixture(Mode::Inline, false, Some(network.clone())).decide();
+    assert_eq!(d.code(), Some("SANDBOX_SPEC_REFUSED"));
+    assert!(d.refusal_reason().is_some_and(|r| r.contains("API_KEY")));
+    // Auto on the same driver, or with an open network: plain, and said.
+    for (tls, net) in [(false, Some(network)), (true, None)] {
+        let d = fixture(Mode::Auto, tls, net).decide();
+        let Verdict::Sandbox(plan) = &d.verdict else {
+            panic!("sandbox expected: {d:#?}")
+        };
+        assert!(!plan.secret_placeholders);
+        assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+    }
+    // A host run (no engine) holds it plain too, and says so.
+    let mut f = fixture(Mode::Auto, true, None);
+    f.offers = offers(false);
+    let d = f.decide();
+    assert_eq!(d.verdict_kind(), "degraded");
+    assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+}
+
+/// `worktree: auto` (facts §6.5): the repository's shared `.git` is bound
+/// read-write at its own path, judged as a workspace (so a repository under
+/// a home is fine); a bindless engine drops it with the rest and says so.
+#[test]
+fn a_worktrees_git_dir_is_bound_at_its_own_path_or_dropped_bindless() {
+    const GIT: &str = "/root/proj/.git";
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    f.repo.worktree_git_dir = Some(GIT.into());
+    f.repo.worktree_git_guards = vec![format!("{GIT}/hooks")];
+    let hooks = format!("{GIT}/hooks");
+    f.fs = Table(vec![WS, GIT, Box::leak(hooks.clone().into_boxed_str())]);
+    f.host.existing.insert(GIT.into());
+    f.host.existing.insert(hooks.clone());
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let git = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGit)
+        .expect("the .git bind");
+    assert_eq!(git.source.as_deref(), Some(GIT));
+    assert_eq!(git.target, GIT);
+    assert!(!git.readonly, "commits write objects and refs");
+    let guard = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::WorktreeGitGuard)
+        .expect("the hooks guard");
+    assert_eq!(guard.source.as_deref(), Some(hooks.as_str()));
+    assert_eq!(guard.target, hooks);
+    assert!(guard.readonly, "no hook planted from the box");
+
+    f.offers = vec![
+        ready(DriverName::Docker, docker_caps(false)),
+        DriverOffer::unavailable(DriverName::Podman, "no such engine answered"),
+        DriverOffer::unavailable(DriverName::Kubernetes, "not a cloud host"),
+    ];
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    assert!(
+        !plan
+            .launch
+            .mounts
+            .iter()
+            .any(|m| m.origin == MountOrigin::WorktreeGit)
+    );
+    let dropped = d.events.iter().find_map(|e| match e {
+        EventKind::SandboxHostBindsDropped { dropped, .. } => Some(dropped),
+        _ => None,
+    });
+    assert!(
+        dropped.is_some_and(|d| d.iter().any(|b| b.source == GIT)),
+        "{:?}",
+        d.events
+    );
 }

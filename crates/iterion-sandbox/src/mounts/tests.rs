@@ -49,6 +49,7 @@ fn inputs<'a>(spec: &'a Spec, host_state: HostState) -> PlanInputs<'a> {
         host_state_source: "default",
         workspace: WS,
         worktree_git_dir: Some("/home/dev/work/main/.git"),
+        worktree_git_guards: &[],
         scratch_dir: Some("/store/runs/r1/scratch"),
         attachments_dir: Some("/store/runs/r1/attachments"),
         run_files_dir: Some("/store/runs/r1/artifact-files"),

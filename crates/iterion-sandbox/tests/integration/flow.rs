@@ -67,6 +67,7 @@ fn decide_in(
         run_files: format!("{state}/sandboxes/r1/artifact-files"),
         mask: format!("{state}/sandboxes/r1/mask"),
         workspace_manifest: format!("{state}/sandboxes/r1/workspace-manifest"),
+        attachments: None,
         secrets_dir: Err("no memory filesystem in this test".into()),
     };
     let binds = HostBindSettings::default()
@@ -81,6 +82,7 @@ fn decide_in(
         workflow: WorkflowFacts {
             sandbox: block,
             file_secrets: Ok(&[]),
+            bound_secrets: &[],
         },
         repo: &snapshot,
         host: &host,

@@ -105,6 +105,9 @@ macro_rules! store_conformance {
             files_paths_are_confined,
             files_failed_stream_keeps_nothing,
             drain_record_round_trip,
+            attachments_put_list_get,
+            attachments_cap_and_failed_stream_keep_nothing,
+            attachments_unknown_run_or_name,
             unknown_run_is_not_found,
         );
 
@@ -191,12 +194,14 @@ fn to(from: RunStatus, to: RunStatus) -> Transition {
     }
 }
 
+mod attachments;
 mod events;
 mod files;
 mod queued;
 mod runs;
 mod writer;
 
+pub use self::attachments::*;
 pub use self::events::*;
 pub use self::files::*;
 pub use self::queued::*;

@@ -100,6 +100,11 @@ pub(super) fn decide_here(
         workspace: &workspace,
         flags,
         target,
+        attachments: workflow.is_some_and(|w| !w.attachments.is_empty()),
+        // The strict doctor judges the checkout itself; a run's worktree
+        // does not exist before the run.
+        worktree_git_dir: None,
+        worktree_admin_dir: None,
     }))
 }
 

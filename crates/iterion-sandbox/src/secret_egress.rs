@@ -1,0 +1,177 @@
+//! Whether a run can serve its egress-bound secrets (issue 17): a secret
+//! with `egress:` hosts reaches the sandbox as a placeholder only when the
+//! run's egress proxy can put the value back — a sandbox whose traffic
+//! goes through the proxy (enforced or advisory) on a driver that can make
+//! the container trust the run's inspection CA. Otherwise an `inline` run
+//! is refused (never a tunnel the container cannot trust, never a silent
+//! downgrade) and an `auto` one gets the plain value with
+//! `sandbox_secret_egress_unavailable`. Pure: the decision's step 15 and
+//! its host paths call it; the booter executes what it returns.
+
+use iterion_core::{Capabilities, EventKind, Mode};
+
+use crate::verdict::EgressVerdict;
+
+/// How the run delivers its bound secrets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecretEgressVerdict {
+    /// No secret is bound.
+    Unbound,
+    /// Placeholders in the sandbox; the proxy inspects the bound hosts and
+    /// puts the values back.
+    Placeholders,
+    /// The plain values, and this event says so.
+    Plain {
+        /// `sandbox_secret_egress_unavailable`.
+        event: EventKind,
+    },
+    /// The run is refused before anything starts.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where the run is going, as far as bound secrets care.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement<'a> {
+    /// A sandbox on a driver with these capabilities and this egress verdict.
+    Sandbox {
+        /// The selected driver's name.
+        driver: &'a str,
+        /// What it can do (`tls_inspection`).
+        capabilities: Capabilities,
+        /// The run's egress verdict.
+        egress: &'a EgressVerdict,
+    },
+    /// The host (no sandbox): nothing holds the value apart from the agent.
+    Host,
+}
+
+/// The verdict for `bound` (the names of the secrets with `egress:`) of a
+/// run in `mode` placed at `placement`.
+pub fn secret_egress_verdict(
+    mode: Mode,
+    bound: &[String],
+    placement: Placement<'_>,
+) -> SecretEgressVerdict {
+    if bound.is_empty() {
+        return SecretEgressVerdict::Unbound;
+    }
+    let reason = match placement {
+        Placement::Host => "the run is not sandboxed, so no egress proxy stands between \
+                            the agent and the secret's hosts"
+            .to_owned(),
+        Placement::Sandbox {
+            driver,
+            capabilities,
+            egress,
+        } => match egress {
+            EgressVerdict::Open => "the workflow's network is open, so no egress proxy runs \
+                                    to put the value back (add a `network:` block with `mode: allowlist`)"
+                .to_owned(),
+            EgressVerdict::Refused { reason } => reason.clone(),
+            EgressVerdict::Enforced | EgressVerdict::Advisory { .. }
+                if !capabilities.tls_inspection =>
+            {
+                format!(
+                    "the {driver} driver cannot install the run's inspection CA in the sandbox"
+                )
+            }
+            EgressVerdict::Enforced | EgressVerdict::Advisory { .. } => {
+                return SecretEgressVerdict::Placeholders;
+            }
+        },
+    };
+    if mode == Mode::Inline {
+        return SecretEgressVerdict::Refused {
+            reason: format!(
+                "secret(s) {} are bound to egress hosts but {reason}",
+                bound.join(", ")
+            ),
+        };
+    }
+    SecretEgressVerdict::Plain {
+        event: EventKind::SandboxSecretEgressUnavailable {
+            secrets: bound.to_vec(),
+            reason,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(tls: bool) -> Capabilities {
+        Capabilities {
+            tls_inspection: tls,
+            ..Capabilities::default()
+        }
+    }
+
+    fn bound() -> Vec<String> {
+        vec!["API_KEY".to_owned()]
+    }
+
+    #[test]
+    fn servable_only_through_a_proxy_on_a_driver_that_installs_the_ca() {
+        let on = |mode, tls, egress: &EgressVerdict| {
+            secret_egress_verdict(
+                mode,
+                &bound(),
+                Placement::Sandbox {
+                    driver: "docker",
+                    capabilities: caps(tls),
+                    egress,
+                },
+            )
+        };
+        let advisory = EgressVerdict::Advisory {
+            event: EventKind::SandboxEgressUnenforced {
+                driver: "d".into(),
+                reason: "r".into(),
+            },
+        };
+        for mode in [Mode::Inline, Mode::Auto] {
+            assert_eq!(
+                on(mode, true, &EgressVerdict::Enforced),
+                SecretEgressVerdict::Placeholders
+            );
+            assert_eq!(on(mode, true, &advisory), SecretEgressVerdict::Placeholders);
+        }
+        // No CA install, or no proxy: inline refuses, auto says so.
+        for (tls, egress) in [
+            (false, EgressVerdict::Enforced),
+            (true, EgressVerdict::Open),
+        ] {
+            match on(Mode::Inline, tls, &egress) {
+                SecretEgressVerdict::Refused { reason } => {
+                    assert!(reason.contains("API_KEY"), "{reason}");
+                }
+                other => panic!("inline must refuse, got {other:?}"),
+            }
+            match on(Mode::Auto, tls, &egress) {
+                SecretEgressVerdict::Plain {
+                    event: EventKind::SandboxSecretEgressUnavailable { secrets, reason },
+                } => {
+                    assert_eq!(secrets, bound());
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("auto must deliver plain with the event, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn no_bound_secret_is_unbound_and_a_host_run_says_plain() {
+        assert_eq!(
+            secret_egress_verdict(Mode::Inline, &[], Placement::Host),
+            SecretEgressVerdict::Unbound
+        );
+        assert!(matches!(
+            secret_egress_verdict(Mode::Auto, &bound(), Placement::Host),
+            SecretEgressVerdict::Plain { .. }
+        ));
+    }
+}
