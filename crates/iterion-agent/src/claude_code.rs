@@ -105,6 +105,7 @@ fn cli_tool_name(name: &str) -> std::borrow::Cow<'_, str> {
         "glob" => "Glob",
         "grep" => "Grep",
         "web_fetch" => "WebFetch",
+        "ask_user" => crate::mcp::engine_tools::CLI_TOOL_NAME,
         other => other,
     };
     plain.into()

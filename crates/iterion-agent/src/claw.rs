@@ -254,9 +254,13 @@ impl ClawLoop<'_> {
             // The model may only call what the node offered it.
             None => Err(format!("tool {name:?} is not available to this agent")),
             Some(entry) => {
+                // Cancellation first: a call cut short by it (a question
+                // the run pauses on) must not become a result the model
+                // is sent.
                 tokio::select! {
-                    r = self.dispatch.call(entry, input) => r,
+                    biased;
                     () = self.cancel.cancelled() => return Err(AgentError::Cancelled),
+                    r = self.dispatch.call(entry, input) => r,
                 }
             }
         };
@@ -324,9 +328,12 @@ impl ClawLoop<'_> {
         let retry = self.task.retry;
         let mut attempt = 1;
         let resp = loop {
+            // Checked first: the first poll of a request may already send
+            // it, and a cancelled node makes no further model call.
             let result = tokio::select! {
-                r = self.client.chat(&req) => r,
+                biased;
                 () = self.cancel.cancelled() => return Err(AgentError::Cancelled),
+                r = self.client.chat(&req) => r,
             };
             match result {
                 Ok(resp) => break resp,

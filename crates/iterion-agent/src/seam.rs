@@ -26,19 +26,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentContext, AgentPlacement, preflight, run_agent};
 use crate::backend::{BackendInputs, BackendName, HostFacts, resolve_backend};
-use crate::claude_code::CliMcp;
 use crate::env::EnvSnapshot;
 use crate::error::AgentError;
 use crate::events::AgentEventSink;
+use crate::mcp::engine_tools::{EngineListener, ListenerKind};
 use crate::mcp::listener::{GatewayGuard, RunGateway};
 use crate::mcp::{McpHub, NodeLauncher};
 use crate::provider::Message;
 use crate::runner::{RunnerBinary, routed_via_runner_event};
 use crate::task::{AgentTask, BudgetSpec, SessionSpec};
 use crate::tools::privacy::PrivacyTools;
-use iterion_core::agent::McpServerSpec;
 use iterion_core::agent::ProcessLedger;
 use std::sync::Arc;
+
+mod listeners;
 
 /// The [`seam::AgentRunner`] of `iterion run`.
 pub struct AgentBackends {
@@ -66,10 +67,17 @@ pub struct AgentBackends {
     /// Each live run's MCP listener (seed step 18), with its guard when
     /// this made it for a host run (a sandbox's is the booter's).
     gateways: Mutex<RunGateways>,
+    /// Each live run's ask-user and board listeners (seed step 18), the
+    /// same way.
+    engine_listeners: Mutex<EngineListeners>,
+    /// The board the `board.*` capabilities reach.
+    board: Arc<crate::tools::board::BoardStore>,
 }
 
 /// Each run's listener, and its guard when this process owns its life.
 type RunGateways = HashMap<RunId, (Arc<RunGateway>, Option<GatewayGuard>)>;
+/// Each run's ask-user and board listeners, the same way.
+type EngineListeners = HashMap<(RunId, ListenerKind), (Arc<EngineListener>, Option<GatewayGuard>)>;
 
 impl std::fmt::Debug for AgentBackends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,6 +96,10 @@ impl AgentBackends {
     /// must carry it at [`crate::runner::RUNNER_CONTAINER_PATH`].
     pub fn new(env: EnvSnapshot, runner_binary: Option<PathBuf>) -> Self {
         let facts = HostFacts::probe(&env);
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let board = Arc::new(crate::tools::board::BoardStore::new(
+            crate::tools::board::BoardStore::root_for(env.get("ITERION_STORE_DIR"), &cwd),
+        ));
         Self {
             env,
             facts,
@@ -100,86 +112,9 @@ impl AgentBackends {
             hubs: Mutex::new(HashMap::new()),
             ledger: None,
             gateways: Mutex::new(HashMap::new()),
+            engine_listeners: Mutex::new(HashMap::new()),
+            board,
         }
-    }
-
-    /// A `claude_code` node's MCP servers: started now (a failure is the
-    /// node's, typed), wildcards expanded, a token minted on the run's
-    /// listener granting the tools its policy allows, and the CLI's
-    /// config. `None` when the node names no MCP tool.
-    async fn cli_mcp(
-        &self,
-        request: &AgentRequest,
-        task: &mut AgentTask,
-        run_log: &Arc<dyn seam::RunLog>,
-        sandboxed: bool,
-    ) -> Result<Option<(CliMcp, Arc<RunGateway>, String)>, AgentError> {
-        let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
-        if servers.is_empty() {
-            return Ok(None);
-        }
-        let owned: Vec<McpServerSpec> = servers.iter().map(|s| (*s).clone()).collect();
-        let hub = self.hub_for(&request.run_id, Some(run_log));
-        hub.ensure(&owned).await?;
-        task.tools = crate::mcp::expand_wildcards(&task.tools, &hub);
-        let policy = task.policy();
-        let allowed: Vec<String> = task
-            .tools
-            .iter()
-            .filter(|t| {
-                matches!(
-                    crate::tools::classify(t),
-                    Some(crate::tools::ToolClass::Mcp { .. })
-                )
-            })
-            .map(|t| crate::tools::qualify(t))
-            .filter(|t| policy.check(t).is_ok())
-            .collect();
-        let existing = self
-            .gateways
-            .lock()
-            .ok()
-            .and_then(|g| g.get(&request.run_id).map(|(gw, _)| gw.clone()));
-        let (gateway, host) = match (existing, sandboxed) {
-            (Some(gw), true) => (gw, crate::mcp::listener::GATEWAY_HOST.to_owned()),
-            (None, true) => {
-                return Err(AgentError::McpServerFailed {
-                    server: owned[0].name.clone(),
-                    reason: "the run's sandbox started without an MCP listener".to_owned(),
-                });
-            }
-            (Some(gw), false) => (gw, "127.0.0.1".to_owned()),
-            (None, false) => {
-                // An unsandboxed CLI is a host process: loopback.
-                let (gw, guard) = RunGateway::start(
-                    hub.clone(),
-                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-                    false,
-                )
-                .await
-                .map_err(|e| AgentError::McpServerFailed {
-                    server: owned[0].name.clone(),
-                    reason: format!("cannot start the run's MCP listener: {e}"),
-                })?;
-                if let Ok(mut g) = self.gateways.lock() {
-                    g.insert(request.run_id.clone(), (gw.clone(), Some(guard)));
-                }
-                (gw, "127.0.0.1".to_owned())
-            }
-        };
-        let token = gateway.grant(&owned, &allowed);
-        let mut env = BTreeMap::new();
-        env.insert(crate::mcp::listener::TOKEN_ENV.to_owned(), token.clone());
-        // The listener is reached directly, never through the egress proxy
-        // (which resolves names on the host, where the alias means nothing).
-        let direct = format!("localhost,127.0.0.1,{}", crate::mcp::listener::GATEWAY_HOST);
-        env.insert("NO_PROXY".to_owned(), direct.clone());
-        env.insert("no_proxy".to_owned(), direct);
-        let mcp = CliMcp {
-            config: gateway.cli_config(&owned, &host).to_string(),
-            env,
-        };
-        Ok(Some((mcp, gateway, token)))
     }
 
     /// Record the MCP server processes this starts in `ledger` (the
@@ -220,16 +155,36 @@ impl AgentBackends {
         request: &AgentRequest,
         task: &mut AgentTask,
         log: &Arc<dyn seam::RunLog>,
+        ask: Option<Arc<dyn seam::AskHuman>>,
     ) -> Result<Option<NodeLauncher<'_>>, AgentError> {
         let servers = crate::mcp::referenced_servers(&task.tools, &request.mcp_servers)?;
         let wants_privacy = task
             .tools
             .iter()
             .any(|t| crate::tools::privacy::is_privacy_tool(t));
-        if servers.is_empty() && !wants_privacy {
+        let board = seam::board_capabilities(&request.properties);
+        if servers.is_empty() && !wants_privacy && ask.is_none() && board.is_empty() {
             return Ok(None);
         }
         let mut specs = Vec::new();
+        if !board.is_empty() {
+            // The tools the capabilities unlock, offered as listed.
+            for spec in crate::tools::board::specs(&board) {
+                if !task.tools.contains(&spec.name) {
+                    task.tools.push(spec.name.clone());
+                }
+                specs.push(spec);
+            }
+        }
+        let board = (!board.is_empty()).then(|| (self.board.clone(), board));
+        if ask.is_some() {
+            // An interactive node may ask, listed or not (upstream
+            // registers the tool whenever interaction is on).
+            if !task.tools.iter().any(|t| t == "ask_user") {
+                task.tools.push("ask_user".to_owned());
+            }
+            specs.push(crate::mcp::engine_tools::tool_spec());
+        }
         let hub = if servers.is_empty() {
             None
         } else {
@@ -252,6 +207,8 @@ impl AgentBackends {
         Ok(Some(NodeLauncher {
             hub,
             privacy,
+            ask,
+            board,
             specs,
         }))
     }
@@ -388,6 +345,16 @@ impl AgentBackends {
         let mut kept = Vec::new();
         for name in &task.tools {
             match crate::tools::classify(name) {
+                Some(crate::tools::ToolClass::Mcp { server, .. })
+                    if server == crate::tools::board::SERVER =>
+                {
+                    // The engine's board: what the capabilities unlock.
+                    let caps = seam::board_capabilities(properties);
+                    placeholders.extend(crate::tools::board::specs(&caps));
+                    if !name.ends_with(".*") {
+                        kept.push(name.clone());
+                    }
+                }
                 Some(crate::tools::ToolClass::Mcp { server, tool }) => {
                     if !mcp_servers.contains(&server) {
                         return Err(AgentError::ToolRefused {
@@ -405,6 +372,11 @@ impl AgentBackends {
                         });
                         kept.push(name.clone());
                     }
+                }
+                Some(crate::tools::ToolClass::AskUser) => {
+                    // Served on an interactive node (the engine's call).
+                    placeholders.push(crate::mcp::engine_tools::tool_spec());
+                    kept.push(name.clone());
                 }
                 Some(crate::tools::ToolClass::Privacy) => {
                     placeholders.extend(
@@ -578,7 +550,7 @@ impl seam::AgentRunner for AgentBackends {
         let _guard = cancel.clone().drop_guard();
         let launcher = match backend {
             BackendName::Claw => self
-                .node_launcher(&request, &mut task, &cx.run_log)
+                .node_launcher(&request, &mut task, &cx.run_log, cx.ask.clone())
                 .await
                 .map_err(|e| {
                     sink.emit(EventKind::DelegateError {
@@ -595,7 +567,7 @@ impl seam::AgentRunner for AgentBackends {
         };
         let cli = match backend {
             BackendName::ClaudeCode => self
-                .cli_mcp(&request, &mut task, &run_log, sandboxed)
+                .cli_mcp(&request, &mut task, &run_log, sandboxed, cx.ask.clone())
                 .await
                 .map_err(|e| to_seam(e, backend.as_str()))?,
             _ => None,
@@ -605,12 +577,12 @@ impl seam::AgentRunner for AgentBackends {
             facts: self.facts,
             sink: &sink,
             launcher: launcher.as_ref().map(|l| l as &dyn crate::LauncherTools),
-            cli_mcp: cli.as_ref().map(|(m, _, _)| m.clone()),
+            cli_mcp: cli.as_ref().map(|(m, _)| m.clone()),
             cancel,
         };
         let out = run_agent(&task, backend, placement, &ctx).await;
-        if let Some((_, gateway, token)) = &cli {
-            gateway.revoke(token);
+        if let Some((_, lease)) = &cli {
+            lease.release();
         }
         let out = out.map_err(|e| to_seam(e, backend.as_str()))?;
         self.record_spending(
@@ -693,47 +665,15 @@ impl seam::AgentRunner for AgentBackends {
         // A host run's listener stops here; a sandbox's with its teardown.
         let gateway = self.gateways.lock().ok().and_then(|mut g| g.remove(run));
         drop(gateway);
-    }
-}
-
-#[async_trait]
-impl seam::GatewayListeners for AgentBackends {
-    async fn start(
-        &self,
-        run: &RunId,
-        needs: &seam::ListenerNeeds,
-        address: std::net::IpAddr,
-        freebind: bool,
-    ) -> Result<Option<seam::GatewayHandle>, String> {
-        // Only a CLI in the box needs it: claw calls come back over the
-        // runner channel.
-        let wanted = needs.nodes.iter().any(|n| {
-            !n.mcp_servers.is_empty()
-                && resolve_backend(
-                    BackendInputs {
-                        node: n.backend.as_deref(),
-                        workflow_default: needs.default_backend.as_deref(),
-                    },
-                    &self.env,
-                    &self.facts,
-                )
-                .is_ok_and(|r| r.name == BackendName::ClaudeCode)
-        });
-        if !wanted {
-            return Ok(None);
-        }
-        let hub = self.hub_for(run, None);
-        let (gw, guard) = RunGateway::start(hub, address, freebind)
-            .await
-            .map_err(|e| format!("cannot start the run's MCP listener on {address}: {e}"))?;
-        let port = gw.port();
-        if let Ok(mut g) = self.gateways.lock() {
-            g.insert(run.clone(), (gw, None));
-        }
-        Ok(Some(seam::GatewayHandle {
-            ports: vec![port],
-            guard: Box::new(guard),
-        }))
+        let listeners: Vec<_> = self
+            .engine_listeners
+            .lock()
+            .map(|mut g| {
+                let keys: Vec<_> = g.keys().filter(|(r, _)| r == run).cloned().collect();
+                keys.into_iter().filter_map(|k| g.remove(&k)).collect()
+            })
+            .unwrap_or_default();
+        drop(listeners);
     }
 }
 

@@ -64,7 +64,27 @@ pub enum McpTransport {
         /// Extra request headers (secret: never logged or recorded).
         #[serde(default)]
         headers: BTreeMap<String, String>,
+        /// `auth:` (OAuth2), when declared.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<McpOAuth>,
     },
+}
+
+/// An http server's `auth: type: oauth2` block (upstream's fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpOAuth {
+    /// The authorization endpoint (the browser step).
+    pub auth_url: String,
+    /// The token endpoint (refresh).
+    pub token_url: String,
+    /// The revocation endpoint, when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoke_url: Option<String>,
+    /// The client id.
+    pub client_id: String,
+    /// Scopes requested.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// One declared MCP server.
@@ -308,6 +328,27 @@ pub struct ListenerNode {
     pub backend: Option<String>,
     /// The node's MCP servers.
     pub mcp_servers: Vec<McpServerSpec>,
+    /// Whether it may ask the human (`ask_user`): the ask-user listener.
+    pub interactive: bool,
+    /// The `board.*` capabilities it is granted: the board listener.
+    pub board: Vec<String>,
+}
+
+/// The `board.*` capabilities a node's `capabilities:` grants (`board`
+/// alone grants them all): the one reading both the engine's listener
+/// intents and the agent runner use.
+pub fn board_capabilities(properties: &BTreeMap<String, serde_json::Value>) -> Vec<String> {
+    properties
+        .get("capabilities")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_str)
+                .filter(|c| *c == "board" || c.starts_with("board."))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What a run's listeners serve.
@@ -317,6 +358,16 @@ pub struct ListenerNeeds {
     pub default_backend: Option<String>,
     /// Every agent and judge node.
     pub nodes: Vec<ListenerNode>,
+}
+
+impl ListenerNeeds {
+    /// Whether any node could need a listener (the runner decides which
+    /// backends do).
+    pub fn any(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| !n.mcp_servers.is_empty() || n.interactive || !n.board.is_empty())
+    }
 }
 
 /// The run's listeners, alive until dropped (teardown).
@@ -369,6 +420,30 @@ pub struct AgentContext<'a> {
     pub events: &'a dyn AgentEvents,
     /// The run's log (owned: outlives the node).
     pub run_log: std::sync::Arc<dyn RunLog>,
+    /// Who answers the node's `ask_user` calls: set only on an
+    /// interactive node (the engine decides which are).
+    pub ask: Option<std::sync::Arc<dyn AskHuman>>,
+}
+
+/// What an agent's `ask_user` call gets back from the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskReply {
+    /// The human's answer (a terminal, or `iterion resume --answer`).
+    Answer(String),
+    /// Nobody can answer now: the run pauses for a human, this node
+    /// stops and runs again on resume (its question is recorded). The
+    /// engine's asker never returns it — it stops the node instead, so
+    /// the model sees no answer and makes no further call.
+    Paused,
+    /// The question cannot be asked here (why: a branch cannot pause).
+    Refused(String),
+}
+
+/// Answers one node's `ask_user` calls (the engine's side of the seam).
+#[async_trait]
+pub trait AskHuman: Send + Sync {
+    /// Ask `question`.
+    async fn ask(&self, question: &str) -> AskReply;
 }
 
 impl fmt::Debug for AgentContext<'_> {

@@ -300,6 +300,7 @@ impl RunCx<'_> {
     /// The seam's context of a node's call.
     fn agent_context<'e>(&'e self, node: &ir::Node, events: &'e NodeEvents) -> AgentContext<'e> {
         AgentContext {
+            ask: None,
             sandbox: self.booted.run().as_ref(),
             sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
             exec_env: self.exec_env(&node.id),
@@ -316,6 +317,7 @@ impl RunCx<'_> {
         node: &ir::Node,
         scope: &Scope<'_>,
         role: AgentRole,
+        resumed: Option<String>,
         cancel: &CancellationToken,
     ) -> Result<Value, NodeError> {
         let Some(runner) = self.agents else {
@@ -328,10 +330,27 @@ impl RunCx<'_> {
         let (request, schema) = build_request(self.run_id, self.workflow, node, scope, role)?;
         let secrets = self.booted.secrets();
         let events = self.node_events(frame, node);
-        let cx = self.agent_context(node, &events);
+        let mut cx = self.agent_context(node, &events);
+        let ask = crate::ask_user::interactive(self.workflow, node).then(|| {
+            std::sync::Arc::new(crate::ask_user::NodeAsk::new(
+                node.id.clone(),
+                self.human.clone(),
+                frame.is_main(),
+                resumed,
+            ))
+        });
+        let paused = ask.as_ref().map(|a| a.paused()).unwrap_or_default();
+        cx.ask = ask
+            .clone()
+            .map(|a| a as std::sync::Arc<dyn iterion_core::agent::AskHuman>);
         let outcome = tokio::select! {
             r = runner.run(request, cx) => r.map_err(agent_failure)?,
             () = cancel.cancelled() => return Err(NodeError::Cancelled),
+            // The node stops; it runs again when the human has answered.
+            () = paused.cancelled() => {
+                let question = ask.and_then(|a| a.pending()).unwrap_or_default();
+                return Err(NodeError::AskedHuman { question });
+            }
         };
         let mut output = outcome.output;
         // Upstream's bookkeeping fields, readable by later nodes (`with`
@@ -447,6 +466,8 @@ pub fn listener_needs(workflow: &ir::Workflow) -> iterion_core::agent::ListenerN
             .values()
             .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge))
             .map(|n| iterion_core::agent::ListenerNode {
+                interactive: crate::ask_user::interactive(workflow, n),
+                board: iterion_core::agent::board_capabilities(&n.properties),
                 backend: text_prop(n, "backend"),
                 mcp_servers: n
                     .mcp_servers

@@ -559,7 +559,7 @@ impl Engine {
             &bounds,
             watchdog,
         );
-        cx.human = self.human.as_deref();
+        cx.human = self.human.clone();
         cx.attachments = attachments;
         let stop = match start {
             Start::Fresh => cx.run_graph(cancel).await,

@@ -57,6 +57,10 @@ pub(crate) enum NodeError {
         error: String,
         stderr_tail: String,
     },
+    /// An agent's `ask_user` waits for a human: the run pauses here.
+    AskedHuman {
+        question: String,
+    },
 }
 
 impl NodeError {
@@ -90,7 +94,7 @@ pub(crate) struct RunCx<'a> {
     pub vars: BTreeMap<String, Value>,
     pub agents: Option<&'a dyn AgentRunner>,
     /// Asks human nodes (a terminal); `None` pauses at them.
-    pub human: Option<&'a dyn HumanPrompter>,
+    pub human: Option<std::sync::Arc<dyn HumanPrompter>>,
     /// The run's bounds (issue 19 #6): `max_iterations` is counted across
     /// parallel branches, so behind a lock.
     bounds: &'a std::sync::Mutex<RunBounds>,

@@ -240,7 +240,7 @@ impl<'a> RunCx<'a> {
             questions: Value::Object(input.clone()),
             fields: answer_fields(schema),
         };
-        if let Some(prompter) = self.human {
+        if let Some(prompter) = &self.human {
             let asked = tokio::select! {
                 a = prompter.ask(&request) => a,
                 () = cancel.cancelled() => return Err(self.node_failed(frame, node, NodeError::Cancelled)),

@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod agents;
+pub mod ask_user;
 pub mod attachments;
 pub mod boot;
 pub mod bounds;

@@ -259,11 +259,13 @@ impl Resumable {
                         run: run.clone(),
                         node: p.at.clone(),
                     })?;
-                Some(check_answers(
-                    node,
-                    answer_schema(&workflow, node),
-                    answers,
-                )?)
+                // An agent paused on `ask_user` answers in `answer`; a
+                // human node in its output schema's fields.
+                let schema = match node.kind {
+                    ir::NodeKind::Human => answer_schema(&workflow, node),
+                    _ => None,
+                };
+                Some(check_answers(node, schema, answers)?)
             }
             None if !answers.is_empty() => {
                 return Err(ResumeError::AnswersNotExpected {

@@ -269,9 +269,12 @@ impl<'a> RunCx<'a> {
                     NodeKind::Judge => AgentRole::Judge,
                     _ => AgentRole::Agent,
                 };
+                // Resume answers of a node that paused on `ask_user`.
+                let resumed = answers.as_ref().map(crate::ask_user::resumed_answer);
                 (
                     None,
-                    self.agent_output(frame, node, input, role, cancel).await?,
+                    self.agent_output(frame, node, input, role, resumed, cancel)
+                        .await?,
                 )
             }
             (NodeKind::Router, Some("llm")) => {
@@ -279,7 +282,8 @@ impl<'a> RunCx<'a> {
                 let role = AgentRole::Router { multi, candidates };
                 (
                     None,
-                    self.agent_output(frame, node, input, role, cancel).await?,
+                    self.agent_output(frame, node, input, role, None, cancel)
+                        .await?,
                 )
             }
             (kind, mode) => {
@@ -342,6 +346,7 @@ impl<'a> RunCx<'a> {
         node: &ir::Node,
         input: &Map<String, Value>,
         role: AgentRole,
+        resumed: Option<String>,
         cancel: &CancellationToken,
     ) -> Result<Value, Stop> {
         let visible = self.visible(frame);
@@ -351,7 +356,10 @@ impl<'a> RunCx<'a> {
             outputs: &visible,
             output: None,
         };
-        match self.run_agent(frame, node, &scope, role, cancel).await {
+        match self
+            .run_agent(frame, node, &scope, role, resumed, cancel)
+            .await
+        {
             Ok(output) => Ok(output),
             Err(e) => Err(self.node_failed(frame, node, e)),
         }
@@ -468,6 +476,26 @@ impl<'a> RunCx<'a> {
                     },
                 );
                 Stop::Cancelled
+            }
+            // The agent asked a human nobody can answer now: the run
+            // pauses as at a human node; resume runs the node again.
+            NodeError::AskedHuman { question } => {
+                let times = self.with_progress(|p| {
+                    p.frame(frame)
+                        .map_or(0, |f| f.history.iter().filter(|n| **n == node.id).count())
+                });
+                self.emit_node(
+                    frame,
+                    &node.id,
+                    EventKind::HumanInputRequested {
+                        interaction_id: crate::human::interaction_id(&node.id, times),
+                        questions: serde_json::json!({ "question": question, "tool": "ask_user" }),
+                        fields: vec![crate::human::DEFAULT_ANSWER_FIELD.to_owned()],
+                    },
+                );
+                Stop::Paused {
+                    node: node.id.clone(),
+                }
             }
             // The node's own `timeout:` fails the run with TIMEOUT.
             NodeError::Bound(bound) => {

@@ -71,6 +71,12 @@ impl std::fmt::Debug for RunGateway {
 #[derive(Debug)]
 pub struct GatewayGuard(CancellationToken);
 
+impl GatewayGuard {
+    pub(super) fn new(cancel: CancellationToken) -> Self {
+        Self(cancel)
+    }
+}
+
 impl Drop for GatewayGuard {
     fn drop(&mut self) {
         self.0.cancel();
@@ -94,7 +100,11 @@ impl RunGateway {
             grants: Mutex::new(Vec::new()),
             cancel: cancel.clone(),
         });
-        tokio::spawn(accept_loop(listener, gw.clone()));
+        let served = gw.clone();
+        tokio::spawn(accept_loop(listener, cancel.clone(), move |req| {
+            let gw = served.clone();
+            async move { handle(&gw, req).await }
+        }));
         Ok((gw, GatewayGuard(cancel)))
     }
 
@@ -183,14 +193,14 @@ impl RunGateway {
     }
 }
 
-fn mint() -> String {
+pub(super) fn mint() -> String {
     use rand::RngCore;
     let mut b = [0u8; 32];
     rand::rng().fill_bytes(&mut b);
     hex::encode(b)
 }
 
-fn bind(addr: SocketAddr, freebind: bool) -> std::io::Result<tokio::net::TcpListener> {
+pub(super) fn bind(addr: SocketAddr, freebind: bool) -> std::io::Result<tokio::net::TcpListener> {
     let domain = match addr {
         SocketAddr::V4(_) => socket2::Domain::IPV4,
         SocketAddr::V6(_) => socket2::Domain::IPV6,
@@ -208,21 +218,29 @@ fn bind(addr: SocketAddr, freebind: bool) -> std::io::Result<tokio::net::TcpList
     tokio::net::TcpListener::from_std(socket.into())
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, gw: Arc<RunGateway>) {
+/// Serve HTTP/1 on `listener` with `handler` until `cancel`.
+pub(super) async fn accept_loop<F, Fut>(
+    listener: tokio::net::TcpListener,
+    cancel: CancellationToken,
+    handler: F,
+) where
+    F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = http::Response<Body>> + Send + 'static,
+{
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            () = gw.cancel.cancelled() => return,
+            () = cancel.cancelled() => return,
         };
         let Ok((stream, _)) = accepted else {
             continue;
         };
-        let gw = gw.clone();
+        let handler = handler.clone();
         tokio::spawn(async move {
             let io = hyper_util::rt::TokioIo::new(stream);
             let service = hyper::service::service_fn(move |req| {
-                let gw = gw.clone();
-                async move { Ok::<_, Infallible>(handle(&gw, req).await) }
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(io, service)
@@ -231,25 +249,28 @@ async fn accept_loop(listener: tokio::net::TcpListener, gw: Arc<RunGateway>) {
     }
 }
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(super) type Body = BoxBody<Bytes, Infallible>;
 
-fn status(code: u16, text: &'static str) -> http::Response<Body> {
+pub(super) fn status(code: u16, text: &'static str) -> http::Response<Body> {
     let mut r = http::Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
     *r.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::BAD_REQUEST);
     r
+}
+
+/// The request's `Authorization: Bearer` value.
+pub(super) fn bearer<B>(req: &http::Request<B>) -> Option<String> {
+    req.headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
 }
 
 async fn handle(
     gw: &RunGateway,
     req: http::Request<hyper::body::Incoming>,
 ) -> http::Response<Body> {
-    let token = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    let Some(token) = token else {
+    let Some(token) = bearer(&req) else {
         return status(401, "missing bearer token\n");
     };
     let Some(server) = req.uri().path().strip_prefix("/mcp/").map(str::to_owned) else {

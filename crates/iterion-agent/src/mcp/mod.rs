@@ -15,7 +15,9 @@
 //! fails the call, never the run. It decides no placement (the table) and
 //! no policy (the node's, checked by the loop and the launcher).
 
+pub mod engine_tools;
 pub mod listener;
+mod oauth;
 pub(crate) mod process;
 
 use std::collections::HashMap;
@@ -265,7 +267,7 @@ impl McpHub {
                     child: Mutex::new(child),
                 }))
             }
-            McpTransport::Http { url, headers } => {
+            McpTransport::Http { url, headers, auth } => {
                 let url = self.env.expand(url).value;
                 let mut custom = std::collections::HashMap::new();
                 for (k, v) in headers {
@@ -281,8 +283,14 @@ impl McpHub {
                 let client = HttpSettings::from_env(&self.env, ResolverMode::System)
                     .client()
                     .map_err(|e| failed("HTTP client", &e))?;
-                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url)
+                let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url)
                     .custom_headers(custom);
+                if let Some(auth) = auth {
+                    let token = oauth::access_token(&spec.name, auth, &self.env, &client)
+                        .await
+                        .map_err(|reason| StartFailure::Failed { reason })?;
+                    config = config.auth_header(token);
+                }
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 let service = ()
@@ -452,6 +460,10 @@ impl RunLog for NoLog {
 pub(crate) struct NodeLauncher<'a> {
     pub hub: Option<Arc<McpHub>>,
     pub privacy: Option<(&'a crate::tools::privacy::PrivacyTools, RunId)>,
+    /// Who answers `ask_user` (an interactive node only).
+    pub ask: Option<Arc<dyn iterion_core::agent::AskHuman>>,
+    /// The board and the node's `board.*` capabilities.
+    pub board: Option<(Arc<crate::tools::board::BoardStore>, Vec<String>)>,
     pub specs: Vec<ToolSpec>,
 }
 
@@ -463,6 +475,21 @@ impl crate::LauncherTools for NodeLauncher<'_> {
 
     async fn call(&self, name: &str, input: &Value) -> Result<String, String> {
         match crate::tools::classify(name) {
+            Some(crate::tools::ToolClass::Mcp { server, tool })
+                if server == crate::tools::board::SERVER =>
+            {
+                match &self.board {
+                    Some((store, caps)) => {
+                        let (store, caps, input) = (store.clone(), caps.clone(), input.clone());
+                        tokio::task::spawn_blocking(move || store.call(&caps, &tool, &input))
+                            .await
+                            .unwrap_or_else(|e| Err(format!("board call: {e}")))
+                    }
+                    None => Err(format!(
+                        "{name}: the node is granted no board capability"
+                    )),
+                }
+            }
             Some(crate::tools::ToolClass::Mcp { server, tool }) => match &self.hub {
                 Some(hub) => hub.call(&server, &tool, input).await,
                 None => Err(format!("no MCP server serves {name}")),
@@ -472,6 +499,13 @@ impl crate::LauncherTools for NodeLauncher<'_> {
                 None => Err(format!(
                     "{name}: no run store is wired for the privacy vault"
                 )),
+            },
+            Some(crate::tools::ToolClass::AskUser) => match &self.ask {
+                Some(ask) => engine_tools::answer(ask.as_ref(), input).await,
+                None => Err(
+                    "ask_user: this node is not interactive (set `interaction: human` on it or its workflow)"
+                        .to_owned(),
+                ),
             },
             _ => Err(format!("{name} is not served on the host")),
         }
@@ -490,6 +524,10 @@ pub(crate) fn referenced_servers<'s>(
         let Some(crate::tools::ToolClass::Mcp { server, .. }) = crate::tools::classify(name) else {
             continue;
         };
+        if server == crate::tools::board::SERVER {
+            // The engine's board, not a declared server.
+            continue;
+        }
         let spec = active
             .iter()
             .find(|s| s.name == server)

@@ -19,6 +19,7 @@
 //! registry maps it back. Two tools whose qualified or wire names meet are
 //! refused at registration, never shadowed.
 
+pub mod board;
 pub mod builtin;
 
 use std::collections::BTreeMap;

@@ -13,6 +13,7 @@ mod cloud_e2e;
 mod cloud_support;
 mod decision_e2e;
 mod egress_e2e;
+mod engine_tools_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
 mod manifests_e2e;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use iterion_core::agent::{McpServerSpec, McpTransport};
+use iterion_core::agent::{McpOAuth, McpServerSpec, McpTransport};
 use serde_json::Value;
 
 use crate::diag::{Severity, codes};
@@ -172,6 +172,37 @@ pub(crate) fn resolve(w: &mut Workflow, servers: &[ServerSummary], ctx: &mut Ctx
     }
 }
 
+/// An `auth: type: oauth2` block as the runner reads it (`None` for
+/// anything C038 refuses).
+fn oauth_of(auth: Option<&Prop<'_>>) -> Option<McpOAuth> {
+    let a = super::workflow::block_json(&auth?.line.children);
+    let s = |k: &str| {
+        a.get(k)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    if s("type").as_deref() != Some("oauth2") {
+        return None;
+    }
+    Some(McpOAuth {
+        auth_url: s("auth_url")?,
+        token_url: s("token_url")?,
+        revoke_url: s("revoke_url"),
+        client_id: s("client_id")?,
+        scopes: a
+            .get("scopes")
+            .and_then(Value::as_array)
+            .map(|l| {
+                l.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
 /// Check one `mcp_server NAME:` block.
 pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> ServerSummary {
     let props = ctx.props(&line.children, Some(MCP_SERVER), "mcp_server");
@@ -220,6 +251,7 @@ pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Se
         (Some("http" | "sse"), None, Some(url)) => Some(McpTransport::Http {
             url: url.to_owned(),
             headers: map("headers"),
+            auth: oauth_of(get("auth")),
         }),
         _ => None,
     };
@@ -370,7 +402,7 @@ workflow w:
             other => panic!("{other:?}"),
         }
         match &w.mcp_servers["web"].transport {
-            McpTransport::Http { url, headers } => {
+            McpTransport::Http { url, headers, .. } => {
                 assert_eq!(url, "https://mcp.example.com/mcp");
                 assert_eq!(headers["Authorization"], "Bearer ${TOKEN}");
             }

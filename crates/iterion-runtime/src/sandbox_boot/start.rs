@@ -283,7 +283,7 @@ async fn start_listeners(
         return Ok(None);
     };
     let needs = crate::agents::listener_needs(ctx.workflow);
-    if needs.nodes.iter().all(|n| n.mcp_servers.is_empty()) {
+    if !needs.any() {
         return Ok(None);
     }
     let (address, freebind) = match gateway_at {
