@@ -18,16 +18,25 @@
 //! the boundary. `bash` children never inherit the provider credentials
 //! the runner holds (`scrub_env`).
 
-use std::io::Read;
-use std::path::{Component, Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::ToolSpec;
+
+mod context;
+mod git;
+mod process;
+
+use self::context::{TRUNCATED_MARK, blocking, int_arg, opt_str, resolve, str_arg};
+use self::git::{git_diff, git_status, patch};
+use self::process::{bash, run_command};
+
+pub use self::context::{ToolArea, ToolContext};
+pub use self::git::GIT_OUTPUT_CAP;
+pub use self::process::{BASH_OUTPUT_CAP, DEFAULT_BASH_TIMEOUT};
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -63,11 +72,6 @@ pub enum Builtin {
     RunCommand,
 }
 
-/// Bytes of combined bash output kept (upstream `maxOutputSize`).
-pub const BASH_OUTPUT_CAP: usize = 10_000;
-/// Default bound of one bash call (upstream `DefaultBashTimeout`);
-/// `CLAW_BASH_TIMEOUT` overrides it.
-pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest file `read_file` returns whole (upstream `maxDirectReadBytes`).
 pub const READ_DIRECT_CAP: u64 = 256 * 1024;
 /// Lines one bounded `read_file` returns at most.
@@ -79,7 +83,6 @@ pub const GLOB_MAX_RESULTS: usize = 1000;
 /// Default `web_fetch` byte cap.
 pub const WEB_FETCH_DEFAULT_MAX: usize = 50 * 1024;
 const WEB_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
-const TRUNCATED_MARK: &str = "\n... [output truncated]";
 
 impl Builtin {
     /// Every built-in.
@@ -238,32 +241,6 @@ impl Builtin {
     }
 }
 
-/// Which paths the file tools may touch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolArea {
-    /// Inside a container: the container is the boundary.
-    Container,
-    /// On the host: only under this root (canonical), symlinks resolved.
-    Confined(PathBuf),
-}
-
-/// What a built-in needs from its surroundings.
-#[derive(Debug, Clone)]
-pub struct ToolContext {
-    /// Working directory (relative paths, bash cwd).
-    pub workdir: PathBuf,
-    /// Path confinement.
-    pub area: ToolArea,
-    /// Client for `web_fetch` (proxy settings, no credentials).
-    pub http: reqwest::Client,
-    /// Bound of one bash call (`None`: the caller's cancellation only).
-    pub bash_timeout: Option<Duration>,
-    /// Variables removed from bash's environment (provider credentials).
-    pub scrub_env: Vec<String>,
-    /// Cancels a running call.
-    pub cancel: CancellationToken,
-}
-
 /// Run a built-in. `Ok` is the tool result; `Err` is an error result the
 /// model sees.
 pub async fn execute(builtin: Builtin, input: &Value, ctx: &ToolContext) -> Result<String, String> {
@@ -284,229 +261,6 @@ pub async fn execute(builtin: Builtin, input: &Value, ctx: &ToolContext) -> Resu
         Builtin::RunCommand => run_command(input, ctx).await,
     }
 }
-
-async fn blocking(
-    ctx: &ToolContext,
-    input: &Value,
-    f: fn(&Value, &ToolContext) -> Result<String, String>,
-) -> Result<String, String> {
-    let (input, ctx) = (input.clone(), ctx.clone());
-    tokio::task::spawn_blocking(move || f(&input, &ctx))
-        .await
-        .map_err(|e| format!("tool task failed: {e}"))?
-}
-
-fn str_arg<'a>(input: &'a Value, tool: &str, key: &str) -> Result<&'a str, String> {
-    input
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("{tool}: '{key}' is required and must be a non-empty string"))
-}
-
-fn int_arg(input: &Value, key: &str) -> Option<i64> {
-    let v = input.get(key)?;
-    // Models send 5, 5.0 or "5"; accept the three.
-    v.as_i64()
-        .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-}
-
-// ---- paths --------------------------------------------------------------
-
-/// Lexically normalize (no filesystem access): drop `.`, fold `..`.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-/// Resolve a tool path against the workdir and the area. For a path that
-/// does not exist yet (write), the nearest existing ancestor is checked.
-fn resolve(ctx: &ToolContext, tool: &str, raw: &str) -> Result<PathBuf, String> {
-    let joined = normalize(&ctx.workdir.join(raw));
-    let ToolArea::Confined(root) = &ctx.area else {
-        return Ok(joined);
-    };
-    let mut probe = joined.clone();
-    let mut tail = Vec::new();
-    let real = loop {
-        match probe.canonicalize() {
-            Ok(p) => break p,
-            Err(_) => {
-                let Some(name) = probe.file_name().map(ToOwned::to_owned) else {
-                    return Err(format!("{tool}: {raw}: no such path"));
-                };
-                tail.push(name);
-                if !probe.pop() {
-                    return Err(format!("{tool}: {raw}: no such path"));
-                }
-            }
-        }
-    };
-    let full = tail.iter().rev().fold(real, |p, n| p.join(n));
-    if full.starts_with(root) {
-        Ok(full)
-    } else {
-        Err(format!(
-            "{tool}: {raw} is outside the workspace ({}); refused",
-            root.display()
-        ))
-    }
-}
-
-// ---- bash ---------------------------------------------------------------
-
-async fn bash(input: &Value, ctx: &ToolContext) -> Result<String, String> {
-    let command = str_arg(input, "bash", "command")?;
-    let (code, out) = run_bounded(shell_command(command), ctx, "bash", BASH_OUTPUT_CAP).await?;
-    match code {
-        Some(0) => Ok(out),
-        Some(code) => Err(format!("{out}\ncommand exited with code {code}")),
-        None => Err(format!("{out}\ncommand killed by a signal")),
-    }
-}
-
-async fn run_command(input: &Value, ctx: &ToolContext) -> Result<String, String> {
-    let command = str_arg(input, "run_command", "command")?;
-    let (code, out) =
-        run_bounded(shell_command(command), ctx, "run_command", BASH_OUTPUT_CAP).await?;
-    Ok(json!({"exit_code": code.unwrap_or(-1), "output": out}).to_string())
-}
-
-/// `bash -c command` as upstream; a bare image (busybox) has only sh.
-fn shell_command(command: &str) -> tokio::process::Command {
-    let shell = ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("/bin/sh");
-    let mut cmd = tokio::process::Command::new(shell);
-    cmd.arg("-c").arg(command);
-    cmd
-}
-
-/// Run `cmd` in the workdir with stdout and stderr combined and bounded to
-/// `cap` bytes, killed (its whole process group) on the bash bound or the
-/// node's cancellation. `Ok((exit code, output))`, the code `None` when a
-/// signal ended it.
-async fn run_bounded(
-    mut cmd: tokio::process::Command,
-    ctx: &ToolContext,
-    tool: &str,
-    cap: usize,
-) -> Result<(Option<i32>, String), String> {
-    let (reader, writer) = std::io::pipe().map_err(|e| format!("{tool}: pipe: {e}"))?;
-    let writer2 = writer
-        .try_clone()
-        .map_err(|e| format!("{tool}: pipe: {e}"))?;
-    cmd.current_dir(&ctx.workdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2))
-        // A fresh process group: a timeout or a cancel reaches grandchildren.
-        .process_group(0)
-        .kill_on_drop(true);
-    for name in &ctx.scrub_env {
-        cmd.env_remove(name);
-    }
-    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("{tool}: cannot start {program}: {e}"))?;
-    // The command's pipe ends now live only in the child (and its children).
-    drop(cmd);
-    let pgid = child.id();
-    let collector = tokio::task::spawn_blocking(move || read_bounded(reader, cap));
-    let bound = ctx.bash_timeout;
-    let waited = tokio::select! {
-        status = child.wait() => Some(status),
-        () = sleep_opt(bound) => None,
-        () = ctx.cancel.cancelled() => None,
-    };
-    let status = match waited {
-        Some(s) => s.map_err(|e| format!("{tool}: wait: {e}"))?,
-        None => {
-            kill_group(pgid);
-            let _ = child.wait().await;
-            let out = finish_collect(collector).await;
-            if ctx.cancel.is_cancelled() {
-                return Err(format!("{out}\ncommand cancelled"));
-            }
-            let secs = bound.map_or(0, |d| d.as_secs());
-            return Err(format!(
-                "{out}\ncommand timed out after {secs}s (raise it with CLAW_BASH_TIMEOUT)"
-            ));
-        }
-    };
-    let out = finish_collect(collector).await;
-    Ok((status.code(), out))
-}
-
-async fn sleep_opt(bound: Option<Duration>) {
-    match bound {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn kill_group(pid: Option<u32>) {
-    let Some(pid) = pid
-        .and_then(|p| i32::try_from(p).ok())
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return;
-    };
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-}
-
-#[cfg(not(target_os = "linux"))]
-fn kill_group(_pid: Option<u32>) {}
-
-/// Keep the first `cap` bytes, drain the rest as it arrives (the bound
-/// holds while the command runs), mark a cut.
-fn read_bounded(mut reader: std::io::PipeReader, cap: usize) -> String {
-    let mut kept = Vec::with_capacity(4096);
-    let mut buf = [0u8; 16 * 1024];
-    let mut truncated = false;
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-                truncated |= n > room;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let mut out = String::from_utf8_lossy(&kept).into_owned();
-    if truncated {
-        out.push_str(TRUNCATED_MARK);
-    }
-    out
-}
-
-/// A background job that keeps the pipe open must not wedge the call
-/// (upstream `WaitDelay`): after the shell exits, wait 2 s at most.
-async fn finish_collect(collector: tokio::task::JoinHandle<String>) -> String {
-    match tokio::time::timeout(Duration::from_secs(2), collector).await {
-        Ok(Ok(out)) => out,
-        Ok(Err(_)) => String::new(),
-        Err(_) => "[output unavailable: a background process kept the output open]".to_owned(),
-    }
-}
-
-// ---- files --------------------------------------------------------------
 
 fn read_file(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     let raw = str_arg(input, "read_file", "path")?;
@@ -635,13 +389,6 @@ fn search_codebase(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     let pattern = str_arg(input, "search_codebase", "query")?;
     let raw = opt_str(input, "path").unwrap_or(".");
     search(ctx, "search_codebase", pattern, raw, opt_str(input, "glob"))
-}
-
-fn opt_str<'a>(input: &'a Value, key: &str) -> Option<&'a str> {
-    input
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
 }
 
 /// Lines matching `pattern` under `raw` (a file or a directory), as
@@ -808,170 +555,6 @@ fn tree(input: &Value, ctx: &ToolContext) -> Result<String, String> {
 
 // ---- git ----------------------------------------------------------------
 
-/// Bytes of `git` output kept (a diff is worth more than a shell's noise;
-/// the loop's result cap still applies after).
-pub const GIT_OUTPUT_CAP: usize = 200_000;
-
-async fn git(args: Vec<String>, ctx: &ToolContext, tool: &str) -> Result<String, String> {
-    let mut cmd = tokio::process::Command::new("git");
-    // No pager, no prompt, no colours: the output is for a model.
-    cmd.args(["--no-pager", "-c", "color.ui=never"])
-        .args(&args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_PAGER", "cat");
-    let (code, out) = run_bounded(cmd, ctx, tool, GIT_OUTPUT_CAP).await?;
-    match code {
-        Some(0) => Ok(out),
-        Some(c) => Err(format!("{out}\n{tool}: git exited with code {c}")),
-        None => Err(format!("{out}\n{tool}: git killed by a signal")),
-    }
-}
-
-async fn git_diff(input: &Value, ctx: &ToolContext) -> Result<String, String> {
-    let mut args = vec!["diff".to_owned()];
-    if input.get("staged").and_then(Value::as_bool) == Some(true) {
-        args.push("--cached".to_owned());
-    }
-    if let Some(base) = opt_str(input, "base") {
-        // A revision, never an option smuggled into git's argv.
-        if base.starts_with('-') {
-            return Err(format!("git_diff: base {base:?} is not a revision"));
-        }
-        args.push(base.to_owned());
-    }
-    args.push("--".to_owned());
-    if let Some(paths) = input.get("paths").and_then(Value::as_array) {
-        for p in paths {
-            let p = p
-                .as_str()
-                .ok_or("git_diff: 'paths' must be a list of strings")?;
-            // Confined like every file tool (a no-op inside the container).
-            resolve(ctx, "git_diff", p)?;
-            args.push(p.to_owned());
-        }
-    }
-    git(args, ctx, "git_diff").await
-}
-
-async fn git_status(ctx: &ToolContext) -> Result<String, String> {
-    git(
-        vec!["status".into(), "--short".into(), "--branch".into()],
-        ctx,
-        "git_status",
-    )
-    .await
-}
-
-// ---- patch --------------------------------------------------------------
-
-/// One file's part of a unified diff.
-struct FilePatch<'a> {
-    old: Option<String>,
-    new: Option<String>,
-    text: &'a str,
-}
-
-/// Split a multi-file unified diff at its `--- ` headers (a `diff --git`
-/// or `Index:` preamble is dropped); `a/`/`b/` prefixes are stripped and
-/// `/dev/null` is an absent side.
-fn split_patch(text: &str) -> Result<Vec<FilePatch<'_>>, String> {
-    let mut starts = Vec::new();
-    let mut offset = 0;
-    let mut lines = text.split_inclusive('\n').peekable();
-    while let Some(line) = lines.next() {
-        if line.starts_with("--- ") && lines.peek().is_some_and(|n| n.starts_with("+++ ")) {
-            starts.push(offset);
-        }
-        offset += line.len();
-    }
-    if starts.is_empty() {
-        return Err("patch: no `--- `/`+++ ` file header found; send a unified diff".to_owned());
-    }
-    let side = |header: &str, prefix: &str| -> Option<String> {
-        let name = header.strip_prefix(prefix)?.trim_end_matches(['\n', '\r']);
-        // `diff -u` appends a tab and a timestamp.
-        let name = name.split('\t').next().unwrap_or(name).trim();
-        if name == "/dev/null" {
-            return None;
-        }
-        Some(
-            name.strip_prefix("a/")
-                .or_else(|| name.strip_prefix("b/"))
-                .unwrap_or(name)
-                .to_owned(),
-        )
-    };
-    let mut out = Vec::new();
-    for (i, &start) in starts.iter().enumerate() {
-        let end = starts.get(i + 1).copied().unwrap_or(text.len());
-        let chunk = &text[start..end];
-        // Drop a following file's preamble (`diff --git …`, `index …`).
-        let body_end = chunk
-            .match_indices("\ndiff --git ")
-            .map(|(i, _)| i + 1)
-            .next()
-            .unwrap_or(chunk.len());
-        let chunk = &chunk[..body_end];
-        let mut hl = chunk.lines();
-        let old = hl.next().and_then(|l| side(l, "--- "));
-        let new = hl.next().and_then(|l| side(l, "+++ "));
-        if old.is_none() && new.is_none() {
-            return Err("patch: a file header names /dev/null on both sides".to_owned());
-        }
-        out.push(FilePatch {
-            old,
-            new,
-            text: chunk,
-        });
-    }
-    Ok(out)
-}
-
-fn patch(input: &Value, ctx: &ToolContext) -> Result<String, String> {
-    let text = str_arg(input, "patch", "patch")?;
-    let files = split_patch(text)?;
-    // Every hunk is checked before anything is written: all or nothing.
-    let mut writes: Vec<(PathBuf, Option<String>, String)> = Vec::new();
-    for f in &files {
-        let target = f.new.as_deref().or(f.old.as_deref()).unwrap_or_default();
-        let parsed = diffy::Patch::from_str(f.text)
-            .map_err(|e| format!("patch: {target}: cannot parse the diff: {e}"))?;
-        let base = match &f.old {
-            None => String::new(),
-            Some(old) => {
-                let path = resolve(ctx, "patch", old)?;
-                std::fs::read_to_string(&path).map_err(|e| format!("patch: {old}: {e}"))?
-            }
-        };
-        let result = diffy::apply(&base, &parsed)
-            .map_err(|e| format!("patch: {target}: the diff does not apply: {e}"))?;
-        match &f.new {
-            Some(new) => writes.push((resolve(ctx, "patch", new)?, Some(result), new.clone())),
-            None => writes.push((resolve(ctx, "patch", target)?, None, target.to_owned())),
-        }
-    }
-    let mut done = Vec::new();
-    for (path, content, shown) in writes {
-        match content {
-            Some(c) => {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| format!("patch: {shown}: create directories: {e}"))?;
-                }
-                std::fs::write(&path, c).map_err(|e| format!("patch: {shown}: {e}"))?;
-                done.push(format!("patched {shown}"));
-            }
-            None => {
-                std::fs::remove_file(&path).map_err(|e| format!("patch: {shown}: {e}"))?;
-                done.push(format!("deleted {shown}"));
-            }
-        }
-    }
-    Ok(done.join("\n"))
-}
-
-// ---- web_fetch ----------------------------------------------------------
-
 async fn web_fetch(input: &Value, ctx: &ToolContext) -> Result<String, String> {
     let url = str_arg(input, "web_fetch", "url")?;
     let max = int_arg(input, "max_bytes")
@@ -1041,6 +624,10 @@ fn strip_html(html: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use tokio_util::sync::CancellationToken;
+
     use super::*;
 
     fn ctx(dir: &Path, area: ToolArea) -> ToolContext {
