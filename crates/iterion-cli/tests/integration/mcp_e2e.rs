@@ -307,9 +307,12 @@ workflow bad:
 #[test]
 fn bad_mcp_servers_fail_typed_and_leave_nothing() {
     let prov = Provider::start(Vec::new());
+    // The bound must let a real node server start on a loaded machine
+    // (seen at ~1.8 s under a parallel build, which failed a 2 s bound)
+    // while the silent server still runs into it.
     let sb = prov
         .sandbox(Engine::Docker)
-        .with_env("ITERION_MCP_STARTUP_TIMEOUT", "2s");
+        .with_env("ITERION_MCP_STARTUP_TIMEOUT", "8s");
 
     let missing = one_server_agent(
         "mcp_server s:\n  transport: stdio\n  command: \"/nonexistent/iterion-mcp-server\"\n",
