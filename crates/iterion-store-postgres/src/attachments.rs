@@ -49,12 +49,7 @@ pub(crate) async fn put(
     )
     .await
     .map_err(map)?;
-    if let Some(old) = old {
-        let old: i64 = get(&old, 0)?;
-        tx.execute("DELETE FROM file_blobs WHERE id = $1", &[&old])
-            .await
-            .map_err(map)?;
-    }
+    blobs::drop_replaced(&tx, old).await?;
     tx.commit().await.map_err(map)?;
     Ok(AttachmentPut::Stored(AttachmentRecord {
         name: name.clone(),

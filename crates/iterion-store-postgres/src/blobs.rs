@@ -141,3 +141,19 @@ pub(crate) fn read(pool: Pool, blob_id: i64, size: u64) -> ByteStream {
     });
     Box::pin(stream)
 }
+
+/// Delete the blob a put replaced (`old`: the row holding its id, selected
+/// in the same transaction before the record was swapped), so a replaced
+/// run file or attachment never leaves its bytes behind.
+pub(crate) async fn drop_replaced(
+    tx: &Transaction<'_>,
+    old: Option<tokio_postgres::Row>,
+) -> Result<(), StoreError> {
+    if let Some(old) = old {
+        let old: i64 = get(&old, 0)?;
+        tx.execute("DELETE FROM file_blobs WHERE id = $1", &[&old])
+            .await
+            .map_err(|e| classify(e, "drop replaced bytes"))?;
+    }
+    Ok(())
+}

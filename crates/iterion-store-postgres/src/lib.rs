@@ -853,12 +853,7 @@ impl RunStore for PostgresStore {
         )
         .await
         .map_err(map)?;
-        if let Some(old) = old {
-            let old: i64 = get(&old, 0)?;
-            tx.execute("DELETE FROM file_blobs WHERE id = $1", &[&old])
-                .await
-                .map_err(map)?;
-        }
+        blobs::drop_replaced(&tx, old).await?;
         tx.commit().await.map_err(map)?;
         Ok(PutOutcome::Stored(RunFileRecord {
             path: path.clone(),
