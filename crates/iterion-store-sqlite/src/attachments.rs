@@ -3,14 +3,14 @@
 //! metered, never-partial writes as the run files ([`crate::files`]), the
 //! record in `run_attachments`. The trait methods in `lib.rs` call these.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use iterion_core::id::RunId;
 use iterion_core::store::RunFilePath;
 use iterion_core::{ByteStream, StoreError};
 
-use crate::{SqliteStore, files, from_micros, micros, now, run_exists, schema};
+use crate::{SqliteStore, entry_known, files, from_micros, micros, now, run_exists, schema};
 
 fn not_found(name: &AttachmentName) -> StoreError {
     StoreError::FileNotFound(format!("attachment {name}"))
@@ -127,17 +127,13 @@ pub(crate) async fn get(
     let n = name.clone();
     let known = store
         .with_conn("get attachment", move |conn, loc| {
-            if !run_exists(conn, id.as_str(), loc)? {
-                return Err(StoreError::RunNotFound(id));
-            }
-            conn.query_row(
+            entry_known(
+                conn,
+                &id,
                 "SELECT 1 FROM run_attachments WHERE run_id = ?1 AND name = ?2",
-                params![id.as_str(), n.as_str()],
-                |_| Ok(()),
+                n.as_str(),
+                loc,
             )
-            .optional()
-            .map(|o| o.is_some())
-            .map_err(|e| schema::classify(e, loc))
         })
         .await?;
     if !known {

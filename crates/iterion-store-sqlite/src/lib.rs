@@ -198,6 +198,26 @@ pub(crate) fn run_exists(conn: &Connection, id: &str, loc: &str) -> Result<bool,
         .map_err(|e| schema::classify(e, loc))
 }
 
+/// Whether the run holds an entry under `key` (`select`: `SELECT 1 FROM …
+/// WHERE run_id = ?1 AND … = ?2`); an unknown run is
+/// [`StoreError::RunNotFound`]. What `get_file` and `get_attachment` ask
+/// before opening the bytes.
+pub(crate) fn entry_known(
+    conn: &Connection,
+    run: &RunId,
+    select: &str,
+    key: &str,
+    loc: &str,
+) -> Result<bool, StoreError> {
+    if !run_exists(conn, run.as_str(), loc)? {
+        return Err(StoreError::RunNotFound(run.clone()));
+    }
+    conn.query_row(select, params![run.as_str(), key], |_| Ok(()))
+        .optional()
+        .map(|o| o.is_some())
+        .map_err(|e| schema::classify(e, loc))
+}
+
 const RUN_COLS: &str = "id, workflow, file, trust, status, failure_code, failure_disposition, \
      failure_message, admission, owner, revision, created_at, updated_at, ord";
 
@@ -852,17 +872,13 @@ impl RunStore for SqliteStore {
         let p = path.clone();
         let known = self
             .with_conn("get file", move |conn, loc| {
-                if !run_exists(conn, id.as_str(), loc)? {
-                    return Err(StoreError::RunNotFound(id));
-                }
-                conn.query_row(
+                entry_known(
+                    conn,
+                    &id,
                     "SELECT 1 FROM run_files WHERE run_id = ?1 AND path = ?2",
-                    params![id.as_str(), p.as_str()],
-                    |_| Ok(()),
+                    p.as_str(),
+                    loc,
                 )
-                .optional()
-                .map(|o| o.is_some())
-                .map_err(|e| schema::classify(e, loc))
             })
             .await?;
         if !known {
