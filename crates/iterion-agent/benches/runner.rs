@@ -157,6 +157,7 @@ async fn bench() {
                     runner: RunnerBinary::InSandbox,
                     image: None,
                     exec_env: Default::default(),
+                    placeholders: Default::default(),
                 }
             } else {
                 AgentPlacement::Host {

@@ -55,6 +55,9 @@ pub enum AgentPlacement<'a> {
         /// credentials (the engine's node env: identity, workspace, the
         /// exec's own egress proxy credential). Secret: exec env only.
         exec_env: BTreeMap<String, String>,
+        /// Provider credential variable → the run's placeholder: carried
+        /// instead of the value (issue 17 item 5; empty: the values).
+        placeholders: BTreeMap<String, String>,
     },
 }
 
@@ -103,18 +106,22 @@ pub async fn run_agent(
             match creds.for_claude_code(has_login) {
                 Err(e) => Err(e),
                 Ok(vars) => {
-                    let place = match &placement {
+                    let (place, vars) = match &placement {
                         AgentPlacement::Sandbox {
                             run,
                             image,
                             exec_env,
+                            placeholders,
                             ..
-                        } => CliPlace::Sandbox {
-                            run: *run,
-                            image: image.as_deref(),
-                            exec_env,
-                        },
-                        AgentPlacement::Host { workspace } => CliPlace::Host { workspace },
+                        } => (
+                            CliPlace::Sandbox {
+                                run: *run,
+                                image: image.as_deref(),
+                                exec_env,
+                            },
+                            ProviderCredentials::with_placeholders(vars, placeholders),
+                        ),
+                        AgentPlacement::Host { workspace } => (CliPlace::Host { workspace }, vars),
                     };
                     crate::claude_code::run(
                         task,
@@ -280,12 +287,16 @@ async fn run_claw(
             run,
             runner,
             exec_env,
+            placeholders,
             ..
         } => {
             // Checked here, on the host, so nothing is exec'd without them.
             let model = ModelSpec::parse(task.model.as_deref().unwrap_or_default())?;
             let mut env = exec_env;
-            env.extend(creds.for_provider(model.provider)?);
+            env.extend(ProviderCredentials::with_placeholders(
+                creds.for_provider(model.provider)?,
+                &placeholders,
+            ));
             if let Some(t) = ctx.env.get("CLAW_BASH_TIMEOUT") {
                 env.insert("CLAW_BASH_TIMEOUT".to_owned(), t.to_owned());
             }

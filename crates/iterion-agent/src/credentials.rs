@@ -185,6 +185,63 @@ impl ProviderCredentials {
         }
     }
 
+    /// The credentials a sandboxed agent would carry that can be bound to
+    /// their provider's host (issue 17 item 5): the Anthropic keys (API
+    /// key, bearer token, the CLI's subscription token) to the host of
+    /// `ANTHROPIC_BASE_URL` or the public API, the OpenAI key to the host
+    /// of `OPENAI_BASE_URL` or the public API — only when that URL is
+    /// HTTPS (a plain `http://` gateway gets the value: the proxy cannot
+    /// vouch for a host it does not verify). Exactly the variables
+    /// [`Self::for_provider`] and [`Self::for_claude_code`] hand out,
+    /// endpoints and the config dir aside.
+    pub fn bindable(&self) -> Vec<iterion_core::agent::ProviderSecret> {
+        let groups: [(Provider, &[&str]); 2] = [
+            (
+                Provider::Anthropic,
+                &[
+                    "ANTHROPIC_API_KEY",
+                    "ANTHROPIC_AUTH_TOKEN",
+                    "CLAUDE_CODE_OAUTH_TOKEN",
+                ],
+            ),
+            (Provider::OpenAi, &["OPENAI_API_KEY"]),
+        ];
+        let mut out = Vec::new();
+        for (provider, variables) in groups {
+            let base = self
+                .get(provider.base_url_var())
+                .unwrap_or(provider.default_base_url());
+            let Some(host) = https_host(base) else {
+                continue;
+            };
+            for variable in variables {
+                if let Some(value) = self.get(variable) {
+                    out.push(iterion_core::agent::ProviderSecret::new(
+                        *variable,
+                        host.clone(),
+                        value,
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// `vars` (from [`Self::for_provider`] or [`Self::for_claude_code`])
+    /// with each value that has a placeholder replaced by it: what a
+    /// sandboxed agent carries when the run binds its provider keys.
+    pub fn with_placeholders(
+        mut vars: BTreeMap<String, String>,
+        placeholders: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        for (name, value) in &mut vars {
+            if let Some(p) = placeholders.get(name) {
+                value.clone_from(p);
+            }
+        }
+        vars
+    }
+
     /// A redactor for every secret value in this set.
     pub fn redactor(&self) -> Redactor {
         Redactor::new(
@@ -194,6 +251,21 @@ impl ProviderCredentials {
                 .map(|(_, v)| v.clone()),
         )
     }
+}
+
+/// The host of an `https://` URL (no port, IPv6 without brackets);
+/// `None` for any other scheme or an unparsable URL.
+fn https_host(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url.trim()).ok()?;
+    if parsed.scheme() != "https" {
+        return None;
+    }
+    let host = parsed.host_str()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 fn missing(provider: &str, variables: &[&str]) -> AgentError {
@@ -341,6 +413,79 @@ mod tests {
         let none = ProviderCredentials::collect(&env(&[("ANTHROPIC_BASE_URL", "http://gw")]));
         assert!(none.for_claude_code(false).is_err());
         assert!(none.for_claude_code(true).is_ok());
+    }
+
+    #[test]
+    fn bindable_keys_follow_their_provider_https_host() {
+        let hosts = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            ProviderCredentials::collect(&env(pairs))
+                .bindable()
+                .into_iter()
+                .map(|s| (s.variable.clone(), s.host.clone()))
+                .collect()
+        };
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        // The public APIs by default.
+        assert_eq!(
+            hosts(&[
+                ("ANTHROPIC_API_KEY", "sk-ant-api03-x"),
+                ("OPENAI_API_KEY", "sk-o"),
+                ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ]),
+            vec![
+                pair("ANTHROPIC_API_KEY", "api.anthropic.com"),
+                pair("OPENAI_API_KEY", "api.openai.com"),
+            ]
+        );
+        // A gateway over HTTPS: its host (case-folded, port dropped); the
+        // subscription token and the bearer token go with the Anthropic keys.
+        assert_eq!(
+            hosts(&[
+                (
+                    "ANTHROPIC_BASE_URL",
+                    "https://GW.example.com:8443/anthropic"
+                ),
+                ("ANTHROPIC_AUTH_TOKEN", "gw-token-123456"),
+                ("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-x"),
+                ("OPENAI_BASE_URL", "https://10.0.0.7/v1"),
+                ("OPENAI_API_KEY", "sk-o"),
+            ]),
+            vec![
+                pair("ANTHROPIC_AUTH_TOKEN", "gw.example.com"),
+                pair("CLAUDE_CODE_OAUTH_TOKEN", "gw.example.com"),
+                pair("OPENAI_API_KEY", "10.0.0.7"),
+            ]
+        );
+        // Plain http, or an unparsable URL: nothing bindable.
+        assert!(
+            hosts(&[
+                ("ANTHROPIC_BASE_URL", "http://127.0.0.1:8080"),
+                ("ANTHROPIC_API_KEY", "k"),
+                ("OPENAI_BASE_URL", "not a url"),
+                ("OPENAI_API_KEY", "k"),
+            ])
+            .is_empty()
+        );
+        let debug = format!(
+            "{:?}",
+            ProviderCredentials::collect(&env(&[("ANTHROPIC_API_KEY", "sk-ant-SECRET")]))
+                .bindable()
+        );
+        assert!(!debug.contains("SECRET"), "{debug}");
+    }
+
+    #[test]
+    fn placeholders_replace_only_the_values_they_name() {
+        let creds = ProviderCredentials::collect(&env(&[
+            ("ANTHROPIC_API_KEY", "sk-ant-api03-real"),
+            ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        ]));
+        let vars = creds.for_provider(Provider::Anthropic).expect("vars");
+        let ph: BTreeMap<String, String> =
+            [("ANTHROPIC_API_KEY".to_owned(), "sk-ant-api03-PH".to_owned())].into();
+        let swapped = ProviderCredentials::with_placeholders(vars, &ph);
+        assert_eq!(swapped["ANTHROPIC_API_KEY"], "sk-ant-api03-PH");
+        assert_eq!(swapped["ANTHROPIC_BASE_URL"], "https://api.anthropic.com");
     }
 
     #[test]

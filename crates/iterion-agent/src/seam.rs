@@ -495,6 +495,15 @@ impl AgentEventSink for Forward<'_> {
     }
 }
 
+/// The agents' provider keys as the booter binds them (issue 17 item 5):
+/// the one reading of which credentials reach an agent,
+/// [`ProviderCredentials::collect`], over this runner's environment.
+impl seam::ProviderSecrets for AgentBackends {
+    fn bindable(&self) -> Vec<seam::ProviderSecret> {
+        crate::credentials::ProviderCredentials::collect(&self.env).bindable()
+    }
+}
+
 #[async_trait]
 impl seam::AgentRunner for AgentBackends {
     async fn run(
@@ -538,6 +547,7 @@ impl seam::AgentRunner for AgentBackends {
                 runner: self.runner_for_box(),
                 image: None,
                 exec_env: cx.exec_env,
+                placeholders: cx.provider_placeholders,
             }
         } else {
             AgentPlacement::Host {

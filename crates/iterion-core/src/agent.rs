@@ -370,12 +370,28 @@ impl ListenerNeeds {
     }
 }
 
-/// The run's listeners, alive until dropped (teardown).
+/// The run's listeners, alive until dropped (teardown): dropping the
+/// handle runs the stop each listener registered.
 pub struct GatewayHandle {
     /// The TCP ports they listen on (the firewall admits these).
     pub ports: Vec<u16>,
-    /// Stops them when dropped.
-    pub guard: Box<dyn std::any::Any + Send + Sync>,
+    stops: Vec<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl GatewayHandle {
+    /// Listeners on `ports`, each stopped by one of `stops` when the
+    /// handle is dropped.
+    pub fn new(ports: Vec<u16>, stops: Vec<Box<dyn FnOnce() + Send + Sync>>) -> Self {
+        Self { ports, stops }
+    }
+}
+
+impl Drop for GatewayHandle {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            stop();
+        }
+    }
 }
 
 impl fmt::Debug for GatewayHandle {
@@ -384,6 +400,58 @@ impl fmt::Debug for GatewayHandle {
             .field("ports", &self.ports)
             .finish_non_exhaustive()
     }
+}
+
+/// A provider credential the agent backends would hand to a sandboxed
+/// agent, and the one host it is for (issue 17 item 5): the host of the
+/// provider's base URL, only when that URL is HTTPS. The booter mints a
+/// placeholder for it when the run's proxy can put the value back on
+/// that host; the agent then holds the placeholder, never the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderSecret {
+    /// The variable the agent reads (`ANTHROPIC_API_KEY`, …).
+    pub variable: String,
+    /// The provider's host (a name or an IP literal, no port).
+    pub host: String,
+    value: String,
+}
+
+impl ProviderSecret {
+    /// `variable` holding `value`, for `host`.
+    pub fn new(
+        variable: impl Into<String>,
+        host: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        Self {
+            variable: variable.into(),
+            host: host.into(),
+            value: value.into(),
+        }
+    }
+
+    /// The value (for the proxy's binding and the redactor only).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Debug for ProviderSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the value.
+        f.debug_struct("ProviderSecret")
+            .field("variable", &self.variable)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which provider credentials a run's agents would carry into a sandbox
+/// ([`ProviderSecret`]): the agent crate's one reading of them, asked by
+/// the booter before the proxy starts.
+pub trait ProviderSecrets: Send + Sync {
+    /// The credentials that can be bound to their provider's host.
+    fn bindable(&self) -> Vec<ProviderSecret>;
 }
 
 /// The per-run host listeners a sandbox reaches through the host-gateway
@@ -416,6 +484,11 @@ pub struct AgentContext<'a> {
     /// workspace, the run's `as: env` secrets and its own egress proxy
     /// credential. Secret: never argv, logs or events.
     pub exec_env: BTreeMap<String, String>,
+    /// Provider credential variable → the run's placeholder for it
+    /// (issue 17 item 5): in a sandbox the agent carries these instead of
+    /// the values, and the run's proxy swaps them back on the provider's
+    /// host. Empty when the run binds none.
+    pub provider_placeholders: BTreeMap<String, String>,
     /// The event sink.
     pub events: &'a dyn AgentEvents,
     /// The run's log (owned: outlives the node).

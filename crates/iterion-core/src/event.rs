@@ -437,6 +437,17 @@ pub enum EventKind {
         secrets: Vec<String>,
         reason: String,
     },
+    /// How a sandboxed run's agents carry their provider keys (issue 17
+    /// item 5): `delivery` is `placeholder` (bound to `hosts`, the proxy
+    /// puts the value back there only) or `plain` (with `reason`). Names
+    /// and hosts only, never a value.
+    SandboxProviderKeys {
+        delivery: String,
+        variables: Vec<String>,
+        hosts: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     // ---- bounds (issue 19 #5, #6) ----------------------------------------
     /// A containment bound stopped something: `limit` is `memory` (the
     /// kernel killed a process), `run_files` or `writable_layer` (the
@@ -671,6 +682,7 @@ impl EventKind {
             Self::SandboxEgressUnenforced { .. } => "sandbox_egress_unenforced",
             Self::NetworkBlocked { .. } => "network_blocked",
             Self::SandboxSecretEgressUnavailable { .. } => "sandbox_secret_egress_unavailable",
+            Self::SandboxProviderKeys { .. } => "sandbox_provider_keys",
             Self::SandboxLimitReached { .. } => "sandbox_limit_reached",
             Self::SandboxLimitUnenforced { .. } => "sandbox_limit_unenforced",
             Self::LlmRequest { .. } => "llm_request",

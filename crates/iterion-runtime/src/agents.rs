@@ -304,6 +304,7 @@ impl RunCx<'_> {
             sandbox: self.booted.run().as_ref(),
             sandboxed: matches!(self.booted, Booted::Sandbox { .. }),
             exec_env: self.exec_env(&node.id),
+            provider_placeholders: self.booted.secrets().provider_placeholders.clone(),
             events,
             run_log: std::sync::Arc::new(RunLogOf(self.events.clone())),
         }

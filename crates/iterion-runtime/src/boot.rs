@@ -152,6 +152,9 @@ pub struct ExecSecrets {
     /// The run's egress proxy, when it has one the execs can name
     /// themselves to.
     pub egress: Option<ExecEgress>,
+    /// Provider credential variable → the run's placeholder (issue 17
+    /// item 5): what a sandboxed agent carries instead of the value.
+    pub provider_placeholders: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for ExecSecrets {
@@ -160,6 +163,10 @@ impl std::fmt::Debug for ExecSecrets {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("redactor", &self.redactor)
             .field("egress", &self.egress)
+            .field(
+                "provider_placeholders",
+                &self.provider_placeholders.keys().collect::<Vec<_>>(),
+            )
             .finish()
     }
 }

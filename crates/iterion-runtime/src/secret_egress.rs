@@ -34,6 +34,9 @@ pub enum Delivered {
     Env(String),
     /// As the file secret of this name.
     File(String),
+    /// As this provider credential variable of the agents' exec env
+    /// (issue 17 item 5).
+    Agent(String),
 }
 
 /// One bound secret: its hosts, the run's placeholder and the value.
@@ -71,6 +74,20 @@ impl BoundSecret {
             placeholder: placeholder_for(value),
             value: value.to_owned(),
         }
+    }
+
+    /// Mint the run's placeholder for an agent's provider credential,
+    /// bound to its provider's host; `None` when the host is no rule the
+    /// proxy can match (the key then goes in as it is, said by the event).
+    pub fn for_provider(secret: &iterion_core::agent::ProviderSecret) -> Option<Self> {
+        let host: NetRule = secret.host.parse().ok()?;
+        Some(Self {
+            name: secret.variable.clone(),
+            hosts: vec![host],
+            delivery: Delivered::Agent(secret.variable.clone()),
+            placeholder: placeholder_for(secret.value()),
+            value: secret.value().to_owned(),
+        })
     }
 
     /// What the sandbox holds.

@@ -141,11 +141,18 @@ impl std::fmt::Debug for ResolvedSecrets {
 impl ResolvedSecrets {
     /// The masker of every value (env and file) and its common encodings.
     pub fn redactor(&self) -> Redactor {
+        self.redactor_with(&[])
+    }
+
+    /// A redactor for these secrets and `extra` values (the agents'
+    /// provider keys).
+    pub fn redactor_with(&self, extra: &[String]) -> Redactor {
         Redactor::new(
             self.env
                 .values()
                 .chain(self.files.iter().map(|f| &f.value))
-                .chain(self.bound.iter().map(|b| b.value())),
+                .chain(self.bound.iter().map(|b| b.value()))
+                .chain(extra),
         )
     }
 
@@ -165,6 +172,8 @@ impl ResolvedSecrets {
                         f.value = b.placeholder().to_owned();
                     }
                 }
+                // Never among a workflow's secrets: the agents carry them.
+                crate::secret_egress::Delivered::Agent(_) => {}
             }
         }
         self

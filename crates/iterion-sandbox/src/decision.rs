@@ -335,6 +335,9 @@ pub struct SandboxPlan {
     /// ([`crate::secret_egress`]). `false`: none is bound, or they go in
     /// plain (the decision's events say so).
     pub secret_placeholders: bool,
+    /// How the agents' provider keys go in (issue 17 item 5): which keys
+    /// and hosts is the agent crate's reading, executed by the booter.
+    pub provider_keys: crate::secret_egress::ProviderKeysVerdict,
 }
 
 /// What boot does.

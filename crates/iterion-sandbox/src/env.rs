@@ -24,6 +24,8 @@ pub struct EnvSnapshot {
     pub readback_cap: Option<String>,
     /// `ITERION_SANDBOX_PREFLIGHT`.
     pub preflight: Option<String>,
+    /// `ITERION_SANDBOX_PROVIDER_KEYS` (`placeholder` or `plain`).
+    pub provider_keys: Option<String>,
     /// `ITERION_MODE`.
     pub iterion_mode: Option<String>,
     /// `ITERION_SANDBOX_HOST` (`local`/`cloud`): the sandbox host kind when
@@ -50,13 +52,14 @@ pub struct EnvSnapshot {
 
 impl EnvSnapshot {
     /// Names read by [`EnvSnapshot::from_lookup`].
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "ITERION_SANDBOX_OVERRIDE",
         "ITERION_SANDBOX_DEFAULT",
         "ITERION_SANDBOX_HOST_STATE",
         "ITERION_SANDBOX_DEFAULT_IMAGE",
         "ITERION_SANDBOX_READBACK_CAP",
         "ITERION_SANDBOX_PREFLIGHT",
+        "ITERION_SANDBOX_PROVIDER_KEYS",
         "ITERION_MODE",
         "ITERION_SANDBOX_HOST",
         "KUBERNETES_SERVICE_HOST",
@@ -76,6 +79,7 @@ impl EnvSnapshot {
             default_image: get("ITERION_SANDBOX_DEFAULT_IMAGE"),
             readback_cap: get("ITERION_SANDBOX_READBACK_CAP"),
             preflight: get("ITERION_SANDBOX_PREFLIGHT"),
+            provider_keys: get("ITERION_SANDBOX_PROVIDER_KEYS"),
             iterion_mode: get("ITERION_MODE"),
             sandbox_host: get("ITERION_SANDBOX_HOST"),
             kubernetes_service_host: get("KUBERNETES_SERVICE_HOST"),
@@ -127,6 +131,22 @@ pub struct SandboxEnv {
     pub default_image: Option<String>,
     /// `ITERION_SANDBOX_READBACK_CAP`, when not blank.
     pub readback_cap: Option<ByteSize>,
+    /// `ITERION_SANDBOX_PROVIDER_KEYS`: how agents' provider keys reach a
+    /// confined sandbox (default: as placeholders, issue 17 item 5).
+    pub provider_keys: ProviderKeys,
+}
+
+/// How the provider keys of a run's agents reach its sandbox
+/// (`ITERION_SANDBOX_PROVIDER_KEYS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProviderKeys {
+    /// `placeholder` (the default): bound to their provider's HTTPS host
+    /// wherever the run's proxy can put the value back.
+    #[default]
+    Placeholder,
+    /// `plain`: the values themselves (an operator whose provider client
+    /// pins certificates, or who inspects traffic another way).
+    Plain,
 }
 
 impl SandboxEnv {
@@ -171,8 +191,24 @@ impl SandboxEnv {
                     expected: "a size (N, NKiB, NMiB, NGiB)",
                 })?),
             },
+            provider_keys: provider_keys_word(snapshot.provider_keys.as_deref())?,
             snapshot: snapshot.clone(),
         })
+    }
+}
+
+fn provider_keys_word(value: Option<&str>) -> Result<ProviderKeys, PolicyError> {
+    let Some(raw) = value else {
+        return Ok(ProviderKeys::default());
+    };
+    match word(raw).as_str() {
+        "" | "placeholder" => Ok(ProviderKeys::Placeholder),
+        "plain" => Ok(ProviderKeys::Plain),
+        _ => Err(PolicyError::InvalidEnv {
+            name: "ITERION_SANDBOX_PROVIDER_KEYS",
+            value: raw.to_owned(),
+            expected: "\"\", placeholder or plain",
+        }),
     }
 }
 
@@ -237,11 +273,20 @@ mod tests {
         assert_eq!(parsed.host_state, Some(HostState::Auto));
         let parsed = SandboxEnv::parse(&env("ITERION_SANDBOX_READBACK_CAP", "1MiB")).expect("ok");
         assert_eq!(parsed.readback_cap, Some(ByteSize(1024 * 1024)));
+        assert_eq!(
+            parsed.provider_keys,
+            ProviderKeys::Placeholder,
+            "the default"
+        );
+        let parsed =
+            SandboxEnv::parse(&env("ITERION_SANDBOX_PROVIDER_KEYS", " Plain")).expect("ok");
+        assert_eq!(parsed.provider_keys, ProviderKeys::Plain);
         for (name, bad) in [
             ("ITERION_SANDBOX_DEFAULT", "inline"),
             ("ITERION_SANDBOX_OVERRIDE", "yes"),
             ("ITERION_SANDBOX_HOST_STATE", "maybe"),
             ("ITERION_SANDBOX_READBACK_CAP", "lots"),
+            ("ITERION_SANDBOX_PROVIDER_KEYS", "off"),
         ] {
             let e = SandboxEnv::parse(&env(name, bad)).expect_err(name);
             assert_eq!(e.code(), "SANDBOX_INVALID_ENV");

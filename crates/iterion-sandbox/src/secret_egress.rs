@@ -10,6 +10,7 @@
 
 use iterion_core::{Capabilities, EventKind, Mode};
 
+use crate::env::ProviderKeys;
 use crate::verdict::EgressVerdict;
 
 /// How the run delivers its bound secrets.
@@ -99,6 +100,57 @@ pub fn secret_egress_verdict(
     }
 }
 
+/// How a sandboxed run's agents carry their provider keys (issue 17
+/// item 5): as placeholders bound to each provider's HTTPS host wherever
+/// a declared binding could be served, unless the operator said `plain`.
+/// Which keys and hosts is the agent crate's reading; this only says
+/// whether the run can and should.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderKeysVerdict {
+    /// Placeholders: the proxy inspects the providers' hosts.
+    Placeholders,
+    /// The values, and why (said by `sandbox_provider_keys` when the run
+    /// has keys to carry).
+    Plain {
+        /// Why the keys go in as they are.
+        reason: String,
+    },
+}
+
+/// The verdict for a sandbox on `driver` with `capabilities` and the
+/// `egress` verdict, under the operator's `keys` word.
+pub fn provider_keys_verdict(
+    keys: ProviderKeys,
+    driver: &str,
+    capabilities: Capabilities,
+    egress: &EgressVerdict,
+) -> ProviderKeysVerdict {
+    let plain = |reason: &str| ProviderKeysVerdict::Plain {
+        reason: reason.to_owned(),
+    };
+    if keys == ProviderKeys::Plain {
+        return plain("ITERION_SANDBOX_PROVIDER_KEYS=plain");
+    }
+    match egress {
+        EgressVerdict::Open => {
+            plain("the workflow's network is open, so no egress proxy runs to put the value back")
+        }
+        EgressVerdict::Refused { reason } => plain(reason),
+        EgressVerdict::Enforced | EgressVerdict::Advisory { .. }
+            if !capabilities.tls_inspection =>
+        {
+            ProviderKeysVerdict::Plain {
+                reason: format!(
+                    "the {driver} driver cannot install the run's inspection CA in the sandbox"
+                ),
+            }
+        }
+        EgressVerdict::Enforced | EgressVerdict::Advisory { .. } => {
+            ProviderKeysVerdict::Placeholders
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +225,63 @@ mod tests {
             secret_egress_verdict(Mode::Auto, &bound(), Placement::Host),
             SecretEgressVerdict::Plain { .. }
         ));
+    }
+
+    #[test]
+    fn provider_keys_are_placeholders_only_where_the_proxy_can_swap_them() {
+        let advisory = EgressVerdict::Advisory {
+            event: EventKind::SandboxEgressUnenforced {
+                driver: "d".into(),
+                reason: "r".into(),
+            },
+        };
+        let cases = [
+            (
+                ProviderKeys::Placeholder,
+                true,
+                EgressVerdict::Enforced,
+                true,
+            ),
+            (ProviderKeys::Placeholder, true, advisory.clone(), true),
+            (
+                ProviderKeys::Placeholder,
+                false,
+                EgressVerdict::Enforced,
+                false,
+            ),
+            (ProviderKeys::Placeholder, true, EgressVerdict::Open, false),
+            (
+                ProviderKeys::Placeholder,
+                true,
+                EgressVerdict::Refused {
+                    reason: "no proxy here".into(),
+                },
+                false,
+            ),
+            (ProviderKeys::Plain, true, EgressVerdict::Enforced, false),
+        ];
+        for (keys, tls, egress, placeholders) in cases {
+            let got = provider_keys_verdict(keys, "docker", caps(tls), &egress);
+            match got {
+                ProviderKeysVerdict::Placeholders => {
+                    assert!(placeholders, "{keys:?} {tls} {egress:?}")
+                }
+                ProviderKeysVerdict::Plain { reason } => {
+                    assert!(!placeholders, "{keys:?} {tls} {egress:?}");
+                    assert!(!reason.is_empty());
+                }
+            }
+        }
+        match provider_keys_verdict(
+            ProviderKeys::Plain,
+            "docker",
+            caps(true),
+            &EgressVerdict::Enforced,
+        ) {
+            ProviderKeysVerdict::Plain { reason } => {
+                assert!(reason.contains("ITERION_SANDBOX_PROVIDER_KEYS"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -164,6 +164,24 @@ impl ScriptedProvider {
 
     /// Listen on `addr` with this script.
     pub async fn start_on(addr: SocketAddr, turns: Vec<Turn>) -> Self {
+        Self::serve(addr, turns, None).await
+    }
+
+    /// Listen on `addr` over TLS with `config` (HTTP/1.1): a provider
+    /// behind an `https://` base URL, as the public APIs are.
+    pub async fn start_tls_on(
+        addr: SocketAddr,
+        turns: Vec<Turn>,
+        config: Arc<tokio_rustls::rustls::ServerConfig>,
+    ) -> Self {
+        Self::serve(addr, turns, Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
+    async fn serve(
+        addr: SocketAddr,
+        turns: Vec<Turn>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let listener = TcpListener::bind(addr)
             .await
             .expect("bind scripted provider");
@@ -179,11 +197,17 @@ impl ScriptedProvider {
                     return;
                 };
                 let st = st.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(st.clone(), req));
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let http = http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), svc).await,
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(tls) => http.serve_connection(TokioIo::new(tls), svc).await,
+                            Err(_) => return,
+                        },
+                    };
                 });
             }
         });

@@ -286,10 +286,11 @@ impl seam::GatewayListeners for AgentBackends {
         if ports.is_empty() {
             return Ok(None);
         }
-        Ok(Some(seam::GatewayHandle {
-            ports,
-            guard: Box::new(guards),
-        }))
+        let stops = guards
+            .into_iter()
+            .map(|g| Box::new(move || drop(g)) as Box<dyn FnOnce() + Send + Sync>)
+            .collect();
+        Ok(Some(seam::GatewayHandle::new(ports, stops)))
     }
 }
 
@@ -315,7 +316,7 @@ mod tests {
             .start(&run, &needs, std::net::IpAddr::from([127, 0, 0, 1]), false)
             .await
             .expect("start");
-        handle.map(|h| h.ports)
+        handle.map(|h| h.ports.clone())
     }
 
     #[tokio::test]

@@ -122,6 +122,7 @@ fn mounted<'a>(s: &'a Started, image: Option<&str>) -> AgentPlacement<'a> {
         runner: RunnerBinary::InSandbox,
         image: image.map(ToOwned::to_owned),
         exec_env: Default::default(),
+        placeholders: Default::default(),
     }
 }
 
@@ -176,6 +177,7 @@ async fn claw_in_box(engine: Engine, binds: BindsMode, image: &str, enforce: boo
         runner,
         image: Some(image.to_owned()),
         exec_env: Default::default(),
+        placeholders: Default::default(),
     };
     let out = run_agent(&t, BackendName::Claw, placement, &ctx(&env, &events))
         .await

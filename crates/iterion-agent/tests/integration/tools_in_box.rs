@@ -102,6 +102,7 @@ async fn registry_in_box(engine: Engine) {
         runner: RunnerBinary::InSandbox,
         image: Some(BUSYBOX.to_owned()),
         exec_env: Default::default(),
+        placeholders: Default::default(),
     };
     let mut c = ctx(&env, &events);
     c.launcher = Some(&notes);

@@ -414,7 +414,9 @@ impl Session {
                 .with_process_ledger(ledger),
         );
         let host = sandbox_host(env, drivers, None).with_mounts(agents.mounts);
-        let booter = PolicyBooter::new(host, store.clone()).with_listeners(backends.clone());
+        let booter = PolicyBooter::new(host, store.clone())
+            .with_listeners(backends.clone())
+            .with_provider_secrets(backends.clone());
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store.clone(), Arc::new(booter))
             .with_agents(backends)

@@ -70,7 +70,7 @@ impl Provider {
 /// `skip`; `work` (claw on the Anthropic wire, or `work_backend`) runs
 /// bash in the box and writes a drained file; `review`, a judge (claw,
 /// OpenAI wire), routes the loop back once.
-fn refine(image: &str, rules: &str, work_backend: &str) -> String {
+pub(crate) fn refine(image: &str, rules: &str, work_backend: &str) -> String {
     format!(
         r#"
 schema work_out:
@@ -131,7 +131,7 @@ const PROOF: &str = "mkdir -p /out && echo \"host=$(hostname)\" > /out/report.tx
 const HOST_PROOF: &str = "echo from-bash > proof.txt && env | grep -c _API_KEY; hostname";
 
 /// The router's pick.
-static ROUTE: std::sync::LazyLock<Turn> = std::sync::LazyLock::new(|| {
+pub(crate) static ROUTE: std::sync::LazyLock<Turn> = std::sync::LazyLock::new(|| {
     Turn::text("{\"selected_route\": \"work\", \"reasoning\": \"there is work\"}")
 });
 
@@ -153,7 +153,7 @@ fn claw_turns_running(proof: &str) -> Vec<Turn> {
     ]
 }
 
-fn output_of<'e>(events: &'e [Value], node: &str) -> Vec<&'e Value> {
+pub(crate) fn output_of<'e>(events: &'e [Value], node: &str) -> Vec<&'e Value> {
     events
         .iter()
         .filter(|e| e["type"] == "node_finished" && e["node_id"] == node)

@@ -20,6 +20,7 @@ mod manifests_e2e;
 mod mcp_e2e;
 mod one_parser;
 mod output_e2e;
+mod provider_keys_e2e;
 mod queue_chaos_e2e;
 mod queue_e2e;
 mod readback_e2e;

@@ -109,7 +109,7 @@ impl Drop for TlsUpstream {
 }
 
 /// A test CA and a server config for `names` signed by it.
-fn test_pki(names: &[String]) -> (Arc<rustls::ServerConfig>, String) {
+pub(crate) fn test_pki(names: &[String]) -> (Arc<rustls::ServerConfig>, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -139,7 +139,7 @@ fn test_pki(names: &[String]) -> (Arc<rustls::ServerConfig>, String) {
 }
 
 /// `docker inspect` of the run's live container (found by its workspace bind).
-fn inspect_live(engine: Engine, marker: &str, limit: Duration) -> Option<String> {
+pub(crate) fn inspect_live(engine: Engine, marker: &str, limit: Duration) -> Option<String> {
     let start = Instant::now();
     while start.elapsed() < limit {
         let ps = Command::new("docker")

@@ -12,6 +12,7 @@
 
 mod dirs;
 mod host;
+mod provider_keys;
 mod start;
 mod teardown;
 
@@ -35,6 +36,8 @@ pub struct PolicyBooter {
     drain: DrainOptions,
     /// Seed step 18's per-run listeners (`None`: the run gets none).
     listeners: Option<Arc<dyn iterion_core::agent::GatewayListeners>>,
+    /// The agents' provider keys (issue 17 item 5; `None`: no agents).
+    provider_secrets: Option<Arc<dyn iterion_core::agent::ProviderSecrets>>,
 }
 
 impl PolicyBooter {
@@ -45,7 +48,19 @@ impl PolicyBooter {
             store,
             drain: DrainOptions::default(),
             listeners: None,
+            provider_secrets: None,
         }
+    }
+
+    /// Read the run's agents' provider keys through `secrets`, so a
+    /// confined sandbox gets placeholders bound to each provider's host
+    /// instead of the values (issue 17 item 5).
+    pub fn with_provider_secrets(
+        mut self,
+        secrets: Arc<dyn iterion_core::agent::ProviderSecrets>,
+    ) -> Self {
+        self.provider_secrets = Some(secrets);
+        self
     }
 
     /// Start the run's host listeners (seed step 18) through `listeners`
@@ -88,8 +103,18 @@ impl SandboxBooter for PolicyBooter {
             return Err(BootError::NotAdmitted);
         };
         let Decided { decision, secrets } = *decided;
-        // Masks the values, bound ones included, before any swap.
-        let redactor = secrets.redactor();
+        // Issue 17 item 5: the agents' provider keys, as the decision said.
+        let provider = match &decision.verdict {
+            Verdict::Sandbox(plan) => provider_keys::execute(
+                self.provider_secrets.as_ref(),
+                ctx.workflow,
+                &plan.provider_keys,
+            ),
+            _ => provider_keys::ProviderKeys::default(),
+        };
+        // Masks the values, bound ones and provider keys included, before
+        // any swap.
+        let redactor = secrets.redactor_with(&provider.values);
         // Issue 17: bound secrets go in as placeholders where the decision
         // said the proxy can put them back.
         let secrets = match &decision.verdict {
@@ -100,11 +125,12 @@ impl SandboxBooter for PolicyBooter {
             env: secrets.env.clone(),
             redactor,
             egress: None,
+            provider_placeholders: provider.placeholders(),
         };
         // Masked from the first event that could carry one (a driver line,
         // a blocked host during post_create).
         ctx.events.set_redactor(exec.redactor.clone());
-        for event in decision.events {
+        for event in decision.events.into_iter().chain(provider.event.clone()) {
             ctx.events.emit(event);
         }
         match decision.verdict {
@@ -117,6 +143,7 @@ impl SandboxBooter for PolicyBooter {
                     &decision.source,
                     decision.mode.mode,
                     &secrets,
+                    &provider.bound,
                     exec,
                 )
                 .await

@@ -70,6 +70,7 @@ pub(super) async fn start(
     source: &str,
     mode: Mode,
     secrets: &ResolvedSecrets,
+    provider_keys: &[crate::secret_egress::BoundSecret],
     mut exec: ExecSecrets,
 ) -> Result<Booted, BootError> {
     let events = ctx.events;
@@ -138,9 +139,10 @@ pub(super) async fn start(
         opts.on_limit = Arc::new(proxy_limit(events.clone()));
         credentials = Some(opts.credentials.clone());
         // Issue 17: the run's CA and inspection, only when bound secrets
-        // go in as placeholders (the decision said so).
-        if plan.secret_placeholders {
-            match egress_inspection(host, secrets) {
+        // or the agents' provider keys go in as placeholders (the decision
+        // said so).
+        if plan.secret_placeholders || !provider_keys.is_empty() {
+            match egress_inspection(host, secrets, provider_keys) {
                 Ok(inspection) => {
                     trust_pem = Some(inspection.ca_pem().to_owned());
                     opts.inspection = Some(Arc::new(inspection));
@@ -251,6 +253,7 @@ pub(super) async fn start(
 fn egress_inspection(
     host: &SandboxHost,
     secrets: &ResolvedSecrets,
+    provider_keys: &[crate::secret_egress::BoundSecret],
 ) -> Result<iterion_netproxy::Inspection, iterion_netproxy::NetproxyError> {
     let extra = host
         .local_env
@@ -263,6 +266,7 @@ fn egress_inspection(
         secrets
             .bound
             .iter()
+            .chain(provider_keys)
             .filter_map(crate::secret_egress::BoundSecret::binding)
             .collect(),
     );

@@ -25,7 +25,9 @@ use crate::guards::check_noop_file_secrets;
 use crate::host::DriverOffer;
 use crate::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
 use crate::mounts::{PlanInputs, finalize_mounts_for_driver, plan_launch};
-use crate::secret_egress::{Placement, SecretEgressVerdict, secret_egress_verdict};
+use crate::secret_egress::{
+    Placement, SecretEgressVerdict, provider_keys_verdict, secret_egress_verdict,
+};
 use crate::spec::{BuiltSpec, SpecInputs, build_spec, source_label};
 use crate::verdict::{
     Availability, EgressVerdict, SandboxVerdict, egress_verdict, sandbox_verdict,
@@ -433,6 +435,12 @@ impl Decider<'_, '_> {
                 return self.refuse(Refused::Spec, reason);
             }
         };
+        let provider_keys = provider_keys_verdict(
+            req.env.provider_keys,
+            driver.as_str(),
+            caps,
+            &selected.egress,
+        );
         let run_files_cap = run_files_cap(&plan, &paths.run_files);
         Verdict::Sandbox(Box::new(SandboxPlan {
             driver,
@@ -442,6 +450,7 @@ impl Decider<'_, '_> {
             egress: selected.egress,
             run_files_cap,
             secret_placeholders,
+            provider_keys,
         }))
     }
 }
