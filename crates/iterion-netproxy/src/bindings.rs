@@ -11,6 +11,13 @@
 //! `longest placeholder − 1` bytes of the previous one carried over, so a
 //! placeholder split across chunks is still found, and nothing else is
 //! held back.
+//!
+//! A binding made [`SecretBinding::head_only`] (an agent's provider key)
+//! gets its value back in the request head only: in a body bound for its
+//! own host the placeholder passes as it is. A body is what the sandbox
+//! writes — a tool's output in a model conversation, say — and a value
+//! put there would reach whatever the upstream echoes back (a model
+//! repeating its context), so the box could read the key after all.
 
 use std::sync::Arc;
 
@@ -26,6 +33,8 @@ pub struct SecretBinding {
     hosts: Vec<NetRule>,
     placeholder: String,
     value: String,
+    /// The value goes back in the body too (else in the head only).
+    in_body: bool,
 }
 
 impl std::fmt::Debug for SecretBinding {
@@ -55,7 +64,15 @@ impl SecretBinding {
             hosts,
             placeholder,
             value: value.into(),
+            in_body: true,
         })
+    }
+
+    /// The same binding with its value put back in the request target and
+    /// headers only (see the module's doc).
+    pub fn head_only(mut self) -> Self {
+        self.in_body = false;
+        self
     }
 
     /// The secret's name.
@@ -109,6 +126,7 @@ impl Bindings {
                     .as_ref()
                     .filter(|h| b.bound_to(h))
                     .map(|_| b.value.as_bytes().to_vec()),
+                in_body: b.in_body,
                 secret: b.name.clone(),
             })
             .collect::<Vec<_>>();
@@ -124,7 +142,18 @@ struct Needle {
     from: Vec<u8>,
     /// The value, on a host the secret is bound to; `None` refuses.
     to: Option<Vec<u8>>,
+    /// Put back in a body too (else the placeholder passes there).
+    in_body: bool,
     secret: String,
+}
+
+/// Which part of a request is scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The request target and the headers.
+    Head,
+    /// The body.
+    Body,
 }
 
 /// The substitution of one request: head and body.
@@ -140,13 +169,13 @@ impl Rewriter {
     pub(crate) fn changes_length(&self) -> bool {
         self.needles
             .iter()
-            .any(|n| n.to.as_ref().is_some_and(|to| to.len() != n.from.len()))
+            .any(|n| n.in_body && n.to.as_ref().is_some_and(|to| to.len() != n.from.len()))
     }
 
-    /// Rewrite `input` whole. `Ok(None)`: nothing to change.
-    pub(crate) fn whole(&self, input: &[u8]) -> Result<Option<Vec<u8>>, Exfiltration> {
+    /// Rewrite `input` (of `part`) whole. `Ok(None)`: nothing to change.
+    pub(crate) fn whole(&self, input: &[u8], part: Part) -> Result<Option<Vec<u8>>, Exfiltration> {
         let mut out = Vec::new();
-        let (consumed, changed) = self.scan(input, input.len(), &mut out)?;
+        let (consumed, changed) = self.scan(input, input.len(), part, &mut out)?;
         debug_assert_eq!(consumed, input.len());
         Ok(changed.then_some(out))
     }
@@ -159,6 +188,7 @@ impl Rewriter {
         &self,
         buf: &[u8],
         stop: usize,
+        part: Part,
         out: &mut Vec<u8>,
     ) -> Result<(usize, bool), Exfiltration> {
         let mut i = 0;
@@ -174,6 +204,11 @@ impl Rewriter {
                             secret: n.secret.clone(),
                         });
                     };
+                    if part == Part::Body && !n.in_body {
+                        // Its own host, in a body: the placeholder passes.
+                        i += n.from.len();
+                        continue;
+                    }
                     out.extend_from_slice(&buf[plain..i]);
                     out.extend_from_slice(to);
                     i += n.from.len();
@@ -196,7 +231,10 @@ impl Rewriter {
             return Ok(());
         }
         let pq = target.path_and_query().map_or("", |p| p.as_str());
-        if let Some(new) = self.whole(pq.as_bytes()).map_err(HeadError::Exfiltration)? {
+        if let Some(new) = self
+            .whole(pq.as_bytes(), Part::Head)
+            .map_err(HeadError::Exfiltration)?
+        {
             let mut parts = std::mem::take(target).into_parts();
             parts.path_and_query = Some(
                 http::uri::PathAndQuery::try_from(new)
@@ -207,7 +245,7 @@ impl Rewriter {
         }
         for value in headers.values_mut() {
             if let Some(new) = self
-                .whole(value.as_bytes())
+                .whole(value.as_bytes(), Part::Head)
                 .map_err(HeadError::Exfiltration)?
             {
                 *value = HeaderValue::from_bytes(&new)
@@ -251,7 +289,7 @@ impl StreamRewriter {
         let keep = self.rw.longest.saturating_sub(1);
         let stop = self.carry.len().saturating_sub(keep);
         let mut out = Vec::with_capacity(self.carry.len());
-        let (consumed, _) = self.rw.scan(&self.carry, stop, &mut out)?;
+        let (consumed, _) = self.rw.scan(&self.carry, stop, Part::Body, &mut out)?;
         let _ = self.carry.split_to(consumed);
         Ok(Bytes::from(out))
     }
@@ -260,7 +298,7 @@ impl StreamRewriter {
     pub(crate) fn finish(&mut self) -> Result<Bytes, Exfiltration> {
         let rest = self.carry.split();
         let mut out = Vec::with_capacity(rest.len());
-        self.rw.scan(&rest, rest.len(), &mut out)?;
+        self.rw.scan(&rest, rest.len(), Part::Body, &mut out)?;
         Ok(Bytes::from(out))
     }
 }
@@ -303,17 +341,19 @@ mod tests {
         let b = bindings();
         let rw = b.rewriter(Some("api.example.com"));
         assert_eq!(
-            rw.whole(b"Bearer sk-PHAAAAAAAAAAA").unwrap().unwrap(),
+            rw.whole(b"Bearer sk-PHAAAAAAAAAAA", Part::Head)
+                .unwrap()
+                .unwrap(),
             b"Bearer sk-REAL-VALUE-A!"
         );
-        assert_eq!(rw.whole(b"nothing here").unwrap(), None);
+        assert_eq!(rw.whole(b"nothing here", Part::Head).unwrap(), None);
         assert_eq!(
-            rw.whole(b"x tok-PHBBBB").unwrap_err(),
+            rw.whole(b"x tok-PHBBBB", Part::Body).unwrap_err(),
             Exfiltration { secret: "B".into() }
         );
         // Plain http: no value ever, every placeholder refuses.
         let plain = b.rewriter(None);
-        assert!(plain.whole(b"sk-PHAAAAAAAAAAA").is_err());
+        assert!(plain.whole(b"sk-PHAAAAAAAAAAA", Part::Head).is_err());
         assert!(!rw.changes_length());
         assert!(b.rewriter(Some("a.other.test")).changes_length());
     }
@@ -355,5 +395,42 @@ mod tests {
             refused |= s.finish().is_err();
             assert!(refused, "split {split}");
         }
+    }
+
+    #[test]
+    fn a_head_only_binding_never_puts_its_value_in_a_body() {
+        let b = Bindings::new(vec![
+            SecretBinding::new(
+                "KEY",
+                vec!["api.example.com".parse().unwrap()],
+                "sk-PHAAAAAAAAAAA",
+                "sk-REAL-VALUE-A!",
+            )
+            .unwrap()
+            .head_only(),
+        ]);
+        let rw = b.rewriter(Some("api.example.com"));
+        // The head gets the value.
+        let mut uri: http::Uri = "/v1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("sk-PHAAAAAAAAAAA"));
+        rw.head(&mut uri, &mut h).unwrap();
+        assert_eq!(h["x-api-key"], "sk-REAL-VALUE-A!");
+        // The body keeps the placeholder, whole or streamed, split anywhere.
+        let body = b"{\"tool_result\":\"key=sk-PHAAAAAAAAAAA\"}";
+        assert_eq!(rw.whole(body, Part::Body).unwrap(), None);
+        for split in 1..body.len() {
+            let mut s = rw.stream();
+            let mut out = Vec::new();
+            for chunk in body.chunks(split) {
+                out.extend_from_slice(&s.push(Bytes::copy_from_slice(chunk)).unwrap());
+            }
+            out.extend_from_slice(&s.finish().unwrap());
+            assert_eq!(out, body, "split {split}");
+        }
+        assert!(!rw.changes_length());
+        // Another host still refuses it, in the body too.
+        let other = b.rewriter(Some("elsewhere.test"));
+        assert!(other.whole(body, Part::Body).is_err());
     }
 }

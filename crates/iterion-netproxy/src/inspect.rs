@@ -371,7 +371,7 @@ async fn relay(
                 );
             }
         };
-        let bytes = match rw.whole(&bytes) {
+        let bytes = match rw.whole(&bytes, crate::bindings::Part::Body) {
             Ok(Some(new)) => Bytes::from(new),
             Ok(None) => bytes,
             Err(e) => return exfiltration(shared, target, principal, e),

@@ -102,12 +102,19 @@ impl BoundSecret {
 
     /// The proxy's binding.
     pub fn binding(&self) -> Option<SecretBinding> {
-        SecretBinding::new(
+        let binding = SecretBinding::new(
             self.name.clone(),
             self.hosts.clone(),
             self.placeholder.clone(),
             self.value.clone(),
-        )
+        )?;
+        // A provider key goes back in the request head only: a model echoes
+        // its context, so a key put into a conversation body would come
+        // back to the box (iterion_netproxy::bindings).
+        Some(match self.delivery {
+            Delivered::Agent(_) => binding.head_only(),
+            Delivered::Env(_) | Delivered::File(_) => binding,
+        })
     }
 }
 

@@ -73,8 +73,9 @@ impl TlsProvider {
     }
 }
 
-/// What the CLI's own shell prints: the key it holds, then where it runs.
-const SHOW_KEY: &str = "echo \"key=$ANTHROPIC_API_KEY\"; hostname";
+/// What the CLI's own shell prints (and keeps in the workspace): the key
+/// it holds, then where it runs.
+const SHOW_KEY: &str = "echo \"key=$ANTHROPIC_API_KEY\" | tee held-key.txt; hostname";
 
 fn turns() -> Vec<Turn> {
     vec![
@@ -150,6 +151,14 @@ fn provider_keys_bound(engine: Engine) {
         held.starts_with("sk-ant-api03-") && held.len() == ANTHROPIC_KEY.len(),
         "{engine:?}: {held}"
     );
+    // What the provider read of the tool's output is what the box wrote:
+    // a key's value goes back in the request head only, never into a
+    // conversation (which a model could echo back into the box).
+    assert_eq!(
+        std::fs::read_to_string(sb.workspace().join("held-key.txt")).unwrap(),
+        format!("key={held}\n"),
+        "{engine:?}"
+    );
     let box_host = results
         .iter()
         .find_map(|r| r.lines().nth(1).map(str::to_owned))
@@ -160,15 +169,15 @@ fn provider_keys_bound(engine: Engine) {
         "{engine:?}: the CLI's Bash did not run in the box: {results:?}"
     );
 
-    // The provider received the real keys, each on its own wire, and never
-    // a placeholder.
+    // The provider was authenticated with the real keys, each on its own
+    // wire; the key itself never travelled in a body.
     let calls = prov.p.model_calls();
     assert!(calls.len() >= 4, "{engine:?}: {} model calls", calls.len());
     for c in &calls {
         let raw = format!("{:?} {}", c.headers, c.raw);
         assert!(
-            !raw.contains(&held),
-            "{engine:?}: a placeholder reached the provider"
+            !c.raw.contains(ANTHROPIC_KEY) && !c.raw.contains(OPENAI_KEY),
+            "{engine:?}: a key in a request body"
         );
         if c.path.contains("chat/completions") {
             assert_eq!(

@@ -160,6 +160,10 @@ pub async fn strict_report(
     checks.push(network_syntax(spec_for_checks));
     checks.push(driver_capabilities(d, spec));
     checks.push(egress_confinement(d, spec).await);
+    let agents = workflow
+        .as_ref()
+        .is_some_and(|w| w.nodes.values().any(iterion_runtime::agents::is_agent_node));
+    checks.push(secret_egress(d, agents));
     checks.push(verdict_row(d));
 
     Ok(StrictReport {
@@ -515,6 +519,42 @@ async fn egress_confinement(d: &SandboxDecision, spec: Option<&Spec>) -> Check {
             format!("advisory proxy only (sandbox_egress_unenforced): {why}"),
         ),
         EgressVerdict::Open => check(NAME, CheckStatus::Skip, "open network"),
+    }
+}
+
+/// Issue 17: how the run's bound secrets and its agents' provider keys
+/// would go in — as placeholders the proxy swaps back on their hosts, or
+/// plain (and why). What keys exist is the agent crate's reading at boot;
+/// this renders the decision's verdicts only.
+fn secret_egress(d: &SandboxDecision, agents: bool) -> Check {
+    use iterion_sandbox::secret_egress::ProviderKeysVerdict;
+    const NAME: &str = "secret egress";
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        return check(
+            NAME,
+            CheckStatus::Skip,
+            "no sandbox: secrets stay on the host",
+        );
+    };
+    let secrets = if plan.secret_placeholders {
+        "bound secrets go in as placeholders"
+    } else {
+        "no bound secret goes in as a placeholder"
+    };
+    match &plan.provider_keys {
+        _ if !agents => check(NAME, CheckStatus::Pass, format!("{secrets}; no agent node")),
+        ProviderKeysVerdict::Placeholders => check(
+            NAME,
+            CheckStatus::Pass,
+            format!(
+                "{secrets}; agents' provider keys go in as placeholders bound to their provider's HTTPS host (the run's CA is installed)"
+            ),
+        ),
+        ProviderKeysVerdict::Plain { reason } => check(
+            NAME,
+            CheckStatus::Warn,
+            format!("{secrets}; agents' provider keys go in plain: {reason}"),
+        ),
     }
 }
 
