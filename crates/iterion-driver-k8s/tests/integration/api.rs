@@ -424,6 +424,117 @@ async fn a_proxied_run_from_create_to_cleanup() {
     assert!(!argv.iter().any(|a| a.contains("forged")), "{argv:?}");
 }
 
+/// Issue 17 and the file secrets of issue 12, in the API conversation: an
+/// inspecting run's proxy Secret carries the CA certificate beside the
+/// URL, a file secret planned by the policy is read from its host file
+/// into the files Secret, and the Pod projects both read-only and holds
+/// neither value; cleanup removes both Secrets. Does not prove that a
+/// kubelet mounts them (the podman layer plays the trust directory).
+#[tokio::test]
+async fn an_inspected_run_with_a_file_secret_creates_both_secrets() {
+    let ws = tempfile::tempdir().expect("ws");
+    let secrets_dir = tempfile::tempdir().expect("secrets");
+    let token_file = secrets_dir.path().join("NPM_TOKEN");
+    std::fs::write(&token_file, b"npm_from_the_host_file").expect("write");
+    let mut mount = secret_file_mount("NPM_TOKEN");
+    mount.source = Some(token_file.to_string_lossy().into_owned());
+    let mut plan = policy_plan_with(
+        &spec("registry.example.com/sbx:1"),
+        "/work/repo",
+        vec![mount],
+    );
+    plan.egress = Some(egress());
+    plan.egress_ca = Some(TEST_CA_PEM.to_owned());
+    plan.user = Some("1000:1000".into());
+    plan.workspace_copy.as_mut().expect("copy").host = ws.path().to_string_lossy().into_owned();
+    let proxy = format!("{POD}-proxy");
+    let files = format!("{POD}-files");
+    let decoded = |b: &Value, key: &str| -> Result<Vec<u8>, String> {
+        let v = b["data"][key]
+            .as_str()
+            .ok_or_else(|| format!("no data.{key} in {b}"))?;
+        base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .map_err(|e| e.to_string())
+    };
+    let mut steps = vec![
+        Step::new(
+            Method::POST,
+            path("secrets", None),
+            Reply::Json(201, object("Secret", &proxy)),
+        )
+        .check(move |b| {
+            (decoded(b, "ca.pem")? == TEST_CA_PEM.as_bytes() && decoded(b, "url").is_ok())
+                .then_some(())
+                .ok_or_else(|| format!("proxy secret {b}"))
+        }),
+        Step::new(
+            Method::POST,
+            path("secrets", None),
+            Reply::Json(201, object("Secret", &files)),
+        )
+        .check(move |b| {
+            (decoded(b, "file-0")? == b"npm_from_the_host_file")
+                .then_some(())
+                .ok_or_else(|| format!("files secret {b}"))
+        }),
+        Step::new(
+            Method::POST,
+            path("networkpolicies", None),
+            Reply::Json(201, object("NetworkPolicy", POD)),
+        ),
+        Step::new(
+            Method::POST,
+            path("pods", None),
+            Reply::Json(201, pending_pod("3")),
+        )
+        .check(|b| {
+            let text = b.to_string();
+            if text.contains("npm_from_the_host_file") || text.contains("MIIBfixture") {
+                return Err("a Secret value is in the pod spec".into());
+            }
+            let mounts = b["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .ok_or("no mounts")?;
+            let at = |p: &str| mounts.iter().find(|m| m["mountPath"] == p);
+            let ca = at("/etc/iterion-egress/ca.pem").ok_or("no CA mount")?;
+            let token = at("/run/iterion/secrets/NPM_TOKEN").ok_or("no secret mount")?;
+            (ca["readOnly"] == true
+                && token["readOnly"] == true
+                && at("/etc/iterion-egress").is_some_and(|m| m.get("readOnly").is_none()))
+            .then_some(())
+            .ok_or_else(|| format!("mounts {mounts:?}"))
+        }),
+        Step::new(
+            Method::GET,
+            path("pods", Some(POD)),
+            Reply::Json(200, ready_pod("4")),
+        ),
+        Step::new(
+            Method::GET,
+            path("pods", Some(&format!("{POD}/exec"))),
+            Reply::Exec(ExecScript {
+                expect_stdin: b"\n".to_vec(),
+                read_stdin_to_eof: true,
+                status: Some(json!({"metadata": {}, "status": "Success"})),
+                ..ExecScript::default()
+            }),
+        )
+        .query("command", "tar"),
+    ];
+    steps.extend(cleanup_steps(&[&proxy, &files], true));
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let prepared = d.prepare(&plan, &NullObserver).await.expect("prepare");
+    let run = d
+        .start(prepared, &run_info(ws.path()), &NullObserver)
+        .await
+        .expect("start");
+    assert!(run.egress_ca_placed(), "the runtime writes only the bundle");
+    run.cleanup().await.expect("cleanup");
+    server.finish();
+}
+
 /// RBAC denial on the first create: a typed engine error naming the verb
 /// and resource, and the cleanup by label still runs (nothing left).
 #[tokio::test]
