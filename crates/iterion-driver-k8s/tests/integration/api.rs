@@ -1073,3 +1073,130 @@ async fn the_workspace_is_exported_back_over_exec_at_teardown() {
     run.cleanup().await.expect("cleanup");
     server.finish();
 }
+
+/// A labelled object of `run` as a list item.
+fn labelled(kind: &str, name: &str, run: &str) -> Value {
+    let mut o = object(kind, name);
+    o["metadata"]["labels"] = json!({"iterion.io/managed": "true", "iterion.io/run-id": run});
+    o
+}
+
+/// Issue 12 item 4: the reaper's side of the conversation. The driver
+/// lists pods, NetworkPolicies and Secrets by the managed label, each
+/// with its run id; the one fail-safe predicate
+/// (`iterion_sandbox::reaper::reapable`, as `iterion_runtime::reap`
+/// calls it) keeps every object of a run whose lease is held and reaps
+/// those of a finished run: its pod is deleted and polled until gone,
+/// then its NetworkPolicy and Secret, a Secret already gone (404) being
+/// success. Nothing of the live run is touched (the script has no step
+/// for it, so any such request fails the test). Does not prove the
+/// runtime's lease and store lookups (its own reaper tests do) nor what
+/// a real API server lists.
+#[tokio::test]
+async fn the_reaper_lists_every_kind_by_label_and_spares_a_live_run() {
+    use iterion_core::Driver;
+    use iterion_sandbox::reaper::{LeaseState, ReapVerdict, RunLookup, reapable};
+    const LIVE: &str = "r20261129-live";
+    let live_pod = "iterion-run-r20261129-live";
+    let managed = "iterion.io/managed=true";
+    let steps = vec![
+        Step::new(
+            Method::GET,
+            path("pods", None),
+            Reply::Json(
+                200,
+                list(
+                    "PodList",
+                    vec![labelled("Pod", live_pod, LIVE), labelled("Pod", POD, RUN)],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::GET,
+            path("networkpolicies", None),
+            Reply::Json(
+                200,
+                list(
+                    "NetworkPolicyList",
+                    vec![
+                        labelled("NetworkPolicy", live_pod, LIVE),
+                        labelled("NetworkPolicy", POD, RUN),
+                    ],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::GET,
+            path("secrets", None),
+            Reply::Json(
+                200,
+                list(
+                    "SecretList",
+                    vec![
+                        labelled("Secret", &format!("{live_pod}-proxy"), LIVE),
+                        labelled("Secret", &format!("{POD}-proxy"), RUN),
+                    ],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::DELETE,
+            path("pods", Some(POD)),
+            Reply::Json(200, object("Pod", POD)),
+        ),
+        Step::new(
+            Method::GET,
+            path("pods", Some(POD)),
+            Reply::Json(404, not_found("pods", POD)),
+        ),
+        Step::new(
+            Method::DELETE,
+            path("networkpolicies", Some(POD)),
+            Reply::Json(200, success()),
+        ),
+        Step::new(
+            Method::DELETE,
+            path("secrets", Some(&format!("{POD}-proxy"))),
+            Reply::Json(404, not_found("secrets", &format!("{POD}-proxy"))),
+        ),
+    ];
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let found = d.list_managed().await.expect("list");
+    let kinds: Vec<(String, String)> = found
+        .iter()
+        .map(|r| (format!("{:?}", r.kind), r.run_id.clone()))
+        .collect();
+    assert_eq!(found.len(), 6, "{kinds:?}");
+    let mut reaped = Vec::new();
+    for r in &found {
+        // The live run's lease is held; the other run finished.
+        let (lease, lookup) = if r.run_id == LIVE {
+            (
+                LeaseState::Held,
+                RunLookup::Found(iterion_core::RunStatus::Running),
+            )
+        } else {
+            (
+                LeaseState::NotHeld,
+                RunLookup::Found(iterion_core::RunStatus::Finished),
+            )
+        };
+        match reapable(&r.run_id, lease, lookup) {
+            ReapVerdict::Reap(_) => {
+                d.remove_managed(r).await.expect("remove");
+                reaped.push(r.name.clone());
+            }
+            ReapVerdict::Keep(why) => assert_eq!(r.run_id, LIVE, "{why}"),
+        }
+    }
+    assert_eq!(
+        reaped,
+        [POD.to_owned(), POD.to_owned(), format!("{POD}-proxy")],
+        "pod, policy, secret of the finished run only"
+    );
+    server.finish();
+}
