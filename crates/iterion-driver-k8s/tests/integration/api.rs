@@ -1200,3 +1200,77 @@ async fn the_reaper_lists_every_kind_by_label_and_spares_a_live_run() {
     );
     server.finish();
 }
+
+/// Issue 12 item 5: the doctor's RBAC rows. One `SelfSubjectAccessReview`
+/// per permission the driver uses, in its namespace, in the driver's
+/// order; the server allows most, denies `create pods/exec` with a reason
+/// and refuses one review itself (403: the review API is not granted);
+/// the summary names each. Does not prove what a real authorizer answers
+/// for a given Role (only that the question is asked as it expects).
+#[tokio::test]
+async fn the_access_review_asks_each_permission_and_names_the_missing() {
+    use iterion_driver_k8s::access::{Access, NEEDED, summarize};
+    let review = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let answer = |allowed: bool, reason: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "metadata": {}, "spec": {},
+               "status": {"allowed": allowed, "reason": reason}})
+    };
+    let steps: Vec<Step> = NEEDED
+        .iter()
+        .map(|p| {
+            let reply = match (p.verb, p.subresource, p.resource) {
+                ("create", Some("exec"), _) => {
+                    Reply::Json(201, answer(false, "no RBAC policy matched"))
+                }
+                ("delete", None, "networkpolicies") => Reply::Json(
+                    403,
+                    status(
+                        403,
+                        "Forbidden",
+                        "selfsubjectaccessreviews.authorization.k8s.io is forbidden",
+                        json!({"kind": "selfsubjectaccessreviews"}),
+                    ),
+                ),
+                _ => Reply::Json(201, answer(true, "")),
+            };
+            let want = *p;
+            Step::new(Method::POST, review.to_owned(), reply).check(move |b| {
+                let a = &b["spec"]["resourceAttributes"];
+                let sub = a.get("subresource").and_then(Value::as_str);
+                (b["kind"] == "SelfSubjectAccessReview"
+                    && a["namespace"] == NS
+                    && a["verb"] == want.verb
+                    && a["resource"] == want.resource
+                    && a["group"] == want.group
+                    && sub == want.subresource)
+                    .then_some(())
+                    .ok_or_else(|| format!("review of {want}: {b}"))
+            })
+        })
+        .collect();
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let rows = d.review_access().await;
+    server.finish();
+    assert_eq!(rows.len(), NEEDED.len());
+    let exec = rows
+        .iter()
+        .find(|r| r.permission.subresource == Some("exec"))
+        .expect("exec row");
+    assert_eq!(
+        exec.access,
+        Access::Denied {
+            reason: "no RBAC policy matched".into()
+        }
+    );
+    let s = summarize(NS, &rows);
+    assert!(!s.ok && !s.unknown, "{s:?}");
+    assert!(
+        s.detail
+            .starts_with("denied in namespace sbx: create pods/exec (no RBAC policy matched); not answered: delete networkpolicies: "),
+        "{}",
+        s.detail
+    );
+    assert!(s.detail.contains("forbidden"), "{}", s.detail);
+}
