@@ -382,8 +382,6 @@ impl Session {
         // it lasts (a long run on a cluster outlives many): bounded, in the
         // background, never blocking it.
         let local_env: BTreeMap<String, String> = std::env::vars().collect();
-        let reap_every = iterion_runtime::reap::reap_interval(&local_env)
-            .map_err(|e| UserInputError::new(format!("{e} ({})", e.code())))?;
         let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
         let reap_targets = iterion_runtime::reap::ReapTargets {
             drivers: drivers.handles().to_vec(),
@@ -399,6 +397,14 @@ impl Session {
         let reaping =
             iterion_sandbox::reaper::reaper_enabled(env.snapshot.sandbox_override.as_deref())
                 && runner.is_none();
+        // Read only where this reaper runs (a cloud runner has its own
+        // period): a typo is bad input before the run exists.
+        let reap_every = if reaping {
+            iterion_runtime::reap::reap_interval(&local_env)
+                .map_err(|e| UserInputError::new(format!("{e} ({})", e.code())))?
+        } else {
+            None
+        };
         let reap_stop = CancellationToken::new();
         let reaper = tokio::spawn({
             let stop = reap_stop.clone();
