@@ -40,6 +40,12 @@ pub struct Capabilities {
     pub workspace_export: bool,
     /// Can inject a per-run CA for TLS inspection.
     pub tls_inspection: bool,
+    /// Delivers a file secret without a host bind: it reads the bind's
+    /// host source at creation and places the content read-only at the
+    /// target itself (Kubernetes: a key of the per-run Secret). Only read
+    /// where `host_bind_mounts` is false.
+    #[serde(default)]
+    pub secret_file_copy: bool,
 }
 
 impl Capabilities {

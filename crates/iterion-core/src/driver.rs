@@ -298,6 +298,17 @@ pub trait SandboxRun: Send + Sync {
     fn egress_host(&self) -> Option<&str> {
         None
     }
+    /// Whether the plan's egress CA ([`crate::LaunchPlan::egress_ca`]) was
+    /// placed at creation, read-only at
+    /// [`crate::plan::EGRESS_TRUST_CA`], in a writable
+    /// [`crate::plan::EGRESS_TRUST_DIR`] (a Kubernetes pod: projected from
+    /// the per-run Secret, beside an emptyDir). The runtime then adds only
+    /// the bundle, as the sandbox's own user, and leaves the image's system
+    /// bundle alone (a non-root pod cannot replace it). `false`: the
+    /// runtime installs everything after start (Docker, Podman).
+    fn egress_ca_placed(&self) -> bool {
+        false
+    }
     /// Start a command.
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError>;
     /// A tar stream of one container path (for drains and workspace export).

@@ -20,6 +20,15 @@ pub const BUNDLE_CONTAINER_DIR: &str = "/run/iterion/bundle";
 /// Container directory of per-run secret files.
 pub const SECRETS_CONTAINER_DIR: &str = "/run/iterion/secrets";
 
+/// Container directory of the run's egress trust (issue 17): the CA
+/// certificate and the bundle with the image's own roots. One place on
+/// every driver, so the variables pointing TLS stacks at them are the same.
+pub const EGRESS_TRUST_DIR: &str = "/etc/iterion-egress";
+/// The run's egress CA certificate alone (stacks that add to their roots).
+pub const EGRESS_TRUST_CA: &str = "/etc/iterion-egress/ca.pem";
+/// The image's roots plus the run's CA (stacks that replace their roots).
+pub const EGRESS_TRUST_BUNDLE: &str = "/etc/iterion-egress/ca-bundle.pem";
+
 /// Everything a driver needs to prepare and start one sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct LaunchPlan {
@@ -56,6 +65,14 @@ pub struct LaunchPlan {
     /// run. Set by the policy's finalize step, completed by the booter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_copy: Option<WorkspaceCopy>,
+    /// The PEM certificate (never the key) of the run's egress CA when the
+    /// proxy inspects (issue 17), set by the booter before start. A driver
+    /// that can place it at creation does (Kubernetes: the per-run Secret,
+    /// projected read-only at [`EGRESS_TRUST_CA`]) and says so through
+    /// [`crate::SandboxRun::egress_ca_placed`]; any other ignores it and
+    /// the runtime installs it in the started sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ca: Option<String>,
 }
 
 /// A copy-based workspace (issue 14 item 2): what the driver copies into

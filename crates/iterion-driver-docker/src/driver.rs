@@ -258,6 +258,8 @@ impl Driver for DockerDriver {
             // Issue 17: the runtime installs the run's CA through the
             // archive API (export the image's roots, import the bundle).
             tls_inspection: true,
+            // A bind delivers file secrets; bindless, none is delivered.
+            secret_file_copy: false,
         }
     }
 

@@ -317,7 +317,11 @@ pub fn capabilities(settings: &K8sSettings) -> Capabilities {
         // A pod has no host filesystem: the workspace is copied in over
         // exec and exported back at teardown (facts §5.3 [I]).
         workspace_export: true,
-        tls_inspection: false,
+        // The CA travels in the per-run Secret, projected read-only into
+        // a writable emptyDir where the runtime adds the bundle (issue 17).
+        tls_inspection: true,
+        // File secrets are keys of the per-run Secret, projected read-only.
+        secret_file_copy: true,
     }
 }
 

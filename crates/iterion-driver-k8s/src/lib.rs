@@ -10,8 +10,9 @@
 //! image and spec failures, delete by label), exec over the API's WebSocket
 //! with stdin, streamed stdout/stderr, exit codes and a kill that reaches
 //! the process, tar over exec for the workspace copy and the ADR-143 drain
-//! of the emptyDir read-back paths, and the listing/removal the reaper
-//! needs. It does not decide policy (which mounts survive, which mode runs,
+//! of the emptyDir read-back paths, the listing/removal the reaper needs,
+//! and the review of its own RBAC that the doctor shows ([`access`]). It
+//! does not decide policy (which mounts survive, which mode runs,
 //! whether an orphan is reapable: `iterion-sandbox`), and it never falls
 //! back to another driver.
 //!
@@ -22,6 +23,7 @@
 //!
 //! Environment (read by [`K8sSettings::from_env`]): see [`settings`].
 
+pub mod access;
 mod api;
 pub mod discovery;
 mod driver;

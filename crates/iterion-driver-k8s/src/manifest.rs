@@ -26,6 +26,11 @@
 //!   and a NetworkPolicy admits only the runner's IP (`ITERION_POD_IP`) and
 //!   cluster DNS: traffic that ignores the proxy is dropped on a CNI that
 //!   enforces NetworkPolicy (facts §7.6).
+//! - When the proxy inspects (issue 17), the run's CA certificate (never
+//!   its key) is a key of that Secret, projected read-only at
+//!   `/etc/iterion-egress/ca.pem` inside a small writable emptyDir at
+//!   `/etc/iterion-egress`, where the runtime adds the bundle with the
+//!   image's roots as the pod's non-root user (it could not write `/etc`).
 //!
 //! It does not decide which mounts exist (`finalize_mounts_for_driver`
 //! does) and it reads no file: secret file contents arrive as data.
@@ -33,14 +38,14 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use iterion_core::plan::path_is_under;
+use iterion_core::plan::{EGRESS_TRUST_CA, EGRESS_TRUST_DIR, path_is_under};
 use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin, RunInfo};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
-    SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount,
+    KeyToPath, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -74,6 +79,16 @@ pub const RUN_NAME_ANNOTATION: &str = "iterion.io/run-name";
 pub const CONTAINER: &str = "workload";
 /// Key of the proxy URL in the proxy Secret.
 pub const PROXY_URL_KEY: &str = "url";
+/// Key of the run's egress CA certificate in the proxy Secret.
+pub const EGRESS_CA_KEY: &str = "ca.pem";
+/// Volume of the writable trust directory (the runtime writes the bundle).
+const TRUST_VOLUME: &str = "egress-trust";
+/// Volume projecting the CA certificate from the proxy Secret.
+const TRUST_CA_VOLUME: &str = "egress-ca";
+/// Bound of the trust directory: a system bundle is read up to 8 MiB.
+const TRUST_DIR_LIMIT: u64 = 16 << 20;
+/// Mode of the projected CA: a public certificate, readable by any user.
+const TRUST_CA_MODE: i32 = 0o444;
 /// Placeholder that replaces every Secret value when rendering for display.
 pub const REDACTED: &str = "<redacted>";
 /// Default uid:gid of a pod whose plan names no user (the uid of the
@@ -340,14 +355,15 @@ pub fn render(
         };
         let url = format!("http://t:{}@{host}:{}", egress.token, egress.proxy_port);
         let secret_name = proxy_secret_name(run);
+        let mut data = BTreeMap::from([(PROXY_URL_KEY.to_owned(), value(url.as_bytes()))]);
+        if let Some(ca) = &plan.egress_ca {
+            data.insert(EGRESS_CA_KEY.to_owned(), value(ca.as_bytes()));
+        }
         secrets.push(Secret {
             metadata: metadata(secret_name.clone(), info, opts, &[]),
             type_: Some("Opaque".to_owned()),
             immutable: Some(true),
-            data: Some(BTreeMap::from([(
-                PROXY_URL_KEY.to_owned(),
-                value(url.as_bytes()),
-            )])),
+            data: Some(data),
             ..Secret::default()
         });
         // The proxy wins over the plan's own values (facts §5.3: upserted).
@@ -382,7 +398,18 @@ pub fn render(
         network_policy = Some(render_network_policy(&name, pod_ip, info, opts));
     }
 
-    let (volumes, mounts, files) = render_volumes(plan, run, secret_files)?;
+    if plan.egress_ca.is_some() && plan.egress.is_none() {
+        return Err(K8sError::Unsupported {
+            what: "an egress CA without a proxy".to_owned(),
+            reason: "the CA travels in the proxy's per-run Secret; only an inspecting proxy has one",
+        });
+    }
+    let (mut volumes, mut mounts, files) = render_volumes(plan, run, secret_files)?;
+    if plan.egress_ca.is_some() {
+        let (v, m) = trust_volumes(run);
+        volumes.extend(v);
+        mounts.extend(m);
+    }
     if !files.is_empty() {
         secrets.push(Secret {
             metadata: metadata(files_secret_name(run), info, opts, &[]),
@@ -563,6 +590,52 @@ fn render_network_policy(
             }]),
         }),
     }
+}
+
+/// The trust directory (issue 17): a writable emptyDir at
+/// `/etc/iterion-egress` for the bundle the runtime writes as the pod's
+/// user, and the CA certificate projected read-only into it from the
+/// proxy Secret (a file mount: the directory stays writable).
+fn trust_volumes(run: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let volumes = vec![
+        Volume {
+            name: TRUST_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: None,
+                size_limit: Some(binary_quantity(TRUST_DIR_LIMIT)),
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: TRUST_CA_VOLUME.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(proxy_secret_name(run)),
+                items: Some(vec![KeyToPath {
+                    key: EGRESS_CA_KEY.to_owned(),
+                    path: EGRESS_CA_KEY.to_owned(),
+                    mode: None,
+                }]),
+                default_mode: Some(TRUST_CA_MODE),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    let mounts = vec![
+        VolumeMount {
+            name: TRUST_VOLUME.to_owned(),
+            mount_path: EGRESS_TRUST_DIR.to_owned(),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: TRUST_CA_VOLUME.to_owned(),
+            mount_path: EGRESS_TRUST_CA.to_owned(),
+            sub_path: Some(EGRESS_CA_KEY.to_owned()),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ];
+    (volumes, mounts)
 }
 
 /// Bytes as a Kubernetes quantity, in the largest binary unit that divides

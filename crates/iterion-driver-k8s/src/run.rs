@@ -232,6 +232,13 @@ impl SandboxRun for KubeRun {
         &self.workdir
     }
 
+    fn egress_ca_placed(&self) -> bool {
+        // The render places every CA a plan carries (the proxy Secret,
+        // projected into the trust emptyDir); a plan without one never
+        // asks.
+        true
+    }
+
     async fn exec(&self, request: ExecRequest) -> Result<Box<dyn ExecSession>, DriverError> {
         let argv = request.argv.clone();
         Ok(Box::new(self.start_exec(&argv, &request).await?))

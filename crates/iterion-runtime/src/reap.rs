@@ -11,8 +11,10 @@
 //! marked interrupted (`failed_resumable` + `INTERRUPTED`, event
 //! `run_interrupted`), which makes it terminal and its resources reapable.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use iterion_core::driver::{ManagedResource, ResourceKind};
 use iterion_core::store::{Failure, RunOwner, RunRecord, Transition};
@@ -364,6 +366,99 @@ pub async fn reap_host_dirs_with(
     decisions
 }
 
+/// The period of a long-lived process's reaper (facts §4, §5.5: upstream's
+/// Kubernetes orphan reaper): Go duration syntax, `0` scans once at boot.
+pub const REAP_INTERVAL_ENV: &str = "ITERION_SANDBOX_REAP_INTERVAL";
+/// [`REAP_INTERVAL_ENV`] when unset or empty.
+pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_secs(60);
+/// The bound of one pass: a hung engine or API server never holds the
+/// next tick (nor the end of the process) for long.
+pub const REAP_PASS_BOUND: Duration = Duration::from_secs(30);
+
+/// A reap interval no duration parser accepts. Upstream falls back to the
+/// default; here an operator's typo is said, never silently replaced.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{REAP_INTERVAL_ENV}={value:?} is not a duration (Go syntax such as 60s or 5m; 0 scans once at boot)"
+)]
+pub struct ReapIntervalError {
+    /// The value as written.
+    pub value: String,
+}
+
+impl ReapIntervalError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        "SANDBOX_REAP_INTERVAL_INVALID"
+    }
+}
+
+/// The period [`REAP_INTERVAL_ENV`] asks for in `env`: `Some(period)`, or
+/// `None` for a boot scan only (`0`).
+pub fn reap_interval(
+    env: &BTreeMap<String, String>,
+) -> Result<Option<Duration>, ReapIntervalError> {
+    let Some(raw) = env.get(REAP_INTERVAL_ENV).filter(|v| !v.trim().is_empty()) else {
+        return Ok(Some(DEFAULT_REAP_INTERVAL));
+    };
+    match iterion_core::duration::parse_go_duration(raw) {
+        Some(d) if d.is_zero() => Ok(None),
+        Some(d) => Ok(Some(d)),
+        None => Err(ReapIntervalError { value: raw.clone() }),
+    }
+}
+
+/// What a ticking reaper passes over.
+#[derive(Clone)]
+pub struct ReapTargets {
+    /// The drivers whose labelled resources are judged (Docker, Podman,
+    /// Kubernetes pods, Secrets and NetworkPolicies alike).
+    pub drivers: Vec<Arc<dyn Driver>>,
+    /// The store that says whether a run is over.
+    pub store: Arc<dyn RunStore>,
+    /// Roots of the per-run host directories.
+    pub host_roots: Vec<PathBuf>,
+}
+
+/// The reaper of a long-lived process: one pass at once (the boot scan,
+/// which `shutdown` does not cut short: a short run still collects the
+/// orphans of earlier ones), then one every `every` (`None`: the boot scan
+/// only) until `shutdown`.
+/// Each pass is the same [`reap_once`] and [`reap_host_dirs`] as
+/// `iterion sandbox reap`, bounded by [`REAP_PASS_BOUND`]. The caller
+/// decides whether it runs at all (`reaper_enabled`: off under
+/// `ITERION_SANDBOX_OVERRIDE=none`).
+pub async fn reap_on_a_ticker(
+    targets: ReapTargets,
+    every: Option<Duration>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let pass = || async {
+        reap_once(&targets.drivers, targets.store.as_ref(), false).await;
+        reap_host_dirs(&targets.host_roots, targets.store.as_ref(), false).await;
+    };
+    if tokio::time::timeout(REAP_PASS_BOUND, pass()).await.is_err() {
+        tracing::warn!("the boot reaper pass took over {REAP_PASS_BOUND:?}; abandoned");
+    }
+    let Some(every) = every else {
+        return;
+    };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        tokio::select! {
+            r = tokio::time::timeout(REAP_PASS_BOUND, pass()) => if r.is_err() {
+                tracing::warn!("a reaper pass took over {REAP_PASS_BOUND:?}; abandoned");
+            },
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
 /// Mark a running run whose owner is gone as interrupted (the reaper, and a
 /// cloud runner taking over a run whose holder's lease expired). Returns
 /// the status the store now holds (a concurrent finish wins the CAS, and
@@ -404,6 +499,38 @@ pub async fn mark_interrupted(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reap_interval_is_parsed_or_refused_by_name() {
+        let env = |v: Option<&str>| -> BTreeMap<String, String> {
+            v.map(|v| (REAP_INTERVAL_ENV.to_owned(), v.to_owned()))
+                .into_iter()
+                .collect()
+        };
+        assert_eq!(
+            reap_interval(&env(None)).unwrap(),
+            Some(DEFAULT_REAP_INTERVAL)
+        );
+        assert_eq!(
+            reap_interval(&env(Some(" "))).unwrap(),
+            Some(DEFAULT_REAP_INTERVAL)
+        );
+        assert_eq!(
+            reap_interval(&env(Some("0"))).unwrap(),
+            None,
+            "boot scan only"
+        );
+        assert_eq!(reap_interval(&env(Some("0s"))).unwrap(), None);
+        assert_eq!(
+            reap_interval(&env(Some("1m30s"))).unwrap(),
+            Some(Duration::from_secs(90))
+        );
+        for bad in ["60", "-5s", "soon", "5 m"] {
+            let e = reap_interval(&env(Some(bad))).unwrap_err();
+            assert_eq!(e.code(), "SANDBOX_REAP_INTERVAL_INVALID");
+            assert!(e.to_string().contains(REAP_INTERVAL_ENV), "{e}");
+        }
+    }
 
     #[test]
     fn lease_of_self_other_host_and_ghost() {

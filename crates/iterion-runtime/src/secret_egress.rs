@@ -11,7 +11,11 @@
 //! goes into the sandbox as `/etc/iterion-egress/ca.pem` and a bundle with
 //! the image's own roots (`/etc/iterion-egress/ca-bundle.pem`, which also
 //! replaces the image's system bundle when it has one), and the variables
-//! every common TLS stack reads point at them ([`trust_env`]).
+//! every common TLS stack reads point at them ([`trust_env`]). A driver
+//! that placed the CA at creation (`SandboxRun::egress_ca_placed`: a
+//! Kubernetes pod, non-root, the CA projected read-only from the per-run
+//! Secret into a writable emptyDir) gets only the bundle, written as the
+//! pod's user; its system bundle stays the image's.
 //!
 //! Whether the run delivers placeholders is the sandbox decision's
 //! (`iterion_sandbox::secret_egress`); this module only executes it.
@@ -162,12 +166,14 @@ pub fn placeholder_for(value: &str) -> String {
     out
 }
 
-/// The directory of the run's CA in the sandbox.
-pub const TRUST_DIR: &str = "/etc/iterion-egress";
+/// The directory of the run's CA in the sandbox (one place on every driver).
+pub const TRUST_DIR: &str = iterion_core::plan::EGRESS_TRUST_DIR;
 /// The CA certificate alone (for stacks that add to their roots).
-pub const TRUST_CA: &str = "/etc/iterion-egress/ca.pem";
+pub const TRUST_CA: &str = iterion_core::plan::EGRESS_TRUST_CA;
 /// The image's roots plus the CA (for stacks that replace their roots).
-pub const TRUST_BUNDLE: &str = "/etc/iterion-egress/ca-bundle.pem";
+pub const TRUST_BUNDLE: &str = iterion_core::plan::EGRESS_TRUST_BUNDLE;
+/// The bundle's name inside [`TRUST_DIR`].
+const TRUST_BUNDLE_NAME: &str = "ca-bundle.pem";
 /// The image's system bundle (Debian, Alpine, Ubuntu), replaced by the
 /// bundle when the image has one.
 const SYSTEM_BUNDLE_DIR: &str = "/etc/ssl/certs";
@@ -195,14 +201,22 @@ pub fn trust_env() -> BTreeMap<String, String> {
 pub struct TrustError(String);
 
 /// Install `ca_pem` in the started sandbox `run`: the CA, the bundle with
-/// the image's roots, and the image's system bundle replaced by it.
+/// the image's roots, and the image's system bundle replaced by it — or,
+/// when the driver placed the CA at creation, the bundle alone beside it.
 pub async fn install_trust(run: &dyn SandboxRun, ca_pem: &str) -> Result<(), TrustError> {
     let system = read_system_bundle(run).await;
-    let mut bundle = system.clone().unwrap_or_default();
-    if !bundle.is_empty() && !bundle.ends_with('\n') {
-        bundle.push('\n');
+    let bundle = bundle_of(system.as_deref(), ca_pem);
+    if run.egress_ca_placed() {
+        // The directory exists and is the sandbox user's; the CA in it is
+        // read-only. A file member only: a non-root tar may neither
+        // re-stamp the directory nor replace the projected CA.
+        let archive = tar_of(&[(TRUST_BUNDLE_NAME, Some(bundle.as_bytes()))])
+            .map_err(|e| TrustError(e.to_string()))?;
+        return run
+            .import(TRUST_DIR, one_shot(archive))
+            .await
+            .map_err(|e| TrustError(e.to_string()));
     }
-    bundle.push_str(ca_pem);
     let archive = tar_of(&[
         ("iterion-egress/", None),
         ("iterion-egress/ca.pem", Some(ca_pem.as_bytes())),
@@ -220,6 +234,16 @@ pub async fn install_trust(run: &dyn SandboxRun, ca_pem: &str) -> Result<(), Tru
             .map_err(|e| TrustError(e.to_string()))?;
     }
     Ok(())
+}
+
+/// The image's roots (when it has a bundle) followed by the run's CA.
+fn bundle_of(system: Option<&str>, ca_pem: &str) -> String {
+    let mut bundle = system.unwrap_or_default().to_owned();
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(ca_pem);
+    bundle
 }
 
 /// The image's system bundle, when it has one (bounded).

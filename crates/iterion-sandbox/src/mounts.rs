@@ -406,6 +406,7 @@ pub fn plan_launch(
             host_gateway_alias: false,
             gateway_ports: Vec::new(),
             workspace_copy: None,
+            egress_ca: None,
         },
         events,
     })
@@ -435,8 +436,11 @@ pub struct Finalized {
 ///
 /// * no host binds: each bind is dropped, except run-files/read-back
 ///   binds on a draining driver (served by driver-owned storage, a
-///   `Volume` with no source) and the workspace on a driver that copies it
-///   in and exports it back (`plan.workspace_copy` then names its source);
+///   `Volume` with no source), the workspace on a driver that copies it
+///   in and exports it back (`plan.workspace_copy` then names its source),
+///   and file secrets on a driver that copies them
+///   (`secret_file_copy`: it delivers their content from the bind's
+///   source at creation);
 /// * neither binds nor drains (ADR-143 R5): no run-files storage, no
 ///   variable, no declaration; a workflow-declared read-back path is a
 ///   typed refusal (R2);
@@ -478,6 +482,12 @@ pub fn finalize_mounts_for_driver(
                     readonly: false,
                     ..m
                 });
+            } else if m.origin == MountOrigin::SecretFile && caps.secret_file_copy {
+                // The driver reads the host file at creation and delivers
+                // the content itself, read-only (a Kubernetes pod: a key of
+                // the per-run Secret, projected at the target). Dropping it
+                // refused every run with a file secret there (issue 12).
+                kept.push(m);
             } else if m.origin == MountOrigin::Workspace && caps.archive_in && caps.workspace_export
             {
                 // A copy-based workspace (issue 14 item 2): copied in at

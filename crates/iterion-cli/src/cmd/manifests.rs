@@ -7,7 +7,8 @@
 //! (`iterion_sandbox::decision`, through the same `SandboxHost::decide` a
 //! run calls), then the driver's own render with every Secret value
 //! redacted. What it cannot know before a run: the run id (a fresh one is
-//! drawn) and the proxy's port and token (inside the redacted Secret).
+//! drawn), the proxy's port and token, and an inspecting run's CA (inside
+//! the redacted Secret).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -100,6 +101,7 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
     spec.host_state = Some(d.host_state);
     check_kubernetes_spec(&spec, KubeCheck::Engine)
         .map_err(|e| refused(format!("kubernetes refuses this spec: {e}")))?;
+    let placeholders = plan.secret_placeholders;
     let mut plan = plan.launch;
     if let Some(enforce) = plan_egress(&d.driver) {
         plan.egress = Some(EgressAttachment {
@@ -107,6 +109,11 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
             token: REDACTED.to_owned(),
             enforce,
         });
+        // Issue 17: an inspecting run's CA is minted at start; its place
+        // in the Secret and the pod is what is shown.
+        if placeholders {
+            plan.egress_ca = Some(REDACTED.to_owned());
+        }
     }
     if plan.user.as_deref().is_none_or(|u| u.trim().is_empty()) {
         plan.user = Some(iterion_sandbox::guards::DEFAULT_KUBE_USER.to_owned());

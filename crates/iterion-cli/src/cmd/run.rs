@@ -378,12 +378,16 @@ impl Session {
             runner,
         } = self;
         // Orphans of earlier runs (a SIGKILLed iterion) are collected at the
-        // start of every run: bounded, in the background, never blocking it.
+        // start of every run and every ITERION_SANDBOX_REAP_INTERVAL while
+        // it lasts (a long run on a cluster outlives many): bounded, in the
+        // background, never blocking it.
         let local_env: BTreeMap<String, String> = std::env::vars().collect();
         let state_dir = iterion_runtime::sandbox_boot::default_state_dir();
-        let reap_store = store.clone();
-        let reap_drivers = drivers.handles().to_vec();
-        let reap_roots = iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env);
+        let reap_targets = iterion_runtime::reap::ReapTargets {
+            drivers: drivers.handles().to_vec(),
+            store: store.clone(),
+            host_roots: iterion_runtime::sandbox_boot::host_state_roots(&state_dir, &local_env),
+        };
         // MCP server processes are recorded where this reaper looks.
         let ledger = Arc::new(iterion_runtime::procs::HostProcesses::new(
             iterion_runtime::procs::root(&state_dir),
@@ -393,16 +397,22 @@ impl Session {
         let reaping =
             iterion_sandbox::reaper::reaper_enabled(env.snapshot.sandbox_override.as_deref())
                 && runner.is_none();
-        let reaper = tokio::spawn(async move {
-            if !reaping {
-                return;
+        // Read only where this reaper runs (a cloud runner has its own
+        // period): a typo is bad input before the run exists.
+        let reap_every = if reaping {
+            iterion_runtime::reap::reap_interval(&local_env)
+                .map_err(|e| UserInputError::new(format!("{e} ({})", e.code())))?
+        } else {
+            None
+        };
+        let reap_stop = CancellationToken::new();
+        let reaper = tokio::spawn({
+            let stop = reap_stop.clone();
+            async move {
+                if reaping {
+                    iterion_runtime::reap::reap_on_a_ticker(reap_targets, reap_every, stop).await;
+                }
             }
-            let pass = async {
-                iterion_runtime::reap::reap_once(&reap_drivers, reap_store.as_ref(), false).await;
-                iterion_runtime::reap::reap_host_dirs(&reap_roots, reap_store.as_ref(), false)
-                    .await;
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(30), pass).await;
         });
 
         // One agent runner: the engine's, and the booter's per-run MCP
@@ -439,6 +449,9 @@ impl Session {
         // renderer ends when the run does.
         let outcome = go(engine, cancel).await;
         let _ = renderer.await;
+        // The ticker stops with the run; a boot scan still under way gets
+        // the same grace as before.
+        reap_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), reaper).await;
         Ok(outcome?)
     }

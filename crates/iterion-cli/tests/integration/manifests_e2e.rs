@@ -111,3 +111,61 @@ fn what_a_pod_cannot_be_is_refused_with_exit_2() {
         "{stderr}"
     );
 }
+
+/// Issues 17 and 12 through the binary: a workflow with a secret bound to
+/// an egress host (so the proxy inspects) and a file secret prints the
+/// proxy Secret with the CA's key beside the URL (both redacted), the
+/// files Secret, and a Pod projecting each read-only — the CA inside the
+/// writable trust directory. Before, the file secret refused the
+/// workflow on Kubernetes and the bound secret could not be served there.
+/// Does not prove a run (no cluster) nor the values (minted at start).
+#[test]
+fn bound_and_file_secrets_show_their_secrets_and_projections() {
+    let sb = Sandbox::new(Engine::Docker)
+        .with_env("ITERION_POD_IP", "10.244.1.7")
+        .with_env("KEY", "manifests-bound-value-0123456789")
+        .with_env("TOKEN", "manifests-file-value-0123456789");
+    let text = format!(
+        "secrets:\n  KEY:\n    egress: [\"api.example.com\"]\n  TOKEN:\n    as: file\n\n{}",
+        workflow(&format!(
+            "    mode: inline\n    image: \"{}\"\n    host_state: none\n    network:\n      mode: allowlist\n      rules: [\"api.example.com\"]\n",
+            slim()
+        ))
+    );
+    let file = sb.write("secrets.iter", &text);
+    let out = manifests(&sb, &file, &["-o", "json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !printed.contains("value-0123456789"),
+        "a value leaked: {printed}"
+    );
+    let list: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let items = list["items"].as_array().expect("items");
+    let kinds: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Secret", "Secret", "NetworkPolicy", "Pod"]);
+    assert_eq!(items[0]["data"]["ca.pem"], "PHJlZGFjdGVkPg==");
+    assert_eq!(items[0]["data"]["url"], "PHJlZGFjdGVkPg==");
+    assert_eq!(items[1]["data"]["file-0"], "PHJlZGFjdGVkPg==");
+    let mounts = items[3]["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts");
+    let ca = mounts
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/iterion-egress/ca.pem")
+        .expect("the CA is projected");
+    assert_eq!(ca["readOnly"], true);
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/etc/iterion-egress" && m.get("readOnly").is_none()),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "secret-files" && m["readOnly"] == true),
+        "{mounts:?}"
+    );
+}

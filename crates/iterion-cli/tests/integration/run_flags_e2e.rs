@@ -202,3 +202,47 @@ fn log_format_json_and_bad_log_variables_for_every_verb() {
         }
     }
 }
+
+/// Issue 12 item 4: `ITERION_SANDBOX_REAP_INTERVAL` sets the period of a
+/// run's background reaper; a value that is not a duration is bad input
+/// naming the variable (exit 2, no run recorded), `0` (the start pass
+/// only) and a period both run. Does not prove a tick's timing (no timed
+/// assertions): the ticker's passes are the same `reap_once` the start
+/// pass and `iterion sandbox reap` run.
+#[test]
+fn a_bad_reap_interval_is_bad_input_naming_the_variable() {
+    const VAR: &str = "ITERION_SANDBOX_REAP_INTERVAL";
+    let mut sb = Sandbox::new(Engine::Docker);
+    let file = sb.write("hi.iter", &hello());
+    let set = |sb: &mut Sandbox, pairs: &[(&str, &str)]| {
+        sb.env
+            .retain(|(k, _)| k != VAR && k != "ITERION_SANDBOX_OVERRIDE");
+        sb.env.extend(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+    };
+    set(&mut sb, &[(VAR, "soon")]);
+    let r = sb.run(&file, &[]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(VAR) && r.stderr.contains("SANDBOX_REAP_INTERVAL_INVALID"),
+        "{}",
+        r.stderr
+    );
+    assert!(runs(&sb).is_empty(), "nothing recorded");
+    for ok in ["0", "90s"] {
+        set(&mut sb, &[(VAR, ok)]);
+        let r = sb.run(&file, &[]);
+        assert_eq!(r.code, Some(0), "{ok}: {}", r.stderr);
+    }
+    // Where no reaper runs (the runner is the boundary), the value is not
+    // read at all.
+    set(
+        &mut sb,
+        &[(VAR, "soon"), ("ITERION_SANDBOX_OVERRIDE", "none")],
+    );
+    let r = sb.run(&file, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+}

@@ -424,6 +424,117 @@ async fn a_proxied_run_from_create_to_cleanup() {
     assert!(!argv.iter().any(|a| a.contains("forged")), "{argv:?}");
 }
 
+/// Issue 17 and the file secrets of issue 12, in the API conversation: an
+/// inspecting run's proxy Secret carries the CA certificate beside the
+/// URL, a file secret planned by the policy is read from its host file
+/// into the files Secret, and the Pod projects both read-only and holds
+/// neither value; cleanup removes both Secrets. Does not prove that a
+/// kubelet mounts them (the podman layer plays the trust directory).
+#[tokio::test]
+async fn an_inspected_run_with_a_file_secret_creates_both_secrets() {
+    let ws = tempfile::tempdir().expect("ws");
+    let secrets_dir = tempfile::tempdir().expect("secrets");
+    let token_file = secrets_dir.path().join("NPM_TOKEN");
+    std::fs::write(&token_file, b"npm_from_the_host_file").expect("write");
+    let mut mount = secret_file_mount("NPM_TOKEN");
+    mount.source = Some(token_file.to_string_lossy().into_owned());
+    let mut plan = policy_plan_with(
+        &spec("registry.example.com/sbx:1"),
+        "/work/repo",
+        vec![mount],
+    );
+    plan.egress = Some(egress());
+    plan.egress_ca = Some(TEST_CA_PEM.to_owned());
+    plan.user = Some("1000:1000".into());
+    plan.workspace_copy.as_mut().expect("copy").host = ws.path().to_string_lossy().into_owned();
+    let proxy = format!("{POD}-proxy");
+    let files = format!("{POD}-files");
+    let decoded = |b: &Value, key: &str| -> Result<Vec<u8>, String> {
+        let v = b["data"][key]
+            .as_str()
+            .ok_or_else(|| format!("no data.{key} in {b}"))?;
+        base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .map_err(|e| e.to_string())
+    };
+    let mut steps = vec![
+        Step::new(
+            Method::POST,
+            path("secrets", None),
+            Reply::Json(201, object("Secret", &proxy)),
+        )
+        .check(move |b| {
+            (decoded(b, "ca.pem")? == TEST_CA_PEM.as_bytes() && decoded(b, "url").is_ok())
+                .then_some(())
+                .ok_or_else(|| format!("proxy secret {b}"))
+        }),
+        Step::new(
+            Method::POST,
+            path("secrets", None),
+            Reply::Json(201, object("Secret", &files)),
+        )
+        .check(move |b| {
+            (decoded(b, "file-0")? == b"npm_from_the_host_file")
+                .then_some(())
+                .ok_or_else(|| format!("files secret {b}"))
+        }),
+        Step::new(
+            Method::POST,
+            path("networkpolicies", None),
+            Reply::Json(201, object("NetworkPolicy", POD)),
+        ),
+        Step::new(
+            Method::POST,
+            path("pods", None),
+            Reply::Json(201, pending_pod("3")),
+        )
+        .check(|b| {
+            let text = b.to_string();
+            if text.contains("npm_from_the_host_file") || text.contains("MIIBfixture") {
+                return Err("a Secret value is in the pod spec".into());
+            }
+            let mounts = b["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .ok_or("no mounts")?;
+            let at = |p: &str| mounts.iter().find(|m| m["mountPath"] == p);
+            let ca = at("/etc/iterion-egress/ca.pem").ok_or("no CA mount")?;
+            let token = at("/run/iterion/secrets/NPM_TOKEN").ok_or("no secret mount")?;
+            (ca["readOnly"] == true
+                && token["readOnly"] == true
+                && at("/etc/iterion-egress").is_some_and(|m| m.get("readOnly").is_none()))
+            .then_some(())
+            .ok_or_else(|| format!("mounts {mounts:?}"))
+        }),
+        Step::new(
+            Method::GET,
+            path("pods", Some(POD)),
+            Reply::Json(200, ready_pod("4")),
+        ),
+        Step::new(
+            Method::GET,
+            path("pods", Some(&format!("{POD}/exec"))),
+            Reply::Exec(ExecScript {
+                expect_stdin: b"\n".to_vec(),
+                read_stdin_to_eof: true,
+                status: Some(json!({"metadata": {}, "status": "Success"})),
+                ..ExecScript::default()
+            }),
+        )
+        .query("command", "tar"),
+    ];
+    steps.extend(cleanup_steps(&[&proxy, &files], true));
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let prepared = d.prepare(&plan, &NullObserver).await.expect("prepare");
+    let run = d
+        .start(prepared, &run_info(ws.path()), &NullObserver)
+        .await
+        .expect("start");
+    assert!(run.egress_ca_placed(), "the runtime writes only the bundle");
+    run.cleanup().await.expect("cleanup");
+    server.finish();
+}
+
 /// RBAC denial on the first create: a typed engine error naming the verb
 /// and resource, and the cleanup by label still runs (nothing left).
 #[tokio::test]
@@ -961,4 +1072,205 @@ async fn the_workspace_is_exported_back_over_exec_at_teardown() {
     assert_eq!(std::fs::read_dir(ws.path()).expect("ls").count(), before);
     run.cleanup().await.expect("cleanup");
     server.finish();
+}
+
+/// A labelled object of `run` as a list item.
+fn labelled(kind: &str, name: &str, run: &str) -> Value {
+    let mut o = object(kind, name);
+    o["metadata"]["labels"] = json!({"iterion.io/managed": "true", "iterion.io/run-id": run});
+    o
+}
+
+/// Issue 12 item 4: the reaper's side of the conversation. The driver
+/// lists pods, NetworkPolicies and Secrets by the managed label, each
+/// with its run id; the one fail-safe predicate
+/// (`iterion_sandbox::reaper::reapable`, as `iterion_runtime::reap`
+/// calls it) keeps every object of a run whose lease is held and reaps
+/// those of a finished run: its pod is deleted and polled until gone,
+/// then its NetworkPolicy and Secret, a Secret already gone (404) being
+/// success. Nothing of the live run is touched (the script has no step
+/// for it, so any such request fails the test). Does not prove the
+/// runtime's lease and store lookups (its own reaper tests do) nor what
+/// a real API server lists.
+#[tokio::test]
+async fn the_reaper_lists_every_kind_by_label_and_spares_a_live_run() {
+    use iterion_core::Driver;
+    use iterion_sandbox::reaper::{LeaseState, ReapVerdict, RunLookup, reapable};
+    const LIVE: &str = "r20261129-live";
+    let live_pod = "iterion-run-r20261129-live";
+    let managed = "iterion.io/managed=true";
+    let steps = vec![
+        Step::new(
+            Method::GET,
+            path("pods", None),
+            Reply::Json(
+                200,
+                list(
+                    "PodList",
+                    vec![labelled("Pod", live_pod, LIVE), labelled("Pod", POD, RUN)],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::GET,
+            path("networkpolicies", None),
+            Reply::Json(
+                200,
+                list(
+                    "NetworkPolicyList",
+                    vec![
+                        labelled("NetworkPolicy", live_pod, LIVE),
+                        labelled("NetworkPolicy", POD, RUN),
+                    ],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::GET,
+            path("secrets", None),
+            Reply::Json(
+                200,
+                list(
+                    "SecretList",
+                    vec![
+                        labelled("Secret", &format!("{live_pod}-proxy"), LIVE),
+                        labelled("Secret", &format!("{POD}-proxy"), RUN),
+                    ],
+                ),
+            ),
+        )
+        .query("labelSelector", managed),
+        Step::new(
+            Method::DELETE,
+            path("pods", Some(POD)),
+            Reply::Json(200, object("Pod", POD)),
+        ),
+        Step::new(
+            Method::GET,
+            path("pods", Some(POD)),
+            Reply::Json(404, not_found("pods", POD)),
+        ),
+        Step::new(
+            Method::DELETE,
+            path("networkpolicies", Some(POD)),
+            Reply::Json(200, success()),
+        ),
+        Step::new(
+            Method::DELETE,
+            path("secrets", Some(&format!("{POD}-proxy"))),
+            Reply::Json(404, not_found("secrets", &format!("{POD}-proxy"))),
+        ),
+    ];
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let found = d.list_managed().await.expect("list");
+    let kinds: Vec<(String, String)> = found
+        .iter()
+        .map(|r| (format!("{:?}", r.kind), r.run_id.clone()))
+        .collect();
+    assert_eq!(found.len(), 6, "{kinds:?}");
+    let mut reaped = Vec::new();
+    for r in &found {
+        // The live run's lease is held; the other run finished.
+        let (lease, lookup) = if r.run_id == LIVE {
+            (
+                LeaseState::Held,
+                RunLookup::Found(iterion_core::RunStatus::Running),
+            )
+        } else {
+            (
+                LeaseState::NotHeld,
+                RunLookup::Found(iterion_core::RunStatus::Finished),
+            )
+        };
+        match reapable(&r.run_id, lease, lookup) {
+            ReapVerdict::Reap(_) => {
+                d.remove_managed(r).await.expect("remove");
+                reaped.push(r.name.clone());
+            }
+            ReapVerdict::Keep(why) => assert_eq!(r.run_id, LIVE, "{why}"),
+        }
+    }
+    assert_eq!(
+        reaped,
+        [POD.to_owned(), POD.to_owned(), format!("{POD}-proxy")],
+        "pod, policy, secret of the finished run only"
+    );
+    server.finish();
+}
+
+/// Issue 12 item 5: the doctor's RBAC rows. One `SelfSubjectAccessReview`
+/// per permission the driver uses, in its namespace, in the driver's
+/// order; the server allows most, denies `create pods/exec` with a reason
+/// and refuses one review itself (403: the review API is not granted);
+/// the summary names each. Does not prove what a real authorizer answers
+/// for a given Role (only that the question is asked as it expects).
+#[tokio::test]
+async fn the_access_review_asks_each_permission_and_names_the_missing() {
+    use iterion_driver_k8s::access::{Access, NEEDED, summarize};
+    let review = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let answer = |allowed: bool, reason: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "metadata": {}, "spec": {},
+               "status": {"allowed": allowed, "reason": reason}})
+    };
+    let steps: Vec<Step> = NEEDED
+        .iter()
+        .map(|p| {
+            let reply = match (p.verb, p.subresource, p.resource) {
+                ("create", Some("exec"), _) => {
+                    Reply::Json(201, answer(false, "no RBAC policy matched"))
+                }
+                ("delete", None, "networkpolicies") => Reply::Json(
+                    403,
+                    status(
+                        403,
+                        "Forbidden",
+                        "selfsubjectaccessreviews.authorization.k8s.io is forbidden",
+                        json!({"kind": "selfsubjectaccessreviews"}),
+                    ),
+                ),
+                _ => Reply::Json(201, answer(true, "")),
+            };
+            let want = *p;
+            Step::new(Method::POST, review.to_owned(), reply).check(move |b| {
+                let a = &b["spec"]["resourceAttributes"];
+                let sub = a.get("subresource").and_then(Value::as_str);
+                (b["kind"] == "SelfSubjectAccessReview"
+                    && a["namespace"] == NS
+                    && a["verb"] == want.verb
+                    && a["resource"] == want.resource
+                    && a["group"] == want.group
+                    && sub == want.subresource)
+                    .then_some(())
+                    .ok_or_else(|| format!("review of {want}: {b}"))
+            })
+        })
+        .collect();
+    let server = Server::start(steps).await;
+    let d = driver(&server, settings(&[]));
+    let rows = d.review_access().await;
+    server.finish();
+    assert_eq!(rows.len(), NEEDED.len());
+    let exec = rows
+        .iter()
+        .find(|r| r.permission.subresource == Some("exec"))
+        .expect("exec row");
+    assert_eq!(
+        exec.access,
+        Access::Denied {
+            reason: "no RBAC policy matched".into()
+        }
+    );
+    let s = summarize(NS, &rows);
+    assert!(!s.ok && !s.unknown, "{s:?}");
+    assert!(
+        s.detail
+            .starts_with("denied in namespace sbx: create pods/exec (no RBAC policy matched); not answered: delete networkpolicies: "),
+        "{}",
+        s.detail
+    );
+    assert!(s.detail.contains("forbidden"), "{}", s.detail);
 }

@@ -210,6 +210,103 @@ fn confined_run_with_every_mount_kind() {
     check("confined", &objects);
 }
 
+/// Issue 17 and the file secrets of issue 12 on a pod: an inspecting run's
+/// CA certificate is a key of the proxy Secret, projected read-only at
+/// `/etc/iterion-egress/ca.pem` inside a writable emptyDir (where the
+/// runtime writes the bundle as the pod's user), and a workflow's file
+/// secret, planned by the policy and kept by `finalize_mounts_for_driver`,
+/// is a key of the files Secret projected read-only at its path. Does not
+/// prove that a kubelet mounts a file over a path inside another volume
+/// (the podman layer plays it) nor that the bundle is written (the podman
+/// layer does it as uid 1000).
+#[test]
+fn inspected_run_with_a_file_secret() {
+    let mut plan = policy_plan_with(
+        &spec("iterion-sandbox-slim:local"),
+        "/work/repo",
+        vec![secret_file_mount("NPM_TOKEN")],
+    );
+    plan.egress = Some(egress());
+    plan.egress_ca = Some(TEST_CA_PEM.to_owned());
+    let files: SecretFileValues = BTreeMap::from([(
+        "/run/iterion/secrets/NPM_TOKEN".to_owned(),
+        b"npm_not_a_real_token".to_vec(),
+    )]);
+    let settings = settings_with_runner();
+    let objects = render(
+        &plan,
+        &info("r20261129-inspected"),
+        &options(&settings),
+        &files,
+    )
+    .expect("render");
+    let proxy = serde_json::to_value(&objects.secrets[0]).expect("json");
+    assert_eq!(
+        base64_decode(proxy["data"]["ca.pem"].as_str().expect("ca.pem")),
+        TEST_CA_PEM.as_bytes()
+    );
+    let files_secret = serde_json::to_value(&objects.secrets[1]).expect("json");
+    assert_eq!(
+        base64_decode(files_secret["data"]["file-0"].as_str().expect("file")),
+        b"npm_not_a_real_token"
+    );
+    let pod = serde_json::to_value(&objects.pod).expect("json");
+    let text = pod.to_string();
+    assert!(
+        !text.contains("MIIBfixture"),
+        "the CA is in the Secret only"
+    );
+    let container = &pod["spec"]["containers"][0];
+    let mount = |p: &str| {
+        container["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["mountPath"] == p)
+            .unwrap_or_else(|| panic!("no mount at {p}: {container}"))
+            .clone()
+    };
+    let volume = |n: &serde_json::Value| {
+        pod["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| &v["name"] == n)
+            .expect("volume")
+            .clone()
+    };
+    let dir = mount("/etc/iterion-egress");
+    assert!(dir.get("readOnly").is_none(), "the bundle is written there");
+    assert_eq!(volume(&dir["name"])["emptyDir"]["sizeLimit"], "16Mi");
+    let ca = mount("/etc/iterion-egress/ca.pem");
+    assert_eq!(ca["readOnly"], true);
+    assert_eq!(ca["subPath"], "ca.pem");
+    let ca_volume = volume(&ca["name"]);
+    assert_eq!(
+        ca_volume["secret"]["secretName"],
+        "iterion-run-r20261129-inspected-proxy"
+    );
+    assert_eq!(ca_volume["secret"]["items"][0]["key"], "ca.pem");
+    let token = mount("/run/iterion/secrets/NPM_TOKEN");
+    assert_eq!(token["readOnly"], true);
+    assert_eq!(
+        volume(&token["name"])["secret"]["secretName"],
+        "iterion-run-r20261129-inspected-files"
+    );
+    check("inspected", &objects);
+
+    // The display render (`iterion sandbox manifests`) redacts every value,
+    // the public certificate included, as kubectl shows Secrets.
+    let shown = iterion_driver_k8s::manifest::render_for_display(
+        &plan,
+        &info("r20261129-inspected"),
+        &options(&settings),
+    )
+    .expect("display");
+    let shown = shown.to_list().expect("list").to_string();
+    assert!(!shown.contains("MIIBfixture") && !shown.contains("npm_not_a_real_token"));
+}
+
 /// A runner on an IPv6 pod network: the proxy URL brackets the address and
 /// the policy admits a /128.
 #[test]
@@ -319,6 +416,15 @@ fn impossible_plans_are_refused_with_the_reason() {
                 p
             },
             "image",
+        ),
+        (
+            "egress CA without a proxy",
+            {
+                let mut p = base.clone();
+                p.egress_ca = Some(TEST_CA_PEM.to_owned());
+                p
+            },
+            "without a proxy",
         ),
     ];
     for (name, plan, needle) in cases {

@@ -9,12 +9,14 @@
 //!   loopback (`scripted`) that checks every request's method, path and
 //!   body in order and answers with Kubernetes response bodies;
 //! - `podman`: realism, the rendered Pod played by `podman kube play` on
-//!   the shared test Podman.
+//!   the shared test Podman; `podman_drain` drains it with the runtime's
+//!   real `iterion_readback::drain`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod api;
 mod golden;
 mod podman;
+mod podman_drain;
 mod scripted;
 mod support;

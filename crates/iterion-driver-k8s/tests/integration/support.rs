@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use iterion_core::plan::EgressAttachment;
-use iterion_core::{Capabilities, DriverName, HostState, LaunchPlan, Mode, RunId, RunInfo, Spec};
+use iterion_core::{
+    Capabilities, DriverName, HostState, LaunchPlan, Mode, Mount, MountKind, MountOrigin, RunId,
+    RunInfo, Spec,
+};
 use iterion_driver_k8s::K8sSettings;
 use iterion_sandbox::mounts::{HostSnapshot, PlanInputs, finalize_mounts_for_driver, plan_launch};
 
@@ -21,6 +24,8 @@ pub fn kube_caps() -> Capabilities {
         read_back_drain: true,
         archive_in: true,
         workspace_export: true,
+        tls_inspection: true,
+        secret_file_copy: true,
         ..Capabilities::default()
     }
 }
@@ -28,6 +33,12 @@ pub fn kube_caps() -> Capabilities {
 /// A plan as the runtime builds it for this driver: `plan_launch` on the
 /// spec, then `finalize_mounts_for_driver` with the driver's capabilities.
 pub fn policy_plan(spec: &Spec, workspace: &str) -> LaunchPlan {
+    policy_plan_with(spec, workspace, Vec::new())
+}
+
+/// [`policy_plan`] with `extra` mounts added before finalizing, as the
+/// sandbox decision adds each file secret's read-only bind.
+pub fn policy_plan_with(spec: &Spec, workspace: &str, extra: Vec<Mount>) -> LaunchPlan {
     let run_files = "/store/runs/r1/artifact-files";
     let host = HostSnapshot {
         home: Some("/home/dev".into()),
@@ -54,7 +65,9 @@ pub fn policy_plan(spec: &Spec, workspace: &str) -> LaunchPlan {
         &host,
     )
     .expect("plan");
-    finalize_mounts_for_driver(planned.plan, DriverName::Kubernetes, &kube_caps())
+    let mut plan = planned.plan;
+    plan.mounts.extend(extra);
+    finalize_mounts_for_driver(plan, DriverName::Kubernetes, &kube_caps())
         .expect("finalize")
         .plan
 }
@@ -103,3 +116,20 @@ pub fn settings_with_runner() -> K8sSettings {
 }
 
 pub const BUDGET: Duration = Duration::from_secs(3600);
+
+/// A run's egress CA as the booter hands it to the driver (a public
+/// certificate; this one is a fixture, not a working CA).
+pub const TEST_CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBfixtureNotARealCertificateButShapedLikeOne0123456789abcdef\n-----END CERTIFICATE-----\n";
+
+/// The read-only bind the sandbox decision plans for the file secret
+/// `name` (`iterion_sandbox::decision`: one per `as: file` secret).
+pub fn secret_file_mount(name: &str) -> Mount {
+    Mount {
+        kind: MountKind::Bind,
+        source: Some(format!("/dev/shm/iterion-secrets/r1/{name}")),
+        target: format!("/run/iterion/secrets/{name}"),
+        readonly: true,
+        size: None,
+        origin: MountOrigin::SecretFile,
+    }
+}

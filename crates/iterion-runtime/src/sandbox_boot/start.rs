@@ -182,6 +182,10 @@ pub(super) async fn start(
     if let Some(g) = &gateway {
         launch.gateway_ports.extend(&g.ports);
     }
+    // Issue 17: a driver that can place the CA at creation (a Kubernetes
+    // pod: the per-run Secret) finds it in the plan; the others ignore it
+    // and get it installed after start, below.
+    launch.egress_ca = trust_pem.clone();
     let started = prepare_and_start(ctx, &driver, launch.clone(), source, mode, &info).await;
     match started {
         Ok(run) => {

@@ -110,6 +110,7 @@ fn capability_table() -> Vec<(&'static str, DriverName, Capabilities)> {
             Capabilities {
                 build: false,
                 host_bind_mounts: false,
+                secret_file_copy: true,
                 network_policy: true,
                 workspace_export: true,
                 ..local
@@ -121,6 +122,7 @@ fn capability_table() -> Vec<(&'static str, DriverName, Capabilities)> {
             Capabilities {
                 build: false,
                 host_bind_mounts: false,
+                secret_file_copy: true,
                 read_back_drain: false,
                 network_policy: true,
                 workspace_export: true,
@@ -538,6 +540,35 @@ fn the_workspace_is_copied_only_where_it_comes_back() {
     assert!(one_way.plan.workspace_copy.is_none());
     assert!(one_way.plan.mounts.is_empty());
     assert!(one_way.dropped.is_some(), "the dropped workspace is said");
+}
+
+/// Issue 12: a file secret survives on a bindless driver only where the
+/// driver copies it (Kubernetes: the per-run Secret); a bindless Docker
+/// engine still drops it, and the decision then refuses the run.
+#[test]
+fn file_secrets_survive_only_where_the_driver_copies_them() {
+    let plan = || LaunchPlan {
+        mounts: vec![Mount {
+            kind: MountKind::Bind,
+            source: Some("/dev/shm/iterion-secrets/r1/token".into()),
+            target: "/run/iterion/secrets/token".into(),
+            readonly: true,
+            size: None,
+            origin: MountOrigin::SecretFile,
+        }],
+        ..LaunchPlan::default()
+    };
+    for (name, driver, caps) in capability_table() {
+        let f = finalize_mounts_for_driver(plan(), driver, &caps).expect("finalize");
+        let kept = f
+            .plan
+            .mounts
+            .iter()
+            .any(|m| m.origin == MountOrigin::SecretFile && m.kind == MountKind::Bind);
+        let want = caps.mounts && (caps.host_bind_mounts || caps.secret_file_copy);
+        assert_eq!(kept, want, "{name}");
+        assert_eq!(f.dropped.is_some(), !want, "the drop is said: {name}");
+    }
 }
 
 mod props {

@@ -157,6 +157,7 @@ pub async fn strict_report(
         }
     });
     checks.extend(kubernetes(d, spec, env, drivers));
+    checks.extend(kubernetes_access(d, drivers).await);
     checks.push(network_syntax(spec_for_checks));
     checks.push(driver_capabilities(d, spec));
     checks.push(egress_confinement(d, spec).await);
@@ -418,6 +419,52 @@ fn kubernetes(
         Some(Err(e)) => check("k8s context", CheckStatus::Warn, e.clone()),
     };
     vec![compatible, context]
+}
+
+/// The namespace, where the configuration came from, and the RBAC the
+/// Kubernetes driver needs there, asked of the cluster (issue 12 item 5);
+/// only on a cloud host whose cluster answered the probe (the context row
+/// already says why not). The driver is discovered again: the probe's
+/// handle is a `dyn Driver`, and the review is this driver's alone.
+#[cfg(feature = "driver-k8s")]
+async fn kubernetes_access(d: &SandboxDecision, drivers: &HostDrivers) -> Vec<Check> {
+    let ready = drivers
+        .offers()
+        .iter()
+        .any(|o| o.driver == DriverName::Kubernetes && o.readiness.is_ok());
+    if d.host != HostKind::Cloud || !ready {
+        return Vec::new();
+    }
+    let process_env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let driver = match iterion_driver_k8s::KubeDriver::discover(&process_env).await {
+        Ok(driver) => driver,
+        Err(e) => return vec![check("k8s namespace", CheckStatus::Fail, e.to_string())],
+    };
+    let source = driver
+        .source()
+        .map(|s| format!(" ({})", s.describe()))
+        .unwrap_or_default();
+    let namespace = check(
+        "k8s namespace",
+        CheckStatus::Pass,
+        format!("{}{source}", driver.namespace()),
+    );
+    let rows = driver.review_access().await;
+    let summary = iterion_driver_k8s::access::summarize(driver.namespace(), &rows);
+    let status = if summary.ok {
+        CheckStatus::Pass
+    } else if summary.unknown {
+        CheckStatus::Warn
+    } else {
+        CheckStatus::Fail
+    };
+    vec![namespace, check("k8s rbac", status, summary.detail)]
+}
+
+#[cfg(not(feature = "driver-k8s"))]
+async fn kubernetes_access(d: &SandboxDecision, drivers: &HostDrivers) -> Vec<Check> {
+    let _ = (d, drivers);
+    Vec::new()
 }
 
 fn network_syntax(spec: Option<&Spec>) -> Check {
