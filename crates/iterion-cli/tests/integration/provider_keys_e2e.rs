@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::agents_e2e::{ROUTE, output_of, refine};
 use crate::egress_e2e::host_ip;
-use crate::secret_egress_e2e::{inspect_live, test_pki};
+use crate::secret_egress_e2e::{assert_values_nowhere, inspect_live, test_pki};
 use crate::support::{Engine, Sandbox, container_exists, of_type, parse_run_output, slim};
 
 /// Long enough that the placeholder keeps the public prefix and the length.
@@ -196,19 +196,15 @@ fn provider_keys_bound(engine: Engine) {
 
     // No value anywhere the sandbox or the record can show.
     let inspect = inspect.unwrap_or_else(|| panic!("{engine:?}: container never seen"));
-    let logs = sb.iterion(&["logs", &run_id]);
-    let events_text = serde_json::to_string(&events).unwrap();
-    for (what, text) in [
-        ("docker inspect", inspect.as_str()),
-        ("events", events_text.as_str()),
-        ("run stdout", stdout.as_str()),
-        ("run stderr", stderr.as_str()),
-        ("logs", &String::from_utf8_lossy(&logs.stdout)),
-    ] {
-        for v in [ANTHROPIC_KEY, OPENAI_KEY] {
-            assert!(!text.contains(v), "{engine:?}: a key in {what}");
-        }
-    }
+    assert_values_nowhere(
+        engine,
+        &sb,
+        &run_id,
+        &inspect,
+        &events,
+        (&stdout, &stderr),
+        &[ANTHROPIC_KEY, OPENAI_KEY],
+    );
     assert!(
         !container_exists(engine, &run_id),
         "{engine:?}: container of {run_id} left behind"

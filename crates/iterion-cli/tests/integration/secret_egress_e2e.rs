@@ -138,6 +138,33 @@ pub(crate) fn test_pki(names: &[String]) -> (Arc<rustls::ServerConfig>, String) 
     (Arc::new(config), ca_cert.pem())
 }
 
+/// None of `values` in what the sandbox or the record can show: the live
+/// container's `docker inspect`, the events, the run's stdout and stderr
+/// (`out`) and its logs.
+pub(crate) fn assert_values_nowhere(
+    engine: Engine,
+    sb: &Sandbox,
+    run_id: &str,
+    inspect: &str,
+    events: &[Value],
+    out: (&str, &str),
+    values: &[&str],
+) {
+    let logs = sb.iterion(&["logs", run_id]);
+    let events_text = serde_json::to_string(events).unwrap();
+    for (what, text) in [
+        ("docker inspect", inspect),
+        ("events", events_text.as_str()),
+        ("run stdout", out.0),
+        ("run stderr", out.1),
+        ("logs", &String::from_utf8_lossy(&logs.stdout)),
+    ] {
+        for v in values {
+            assert!(!text.contains(v), "{engine:?}: a value in {what}");
+        }
+    }
+}
+
 /// `docker inspect` of the run's live container (found by its workspace bind).
 pub(crate) fn inspect_live(engine: Engine, marker: &str, limit: Duration) -> Option<String> {
     let start = Instant::now();
@@ -312,19 +339,15 @@ emit
 
     // No value anywhere but the bound upstream.
     let inspect = inspect.unwrap_or_else(|| panic!("{engine:?}: container never seen"));
-    let logs = sb.iterion(&["logs", &run_id]);
-    let events_text = serde_json::to_string(&events).unwrap();
-    for (what, text) in [
-        ("docker inspect", inspect.as_str()),
-        ("events", events_text.as_str()),
-        ("run stdout", stdout.as_str()),
-        ("run stderr", stderr.as_str()),
-        ("logs", &String::from_utf8_lossy(&logs.stdout)),
-    ] {
-        for v in [&value_a, &value_c, &value_d] {
-            assert!(!text.contains(v.as_str()), "{engine:?}: a value in {what}");
-        }
-    }
+    assert_values_nowhere(
+        engine,
+        &sb,
+        &run_id,
+        &inspect,
+        &events,
+        (&stdout, &stderr),
+        &[&value_a, &value_c, &value_d],
+    );
     assert!(!inspect.contains("BEGIN PRIVATE KEY"));
 }
 
