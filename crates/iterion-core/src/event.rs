@@ -23,6 +23,7 @@ pub mod kind;
 pub mod samples;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub use decode::Payload;
 pub use kind::{DroppedBind, EventKind, FailedBranch};

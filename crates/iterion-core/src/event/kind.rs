@@ -12,6 +12,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::wire;
+use crate::driver::DriverName;
+use crate::failure::{Disposition, FailureCode, RunStatus};
+use crate::mode::{Mode, Trust};
+use crate::net::NetPreset;
+use crate::spec::NetworkMode;
+use crate::store::AdmissionDecision;
+
 /// A `{source, target}` pair of a dropped bind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DroppedBind {
@@ -39,10 +47,10 @@ pub enum EventKind {
     RunStarted {
         workflow: String,
         file: String,
-        trust: String,
+        trust: Trust,
     },
     RunAdmission {
-        decision: String,
+        decision: AdmissionDecision,
         phase: String,
         code: Option<String>,
         reason: String,
@@ -51,9 +59,9 @@ pub enum EventKind {
         duration_ms: u64,
     },
     RunFailed {
-        failure_code: String,
-        disposition: String,
-        status: String,
+        failure_code: FailureCode,
+        disposition: Disposition,
+        status: RunStatus,
         error: String,
     },
     RunCancelled {
@@ -106,7 +114,7 @@ pub enum EventKind {
     /// `iterion resume` continued the run from its stored progress.
     RunResumed {
         /// The status it resumed from.
-        resumed_from: String,
+        resumed_from: RunStatus,
         /// The node it continues at (`None`: from the entry, no progress).
         restart_node: Option<String>,
         /// `--force` let a changed workflow source through.
@@ -187,7 +195,8 @@ pub enum EventKind {
     },
     // ---- sandbox (facts §8) --------------------------------------------
     SandboxSkipped {
-        mode: String,
+        #[serde(with = "wire::mode_word")]
+        mode: Mode,
         source: String,
         reason: String,
         #[serde(default)]
@@ -195,12 +204,12 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         refused: Option<bool>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error_code: Option<String>,
+        error_code: Option<FailureCode>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        driver: Option<String>,
+        driver: Option<DriverName>,
     },
     SandboxDriverSelected {
-        driver: String,
+        driver: DriverName,
         host: String,
     },
     SandboxImagePull {
@@ -210,8 +219,9 @@ pub enum EventKind {
         total: Option<u64>,
     },
     SandboxStarted {
-        driver: String,
-        mode: String,
+        driver: DriverName,
+        #[serde(with = "wire::mode_word")]
+        mode: Mode,
         source: String,
         image: String,
         has_post_create: bool,
@@ -221,7 +231,7 @@ pub enum EventKind {
     },
     SandboxShared {
         parent_run_id: String,
-        driver: String,
+        driver: DriverName,
         container: String,
     },
     SandboxHostStateMounted {
@@ -233,12 +243,12 @@ pub enum EventKind {
         mounts: Vec<String>,
     },
     SandboxHostBindsDropped {
-        driver: String,
+        driver: DriverName,
         dropped: Vec<DroppedBind>,
         withdrawn_env: Vec<String>,
     },
     SandboxAttachmentsCopied {
-        driver: String,
+        driver: DriverName,
         count: u64,
         bytes: u64,
     },
@@ -269,22 +279,22 @@ pub enum EventKind {
         keys: Vec<String>,
     },
     SandboxNetworkDefaulted {
-        mode: String,
-        preset: String,
+        mode: NetworkMode,
+        preset: NetPreset,
         source: String,
     },
     SandboxBuildStarted {
-        driver: String,
+        driver: DriverName,
         dockerfile: String,
         context: String,
     },
     SandboxBuildFinished {
-        driver: String,
+        driver: DriverName,
         target: String,
         duration_ms: u64,
     },
     SandboxBuildFailed {
-        driver: String,
+        driver: DriverName,
         error: String,
     },
     /// The copy-based workspace could not be written back whole (issue 14
@@ -295,7 +305,7 @@ pub enum EventKind {
     /// names, links pointing out, devices — and `kept` the host files left
     /// as they were because they changed on the host during the run.
     SandboxWorkspaceExportFailed {
-        driver: String,
+        driver: DriverName,
         error: String,
         #[serde(default)]
         reason: String,
@@ -308,7 +318,7 @@ pub enum EventKind {
     /// created and deleted, and (bounded) which host files were kept
     /// because they changed on the host during the run.
     SandboxWorkspaceExported {
-        driver: String,
+        driver: DriverName,
         files: u64,
         bytes: u64,
         deleted: u64,
@@ -316,29 +326,31 @@ pub enum EventKind {
         kept: Vec<String>,
     },
     SandboxRunfilesDrained {
-        driver: String,
+        driver: DriverName,
         files: u64,
         bytes: u64,
     },
     SandboxRunfilesDrainFailed {
-        driver: String,
+        driver: DriverName,
         reason: String,
         declined: Vec<String>,
         stale: bool,
     },
     SandboxCleanup {
-        driver: String,
+        driver: DriverName,
         container: String,
         ok: bool,
     },
     SandboxReaped {
+        /// The driver whose leftover it was, or `host` for a run's host
+        /// directories (not a driver, so this stays a word).
         driver: String,
         resource: String,
         run_id: String,
         reason: String,
     },
     SandboxEgressUnenforced {
-        driver: String,
+        driver: DriverName,
         reason: String,
     },
     NetworkBlocked {

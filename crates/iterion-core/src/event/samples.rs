@@ -8,6 +8,12 @@
 use serde_json::json;
 
 use super::{DroppedBind, EventKind, FailedBranch};
+use crate::driver::DriverName;
+use crate::failure::{Disposition, FailureCode, RunStatus};
+use crate::mode::{Mode, Trust};
+use crate::net::NetPreset;
+use crate::spec::NetworkMode;
+use crate::store::AdmissionDecision;
 
 /// Every variant once (a few twice, where an optional part changes what a
 /// reader shows), in declaration order.
@@ -17,25 +23,25 @@ pub fn every_kind() -> Vec<EventKind> {
         K::RunStarted {
             workflow: "review".into(),
             file: "flows/review.iter".into(),
-            trust: "untrusted".into(),
+            trust: Trust::Untrusted,
         },
         K::RunAdmission {
-            decision: "admitted".into(),
+            decision: AdmissionDecision::Admitted,
             phase: "pre_start".into(),
             code: None,
             reason: "sandbox inline from workflow".into(),
         },
         K::RunAdmission {
-            decision: "denied".into(),
+            decision: AdmissionDecision::Denied,
             phase: "pre_start".into(),
             code: Some("untrusted_without_sandbox".into()),
             reason: "an untrusted run needs a sandbox".into(),
         },
         K::RunFinished { duration_ms: 1234 },
         K::RunFailed {
-            failure_code: "SANDBOX_DRIVER_UNAVAILABLE".into(),
-            disposition: "deterministic".into(),
-            status: "failed".into(),
+            failure_code: FailureCode::SandboxDriverUnavailable,
+            disposition: Disposition::Deterministic,
+            status: RunStatus::Failed,
             error: "no container runtime".into(),
         },
         K::RunCancelled {
@@ -71,7 +77,7 @@ pub fn every_kind() -> Vec<EventKind> {
             reason: "waiting for a human".into(),
         },
         K::RunResumed {
-            resumed_from: "paused_waiting_human".into(),
+            resumed_from: RunStatus::PausedWaitingHuman,
             restart_node: Some("ask".into()),
             forced: true,
         },
@@ -140,7 +146,7 @@ pub fn every_kind() -> Vec<EventKind> {
             step: json!({"op": "node_finished", "node": "build"}),
         },
         K::SandboxSkipped {
-            mode: "auto".into(),
+            mode: Mode::Auto,
             source: "env".into(),
             reason: "no container runtime".into(),
             file_secrets_dropped: true,
@@ -149,16 +155,16 @@ pub fn every_kind() -> Vec<EventKind> {
             driver: None,
         },
         K::SandboxSkipped {
-            mode: "inline".into(),
+            mode: Mode::Inline,
             source: "workflow".into(),
             reason: "inline sandbox without a driver".into(),
             file_secrets_dropped: false,
             refused: Some(true),
-            error_code: Some("SANDBOX_DRIVER_UNAVAILABLE".into()),
-            driver: Some("docker".into()),
+            error_code: Some(FailureCode::SandboxDriverUnavailable),
+            driver: Some(DriverName::Docker),
         },
         K::SandboxDriverSelected {
-            driver: "podman".into(),
+            driver: DriverName::Podman,
             host: "local".into(),
         },
         K::SandboxImagePull {
@@ -168,8 +174,8 @@ pub fn every_kind() -> Vec<EventKind> {
             total: Some(2048),
         },
         K::SandboxStarted {
-            driver: "docker".into(),
-            mode: "inline".into(),
+            driver: DriverName::Docker,
+            mode: Mode::Inline,
             source: "workflow".into(),
             image: "alpine:3.20".into(),
             has_post_create: false,
@@ -179,7 +185,7 @@ pub fn every_kind() -> Vec<EventKind> {
         },
         K::SandboxShared {
             parent_run_id: "r0".into(),
-            driver: "docker".into(),
+            driver: DriverName::Docker,
             container: "iterion-r0".into(),
         },
         K::SandboxHostStateMounted {
@@ -189,7 +195,7 @@ pub fn every_kind() -> Vec<EventKind> {
             mounts: vec!["~/.gitconfig".into()],
         },
         K::SandboxHostBindsDropped {
-            driver: "kubernetes".into(),
+            driver: DriverName::Kubernetes,
             dropped: vec![DroppedBind {
                 source: "/h".into(),
                 target: "/c".into(),
@@ -197,7 +203,7 @@ pub fn every_kind() -> Vec<EventKind> {
             withdrawn_env: vec!["ITERION_ARTIFACT_FILES_DIR".into()],
         },
         K::SandboxAttachmentsCopied {
-            driver: "docker".into(),
+            driver: DriverName::Docker,
             count: 2,
             bytes: 4096,
         },
@@ -227,51 +233,51 @@ pub fn every_kind() -> Vec<EventKind> {
             keys: vec!["PATH".into()],
         },
         K::SandboxNetworkDefaulted {
-            mode: "allowlist".into(),
-            preset: "iterion-default".into(),
+            mode: NetworkMode::Allowlist,
+            preset: NetPreset::IterionDefault,
             source: "/repo/.devcontainer.json".into(),
         },
         K::SandboxBuildStarted {
-            driver: "podman".into(),
+            driver: DriverName::Podman,
             dockerfile: "Dockerfile".into(),
             context: ".".into(),
         },
         K::SandboxBuildFinished {
-            driver: "podman".into(),
+            driver: DriverName::Podman,
             target: "iterion-build-r1".into(),
             duration_ms: 5000,
         },
         K::SandboxBuildFailed {
-            driver: "podman".into(),
+            driver: DriverName::Podman,
             error: "RUN exited 1".into(),
         },
         K::SandboxWorkspaceExportFailed {
-            driver: "kubernetes".into(),
+            driver: DriverName::Kubernetes,
             error: "member refused".into(),
             reason: "archive_error".into(),
             declined: vec!["passwd".into()],
             kept: vec!["notes.md".into()],
         },
         K::SandboxWorkspaceExported {
-            driver: "kubernetes".into(),
+            driver: DriverName::Kubernetes,
             files: 3,
             bytes: 900,
             deleted: 1,
             kept: vec![],
         },
         K::SandboxRunfilesDrained {
-            driver: "docker".into(),
+            driver: DriverName::Docker,
             files: 2,
             bytes: 2048,
         },
         K::SandboxRunfilesDrainFailed {
-            driver: "docker".into(),
+            driver: DriverName::Docker,
             reason: "cap_exceeded".into(),
             declined: vec!["out/big.bin".into()],
             stale: true,
         },
         K::SandboxCleanup {
-            driver: "docker".into(),
+            driver: DriverName::Docker,
             container: "iterion-r1".into(),
             ok: true,
         },
@@ -282,7 +288,7 @@ pub fn every_kind() -> Vec<EventKind> {
             reason: "run finished".into(),
         },
         K::SandboxEgressUnenforced {
-            driver: "podman".into(),
+            driver: DriverName::Podman,
             reason: "rootless networking cannot firewall".into(),
         },
         K::NetworkBlocked {

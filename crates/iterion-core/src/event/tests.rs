@@ -6,7 +6,7 @@ use super::*;
 #[test]
 fn draft_carries_type_and_data() {
     let draft: EventDraft = EventKind::SandboxHostBindsDropped {
-        driver: "kubernetes".into(),
+        driver: crate::driver::DriverName::Kubernetes,
         dropped: vec![DroppedBind {
             source: "/h".into(),
             target: "/c".into(),
@@ -241,5 +241,129 @@ mod every_variant {
                 }
             }
         }
+    }
+}
+
+/// The typed fields are serialised to exactly the words the emitters used
+/// to write by hand (`code.as_str()`, `driver.as_str()`, `mode.as_str()`,
+/// the trust's lower-cased name), for every value, so no stored event and
+/// no reader of `--json` sees a difference.
+mod words {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::driver::DriverName;
+    use crate::failure::{Disposition, FailureCode, RunStatus};
+    use crate::mode::{Mode, Trust};
+    use crate::net::NetPreset;
+    use crate::spec::NetworkMode;
+    use crate::store::AdmissionDecision;
+
+    fn word<T: serde::Serialize>(v: T) -> String {
+        match serde_json::to_value(v).unwrap() {
+            Value::String(s) => s,
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn every_enum_value_keeps_its_word() {
+        let codes = [
+            FailureCode::SandboxDriverUnavailable,
+            FailureCode::SandboxSetupTimeout,
+            FailureCode::SandboxCapacity,
+            FailureCode::LaunchFailed,
+            FailureCode::ScratchNotPortable,
+            FailureCode::Interrupted,
+            FailureCode::Cancelled,
+            FailureCode::SandboxImageUnavailable,
+            FailureCode::SandboxBuildFailed,
+            FailureCode::SandboxStartFailed,
+            FailureCode::SandboxLost,
+            FailureCode::SandboxSpecRefused,
+            FailureCode::NodeFailed,
+            FailureCode::WorkflowFailed,
+            FailureCode::NoOutgoingEdge,
+            FailureCode::LoopLimitExceeded,
+            FailureCode::StoreError,
+            FailureCode::Timeout,
+            FailureCode::BudgetExceeded,
+            FailureCode::AttachmentLost,
+        ];
+        for c in codes {
+            assert_eq!(word(c), c.as_str());
+            assert_eq!(word(c.disposition()), c.disposition().as_str());
+        }
+        for d in [Disposition::Unknown, Disposition::Transient] {
+            assert_eq!(word(d), d.as_str());
+        }
+        for st in RunStatus::ALL {
+            assert_eq!(word(st), st.as_str());
+        }
+        for d in [
+            DriverName::Docker,
+            DriverName::Podman,
+            DriverName::Kubernetes,
+            DriverName::Noop,
+        ] {
+            assert_eq!(word(d), d.as_str());
+        }
+        for t in [Trust::Trusted, Trust::Untrusted] {
+            // What `run_started` was built from: `format!("{:?}").to_lowercase()`.
+            assert_eq!(word(t), format!("{t:?}").to_lowercase());
+            assert_eq!(word(t), t.as_str());
+        }
+        for a in [AdmissionDecision::Admitted, AdmissionDecision::Denied] {
+            assert_eq!(word(a), a.as_str());
+        }
+        for m in [
+            NetworkMode::Allowlist,
+            NetworkMode::Denylist,
+            NetworkMode::Open,
+        ] {
+            assert_eq!(word(m), m.as_str());
+        }
+        assert_eq!(word(NetPreset::IterionDefault), "iterion-default");
+    }
+
+    #[test]
+    fn a_mode_is_its_workflow_word_both_ways_inherit_included() {
+        for mode in [Mode::Inherit, Mode::None, Mode::Auto, Mode::Inline] {
+            let kind = EventKind::SandboxStarted {
+                driver: DriverName::Docker,
+                mode,
+                source: "cli".into(),
+                image: "i".into(),
+                has_post_create: false,
+                container: "c".into(),
+                limits: json!({}),
+                egress: "open".into(),
+            };
+            let draft = EventDraft::from(kind.clone());
+            assert_eq!(draft.data["mode"], mode.as_str());
+            assert_eq!(
+                Payload::decode(&draft.kind, &draft.data).known(),
+                Some(&kind)
+            );
+        }
+        // `inherit` is Mode's own serde word, never an event's.
+        let mut data = EventDraft::from(EventKind::SandboxStarted {
+            driver: DriverName::Docker,
+            mode: Mode::Auto,
+            source: "cli".into(),
+            image: "i".into(),
+            has_post_create: false,
+            container: "c".into(),
+            limits: json!({}),
+            egress: "open".into(),
+        })
+        .data;
+        data["mode"] = json!("inherit");
+        assert!(matches!(
+            Payload::decode("sandbox_started", &data),
+            Payload::Malformed { .. }
+        ));
     }
 }
