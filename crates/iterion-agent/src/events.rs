@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn runner_may_not_forge_sandbox_events() {
         assert!(!is_agent_event(&EventKind::SandboxSkipped {
-            mode: "auto".into(),
+            mode: iterion_core::Mode::Auto,
             source: "x".into(),
             reason: "x".into(),
             file_secrets_dropped: false,

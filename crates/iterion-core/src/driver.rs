@@ -44,6 +44,14 @@ impl DriverName {
     }
 }
 
+/// An event's `driver` compared with the word it is written as
+/// (`driver == "kubernetes"`), as the tests of the stores and drivers do.
+impl PartialEq<str> for DriverName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
 impl fmt::Display for DriverName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -124,6 +124,22 @@ pub enum Trust {
     Untrusted,
 }
 
+impl Trust {
+    /// The spelling used in flags, records and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Trusted => "trusted",
+            Trust::Untrusted => "untrusted",
+        }
+    }
+}
+
+impl fmt::Display for Trust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl FromStr for Trust {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

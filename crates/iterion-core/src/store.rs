@@ -147,6 +147,22 @@ pub enum AdmissionDecision {
     Denied,
 }
 
+impl AdmissionDecision {
+    /// The snake_case spelling (records and `run_admission` events).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitted => "admitted",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+impl fmt::Display for AdmissionDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A compare-and-set status transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {

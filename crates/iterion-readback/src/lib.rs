@@ -367,7 +367,7 @@ pub async fn drain(
     let deadline = start
         .checked_add(options.timeout)
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
-    let driver = run.driver().as_str().to_owned();
+    let driver = run.driver();
     let mut declines = Declines::new(options.max_declined_names);
     let mut failed = false;
 

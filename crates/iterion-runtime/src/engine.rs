@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use iterion_core::EventDraft;
 use iterion_core::agent::AgentRunner;
-use iterion_core::store::{AdmissionDecision, Claim, Failure, NewRun, RunRecord, Transition};
+use iterion_core::store::{Claim, Failure, NewRun, RunRecord, Transition};
 use iterion_core::{EventKind, FailureCode, RunId, RunStatus, RunStore, StoreError, Trust};
 use iterion_dsl::ir;
 use time::OffsetDateTime;
@@ -364,11 +364,7 @@ impl Engine {
         };
         let admission = admitted.verdict.record(OffsetDateTime::now_utc());
         events.emit(EventKind::RunAdmission {
-            decision: match admission.decision {
-                AdmissionDecision::Admitted => "admitted",
-                AdmissionDecision::Denied => "denied",
-            }
-            .into(),
+            decision: admission.decision,
             phase: admission.phase.clone(),
             code: admission.code.clone(),
             reason: admission.reason.clone(),
@@ -431,7 +427,7 @@ impl Engine {
         events.emit(EventKind::RunStarted {
             workflow: options.workflow.name.clone(),
             file: options.file.clone(),
-            trust: format!("{:?}", options.trust).to_lowercase(),
+            trust: options.trust,
         });
         if let Some(wt) = &options.worktree {
             events.emit(EventKind::WorktreeCreated {
@@ -643,9 +639,9 @@ impl Engine {
                 reason: f.message.clone(),
             }),
             Some(f) => events.emit(EventKind::RunFailed {
-                failure_code: f.code.as_str().into(),
-                disposition: f.disposition.as_str().into(),
-                status: to.as_str().into(),
+                failure_code: f.code,
+                disposition: f.disposition,
+                status: to,
                 error: f.message.clone(),
             }),
         }

@@ -352,7 +352,7 @@ impl crate::Engine {
             cancel: &cancel,
         };
         events.emit(EventKind::RunResumed {
-            resumed_from: from.as_str().into(),
+            resumed_from: from,
             restart_node: point.as_ref().map(|p| p.at.to_string()),
             forced,
         });

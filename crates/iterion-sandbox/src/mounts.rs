@@ -556,13 +556,13 @@ pub fn finalize_mounts_for_driver(
         plan.env
             .insert(RUN_FILES_ENV.to_owned(), RUN_FILES_CONTAINER_DIR.to_owned());
     }
-    let dropped = (!dropped.is_empty() || !withdrawn.is_empty()).then(|| {
+    let dropped = (!dropped.is_empty() || !withdrawn.is_empty()).then_some(
         EventKind::SandboxHostBindsDropped {
-            driver: driver.as_str().to_owned(),
+            driver,
             dropped,
             withdrawn_env: withdrawn,
-        }
-    });
+        },
+    );
     Ok(Finalized { plan, dropped })
 }
 

@@ -181,7 +181,7 @@ mod tests {
         };
         let advisory = EgressVerdict::Advisory {
             event: EventKind::SandboxEgressUnenforced {
-                driver: "d".into(),
+                driver: iterion_core::DriverName::Docker,
                 reason: "r".into(),
             },
         };

@@ -227,8 +227,8 @@ pub fn build_spec(inputs: &SpecInputs<'_>) -> Result<BuiltSpec, PolicyError> {
             net.mode = Some(NetworkMode::Allowlist);
             let preset = *net.preset.get_or_insert(DEFAULT_PRESET);
             events.push(EventKind::SandboxNetworkDefaulted {
-                mode: NetworkMode::Allowlist.as_str().to_owned(),
-                preset: preset.as_str().to_owned(),
+                mode: NetworkMode::Allowlist,
+                preset,
                 source: path.clone(),
             });
             spec.network = Some(net);

@@ -64,7 +64,7 @@ pub fn sandbox_verdict(
     match mode {
         Mode::Auto => SandboxVerdict::Degraded {
             event: EventKind::SandboxSkipped {
-                mode: mode.as_str().to_owned(),
+                mode,
                 source: source_label.to_owned(),
                 reason,
                 file_secrets_dropped: file_secret_count > 0,
@@ -82,12 +82,12 @@ pub fn sandbox_verdict(
             let code = failure.code;
             SandboxVerdict::Refused {
                 event: EventKind::SandboxSkipped {
-                    mode: mode.as_str().to_owned(),
+                    mode,
                     source: source_label.to_owned(),
                     reason,
                     file_secrets_dropped: false,
                     refused: Some(true),
-                    error_code: Some(code.as_str().to_owned()),
+                    error_code: Some(code),
                     driver: None,
                 },
                 failure,
@@ -135,10 +135,7 @@ pub fn egress_verdict(
     match mode {
         Mode::Inline => EgressVerdict::Refused { reason },
         _ => EgressVerdict::Advisory {
-            event: EventKind::SandboxEgressUnenforced {
-                driver: driver.as_str().to_owned(),
-                reason,
-            },
+            event: EventKind::SandboxEgressUnenforced { driver, reason },
         },
     }
 }

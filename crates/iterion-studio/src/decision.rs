@@ -1,5 +1,6 @@
 //! The sandbox decision card and the network table of a run, folded from
-//! its events (read through [`crate::timeline::payload`]). The studio
+//! its events (read through `iterion_core`'s typed decoder,
+//! [`EventRecord::payload`]). The studio
 //! decides nothing: the decision was made and recorded by the run
 //! (`iterion_sandbox`'s decision, executed by the booter); this only
 //! gathers what the events say into the answers operators ask for: which
@@ -10,7 +11,8 @@ use iterion_core::{EventKind, EventRecord};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::timeline::{Payload, payload};
+use iterion_core::event::Payload;
+use iterion_core::store::AdmissionDecision;
 
 /// What the run's sandbox turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -80,21 +82,21 @@ impl DecisionCard {
     /// arrive).
     pub fn apply(&mut self, e: &EventRecord) {
         let card = self;
-        let Payload::Known(kind) = payload(e) else {
+        let Payload::Known(kind) = e.payload() else {
             return;
         };
         match *kind {
             EventKind::RunAdmission {
                 decision, reason, ..
             } => {
-                if decision == "denied" {
+                if decision == AdmissionDecision::Denied {
                     card.verdict = Some(Verdict::Refused);
                     card.reason.get_or_insert_with(|| reason.clone());
                 }
-                card.admission = Some((decision, reason));
+                card.admission = Some((decision.as_str().to_owned(), reason));
             }
             EventKind::SandboxDriverSelected { driver, host } => {
-                card.driver = Some(driver);
+                card.driver = Some(driver.as_str().to_owned());
                 card.host = Some(host);
             }
             EventKind::SandboxSkipped {
@@ -111,12 +113,12 @@ impl DecisionCard {
                 } else {
                     Verdict::Skipped
                 });
-                card.mode = Some(mode);
+                card.mode = Some(mode.as_str().to_owned());
                 card.source = Some(source);
                 card.reason = Some(reason);
-                card.error_code = error_code;
-                if driver.is_some() {
-                    card.driver = driver;
+                card.error_code = error_code.map(|c| c.as_str().to_owned());
+                if let Some(driver) = driver {
+                    card.driver = Some(driver.as_str().to_owned());
                 }
             }
             EventKind::SandboxStarted {
@@ -130,8 +132,8 @@ impl DecisionCard {
                 ..
             } => {
                 card.verdict = Some(Verdict::Sandboxed);
-                card.driver = Some(driver);
-                card.mode = Some(mode);
+                card.driver = Some(driver.as_str().to_owned());
+                card.mode = Some(mode.as_str().to_owned());
                 card.source = Some(source);
                 card.image = Some(image);
                 card.container = Some(container);
@@ -144,7 +146,7 @@ impl DecisionCard {
                 container,
             } => {
                 card.verdict = Some(Verdict::Sandboxed);
-                card.driver = Some(driver);
+                card.driver = Some(driver.as_str().to_owned());
                 card.container = Some(container);
                 card.notes
                     .push(format!("shares the sandbox of run {parent_run_id}"));
@@ -294,7 +296,7 @@ pub struct BlockedRequest {
 pub fn blocked(events: &[EventRecord]) -> Vec<BlockedRequest> {
     events
         .iter()
-        .filter_map(|e| match payload(e) {
+        .filter_map(|e| match e.payload() {
             Payload::Known(kind) => match *kind {
                 EventKind::NetworkBlocked {
                     host,
@@ -313,7 +315,7 @@ pub fn blocked(events: &[EventRecord]) -> Vec<BlockedRequest> {
                 }),
                 _ => None,
             },
-            Payload::Unknown(_) => None,
+            Payload::Unknown { .. } | Payload::Malformed { .. } => None,
         })
         .collect()
 }

@@ -3,37 +3,20 @@
 //! live stream alike (the page renders the same [`Entry`] the server
 //! rendered, with `textContent` only).
 //!
-//! Payloads are read through one adapter, [`payload`]: today it decodes
-//! the stored `{type, data}` JSON into `iterion_core`'s typed
-//! [`EventKind`] and hands back the raw JSON for a kind this build does
-//! not know (a newer writer, a hand-made store), which is then shown
-//! generically, field by field. When payloads become typed end to end
-//! (issue 16 item 3), only that function changes.
+//! Payloads are read through `iterion_core`'s one decoder
+//! ([`EventRecord::payload`]): a known kind is matched as its typed
+//! [`EventKind`], and a kind this build does not know (a newer writer, a
+//! hand-made store) or a payload of another shape is shown generically,
+//! field by field.
 
+use iterion_core::event::Payload;
+use iterion_core::store::AdmissionDecision;
 use iterion_core::{EventKind, EventRecord};
 use serde::Serialize;
 use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 
 use crate::escape::clip;
-
-/// An event's payload, as the studio reads it.
-#[derive(Debug)]
-pub enum Payload<'e> {
-    /// A kind this build knows, decoded.
-    Known(Box<EventKind>),
-    /// Anything else: the raw `data`.
-    Unknown(&'e Value),
-}
-
-/// The one reader of event payloads.
-pub fn payload(e: &EventRecord) -> Payload<'_> {
-    let tagged = serde_json::json!({ "type": e.kind, "data": e.data });
-    match serde_json::from_value::<EventKind>(tagged) {
-        Ok(kind) => Payload::Known(Box::new(kind)),
-        Err(_) => Payload::Unknown(&e.data),
-    }
-}
 
 /// How loud an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,9 +87,9 @@ const FIELD_MAX: usize = 2_000;
 
 /// The entry of one event.
 pub fn entry(e: &EventRecord) -> Entry {
-    let (level, group, summary) = match payload(e) {
+    let (level, group, summary) = match e.payload() {
         Payload::Known(kind) => describe(&kind),
-        Payload::Unknown(_) => (
+        Payload::Unknown { .. } | Payload::Malformed { .. } => (
             Level::Info,
             Group::Other,
             format!("{} (not known to this iterion)", e.kind),
@@ -175,7 +158,7 @@ fn describe(kind: &EventKind) -> (Level, Group, String) {
         K::RunAdmission {
             decision, reason, ..
         } => {
-            let level = if decision == "denied" {
+            let level = if *decision == AdmissionDecision::Denied {
                 L::Error
             } else {
                 L::Info
@@ -315,7 +298,10 @@ fn describe(kind: &EventKind) -> (Level, Group, String) {
                 (
                     L::Error,
                     G::Sandbox,
-                    format!("sandbox refused ({}): {reason}", or_dash(error_code)),
+                    format!(
+                        "sandbox refused ({}): {reason}",
+                        error_code.map_or("-", |c| c.as_str())
+                    ),
                 )
             } else {
                 (
@@ -544,7 +530,24 @@ fn describe(kind: &EventKind) -> (Level, Group, String) {
             G::Run,
             format!("budget {dimension} exceeded: {used} of {limit}"),
         ),
-        other => (L::Info, G::Sandbox, other.name().replace('_', " ")),
+        // No summary of their own yet: their name in words. Listed, not
+        // caught by a wildcard, so a new kind is a compile error here
+        // until it is given its place.
+        K::RunClaimed { .. }
+        | K::RunReleased { .. }
+        | K::SandboxAttachmentsCopied { .. }
+        | K::SandboxUserRemap { .. }
+        | K::SandboxDevboxProvisioned { .. }
+        | K::SandboxImageEnvPlanted { .. }
+        | K::SandboxWorkspaceExported { .. }
+        | K::SandboxReaped { .. }
+        | K::SandboxSecretEgressUnavailable { .. }
+        | K::SandboxProviderKeys { .. }
+        | K::SandboxClawRoutedViaRunner { .. }
+        | K::WorktreeCreated { .. }
+        | K::WorktreeFinalized { .. }
+        | K::WorktreeBranchFailed { .. }
+        | K::WorktreeKept { .. } => (L::Info, G::Sandbox, kind.name().replace('_', " ")),
     }
 }
 
@@ -610,6 +613,18 @@ mod tests {
         let e = entry(&event("network_blocked", json!("nonsense")));
         assert_eq!(e.group, Group::Other);
         assert_eq!(e.fields[0].value, "nonsense");
+    }
+
+    #[test]
+    fn every_known_kind_is_typed_with_its_fields() {
+        for kind in iterion_core::event::samples::every_kind() {
+            let draft = iterion_core::EventDraft::from(kind).in_branch(Some("b1"));
+            let e = entry(&event(&draft.kind, draft.data.clone()));
+            assert_ne!(e.group, Group::Other, "{}", draft.kind);
+            assert!(!e.summary.is_empty(), "{}", draft.kind);
+            let names: Vec<&str> = e.fields.iter().map(|f| f.name.as_str()).collect();
+            assert!(names.contains(&"branch_id"), "{}: {names:?}", draft.kind);
+        }
     }
 
     #[test]

@@ -146,9 +146,9 @@ impl CliExecutor {
         }
         let failure = Failure::new(FailureCode::LaunchFailed, reason);
         let draft: EventDraft = EventKind::RunFailed {
-            failure_code: failure.code.as_str().into(),
-            disposition: failure.disposition.as_str().into(),
-            status: RunStatus::Failed.as_str().into(),
+            failure_code: failure.code,
+            disposition: failure.disposition,
+            status: RunStatus::Failed,
             error: failure.message.clone(),
         }
         .into();

@@ -157,7 +157,7 @@ pub(crate) async fn provide(
             match copy_in(sandbox.as_ref(), &written).await {
                 Ok(bytes) => {
                     events.emit(EventKind::SandboxAttachmentsCopied {
-                        driver: sandbox.driver().as_str().to_owned(),
+                        driver: sandbox.driver(),
                         count: written.len() as u64,
                         bytes,
                     });

@@ -393,7 +393,7 @@ async fn prepare_and_start(
     let name = driver.name();
     if let Some(build) = prepared.plan.build.clone() {
         ctx.events.emit(EventKind::SandboxBuildStarted {
-            driver: name.as_str().to_owned(),
+            driver: name,
             dockerfile: build.dockerfile.clone(),
             context: build.context.clone(),
         });
@@ -401,7 +401,7 @@ async fn prepare_and_start(
         prepared = match driver.build(prepared, info, &observer).await {
             Ok(p) => {
                 ctx.events.emit(EventKind::SandboxBuildFinished {
-                    driver: name.as_str().to_owned(),
+                    driver: name,
                     target: p.plan.image.clone().unwrap_or_default(),
                     duration_ms: started.elapsed().as_millis() as u64,
                 });
@@ -409,7 +409,7 @@ async fn prepare_and_start(
             }
             Err(e) => {
                 ctx.events.emit(EventKind::SandboxBuildFailed {
-                    driver: name.as_str().to_owned(),
+                    driver: name,
                     error: e.to_string(),
                 });
                 return Err(driver_error(e, ctx));
@@ -446,8 +446,8 @@ async fn prepare_and_start(
     }
     let limits = serde_json::to_value(&limits).unwrap_or_default();
     ctx.events.emit(EventKind::SandboxStarted {
-        driver: name.as_str().to_owned(),
-        mode: mode.as_str().to_owned(),
+        driver: name,
+        mode,
         source: source.to_owned(),
         image,
         has_post_create,

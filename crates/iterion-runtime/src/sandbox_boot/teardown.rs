@@ -58,7 +58,7 @@ pub(super) async fn teardown(
     let container = run.container().to_owned();
     let ok = run.cleanup().await.is_ok();
     ctx.events.emit(EventKind::SandboxCleanup {
-        driver: run.driver().as_str().to_owned(),
+        driver: run.driver(),
         container,
         ok,
     });

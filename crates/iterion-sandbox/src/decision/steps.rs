@@ -173,7 +173,7 @@ impl Decider<'_, '_> {
         let selected = select(&built.spec, mode.mode, driver, caps);
         self.decision.driver = Some(selected.clone());
         self.decision.events.push(EventKind::SandboxDriverSelected {
-            driver: driver.as_str().to_owned(),
+            driver,
             host: self.decision.host.as_str().to_owned(),
         });
         self.plan(&built.spec, secrets, offer, selected)

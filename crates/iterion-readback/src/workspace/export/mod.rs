@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::io::{self};
 use std::sync::Arc;
 
-use iterion_core::{EventKind, SandboxRun, WorkspaceCopy};
+use iterion_core::{DriverName, EventKind, SandboxRun, WorkspaceCopy};
 use tokio::sync::mpsc;
 
 use crate::Declines;
@@ -70,7 +70,7 @@ pub async fn export(
     copy: &WorkspaceCopy,
     options: ExportOptions,
 ) -> ExportReport {
-    let driver = run.driver().as_str().to_owned();
+    let driver = run.driver();
     let mut declines = Declines::new(options.max_declined_names);
     let host = copy.host.clone();
     let manifest_path = copy.manifest.clone();
@@ -162,7 +162,7 @@ pub async fn export(
     finish(driver, declines, sink, complete, failure)
 }
 
-fn failed_before(driver: String, token: &'static str, message: String) -> ExportReport {
+fn failed_before(driver: DriverName, token: &'static str, message: String) -> ExportReport {
     ExportReport {
         files: 0,
         bytes: 0,
@@ -185,7 +185,7 @@ fn failed_before(driver: String, token: &'static str, message: String) -> Export
 }
 
 fn finish(
-    driver: String,
+    driver: DriverName,
     mut declines: Declines,
     sink: SinkReport,
     complete: bool,
