@@ -231,7 +231,7 @@ mod tests {
     fn provider_keys_are_placeholders_only_where_the_proxy_can_swap_them() {
         let advisory = EgressVerdict::Advisory {
             event: EventKind::SandboxEgressUnenforced {
-                driver: "d".into(),
+                driver: iterion_core::DriverName::Docker,
                 reason: "r".into(),
             },
         };
