@@ -1,13 +1,19 @@
-//! The noop driver: host passthrough for runs that are not sandboxed.
+//! iterion-driver-noop: the host-passthrough driver, for runs that are not
+//! sandboxed.
 //!
 //! It owns running a command on the host, in the workspace, with the host
-//! environment plus the request's, in its own process group so a kill takes
-//! the whole tree; and tar import/export of host paths. It does not decide
-//! when it may be used: an active mode never falls through to it (seed
-//! "Guards that refuse", `Factory.DriverForSpec`), which is the policy's
-//! job. It creates no engine resource, so its reaper view is empty and its
-//! cleanup is a no-op.
+//! environment plus the plan's and the request's, in its own process group
+//! so a kill takes the whole tree; and tar import/export of host paths. It
+//! does not decide when it may be used: an active mode never falls through
+//! to it (seed "Guards that refuse", `Factory.DriverForSpec`), which is the
+//! policy's job (`iterion-sandbox`, which holds no driver). It creates no
+//! engine resource, so its reaper view is empty and its cleanup removes
+//! nothing; its sandbox is the workspace directory, so a workspace removed
+//! from outside is a sandbox gone. It offers no capability (no image, no
+//! user switch, no drain): `driver_conformance!` reads that and checks the
+//! host behaviour instead of a container's.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 
@@ -48,6 +54,7 @@ impl NoopDriver {
     pub fn host_run(workspace: impl Into<PathBuf>) -> NoopRun {
         NoopRun {
             workdir: workspace.into().to_string_lossy().into_owned(),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -102,7 +109,11 @@ impl Driver for NoopDriver {
                 actual: prepared.driver,
             });
         }
-        Ok(Box::new(Self::host_run(&info.host_workspace)))
+        // The plan's variables are the sandbox's environment, under each
+        // request's own (as a container's env is under an exec's).
+        let mut run = Self::host_run(&info.host_workspace);
+        run.env = prepared.plan.env;
+        Ok(Box::new(run))
     }
 
     async fn ping(&self) -> Result<EngineInfo, DriverError> {
@@ -135,6 +146,9 @@ impl Driver for NoopDriver {
 #[derive(Debug, Clone)]
 pub struct NoopRun {
     workdir: String,
+    /// The plan's variables (empty for the runtime's host booter, which
+    /// passes each exec its own).
+    env: BTreeMap<String, String>,
 }
 
 fn io_err(operation: impl Into<String>) -> impl FnOnce(std::io::Error) -> DriverError {
@@ -187,10 +201,18 @@ impl SandboxRun for NoopRun {
                 reason: "empty argv".into(),
             });
         };
+        // The workspace is this sandbox: once it is gone (removed from
+        // outside), an exec meets what a killed container's would.
+        if !Path::new(&self.workdir).is_dir() {
+            return Err(DriverError::ContainerGone {
+                container: self.workdir.clone(),
+            });
+        }
         let workdir = request.workdir.as_deref().unwrap_or(&self.workdir);
         let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(workdir)
+            .envs(&self.env)
             .envs(&request.env)
             .process_group(0)
             .stdout(Stdio::piped())
