@@ -567,8 +567,7 @@ pub(super) fn check_env(env: EnvSnapshot) -> anyhow::Result<SandboxEnv> {
     // A limit the driver cannot read would make discovery find no engine,
     // and `auto` would then run on the host: bad input, never a degrade.
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
-    iterion_driver_docker::DockerSettings::from_env(&process_env)
-        .map_err(|e| UserInputError::new(e.to_string()))?;
+    crate::drivers::check_settings(&process_env).map_err(UserInputError::new)?;
     Ok(parsed)
 }
 

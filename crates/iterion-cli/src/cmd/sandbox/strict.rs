@@ -495,7 +495,7 @@ async fn egress_confinement(d: &SandboxDecision, spec: Option<&Spec>) -> Check {
         "{}; IPv6: {}; capabilities: {} only; proxy on {}, at most {} connections",
         p.firewall.detail,
         p.ipv6.detail,
-        iterion_driver_docker::SANDBOX_CAPABILITIES.join(", "),
+        drivers::sandbox_capabilities().join(", "),
         p.proxy_bind,
         p.proxy_max_connections
     );
