@@ -375,8 +375,14 @@ pub struct GatewayHandle {
     /// The TCP ports they listen on (the firewall admits these).
     pub ports: Vec<u16>,
     /// Stops them when dropped.
-    pub guard: Box<dyn std::any::Any + Send + Sync>,
+    pub guard: Box<dyn StopOnDrop>,
 }
+
+/// What a [`GatewayHandle`] keeps until teardown: never looked into, only
+/// dropped (a typed seam instead of `dyn Any`, which nothing downcasts).
+pub trait StopOnDrop: Send + Sync {}
+
+impl<T: Send + Sync> StopOnDrop for T {}
 
 impl fmt::Debug for GatewayHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
