@@ -1,6 +1,6 @@
 //! Drain throughput and peak memory, against `tar -x` of the same archive.
 //!
-//! Run: `cargo bench -p iterion-readback --bench drain` (release). The archive
+//! Run: `cargo bench -p iterion-e2e --bench readback_drain` (release). The archive
 //! (500 MB in 1,000 files by default; `ITERION_BENCH_FILES`,
 //! `ITERION_BENCH_FILE_BYTES`) is generated lazily on both sides. The
 //! baseline pipes it into `tar -x -C <tmp>` (then `sync -f`, since the store

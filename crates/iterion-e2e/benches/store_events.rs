@@ -3,7 +3,7 @@
 //! lines to a JSONL file, `fsync` per batch (batch = 1 event, the same
 //! durability an acknowledged store append has; and batch = 64 for scale).
 //!
-//! `cargo bench -p iterion-store-postgres --bench events` (needs
+//! `cargo bench -p iterion-e2e --bench store_events` (needs
 //! `ITERION_TEST_POSTGRES_URL`; run scripts/test.sh first). Events per case:
 //! `ITERION_BENCH_EVENTS` per round (default 1000).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a bench: failing loudly is the point

@@ -9,9 +9,9 @@ use iterion_core::{ReadBackDecl, RunId, RunStore, SandboxRun};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
 use iterion_readback::{DrainOptions, DrainReport, drain};
 
-use crate::store::{new_run, new_store};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{new_run, new_store};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 fn host(variable: &str) -> String {
     std::env::var(variable).unwrap_or_else(|_| {

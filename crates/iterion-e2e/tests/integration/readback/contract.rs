@@ -9,9 +9,9 @@ use iterion_core::EventDraft;
 use iterion_core::store::DrainStatus;
 use iterion_readback::{DrainOptions, drain};
 
-use crate::store::{Backend, new_run, new_store_on};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{Backend, new_run, new_store_on};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 pub async fn an_empty_run_files_dir_is_complete_not_failed(backend: Backend) {
     let ts = new_store_on(backend).await;
@@ -372,7 +372,7 @@ pub async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read(backe
 pub async fn a_store_failure_is_a_failed_drain_with_store_error(backend: Backend) {
     let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
-    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    let faulty = crate::readback::faults::Faulty::new(ts.store.clone());
     faulty
         .fail_put
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -405,7 +405,7 @@ pub async fn a_store_failure_is_a_failed_drain_with_store_error(backend: Backend
 pub async fn one_refused_member_is_declined_and_the_rest_kept(backend: Backend) {
     let ts = new_store_on(backend).await;
     let run_id = new_run(&*ts.store).await;
-    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    let faulty = crate::readback::faults::Faulty::new(ts.store.clone());
     faulty
         .refuse
         .lock()
@@ -447,7 +447,7 @@ pub async fn an_unreadable_meter_drains_nothing_and_resets_nothing(backend: Back
     );
     drain(&first, &*ts.store, &run_id, &decl, DrainOptions::default()).await;
 
-    let faulty = crate::faults::Faulty::new(ts.store.clone());
+    let faulty = crate::readback::faults::Faulty::new(ts.store.clone());
     faulty
         .fail_get_drain
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -524,83 +524,83 @@ macro_rules! drain_contract_suite {
         mod $module {
             #[tokio::test]
             async fn one_refused_member_is_declined_and_the_rest_kept() {
-                crate::contract::one_refused_member_is_declined_and_the_rest_kept($backend).await
+                crate::readback::contract::one_refused_member_is_declined_and_the_rest_kept($backend).await
             }
             #[tokio::test]
             async fn an_unbounded_timeout_is_no_timeout() {
-                crate::contract::an_unbounded_timeout_is_no_timeout($backend).await
+                crate::readback::contract::an_unbounded_timeout_is_no_timeout($backend).await
             }
             #[tokio::test]
             async fn gnu_tar_formats_ingest_byte_exact() {
-                crate::contract::gnu_tar_formats_ingest_byte_exact($backend).await
+                crate::readback::contract::gnu_tar_formats_ingest_byte_exact($backend).await
             }
             #[tokio::test]
             async fn an_empty_run_files_dir_is_complete_not_failed() {
-                crate::contract::an_empty_run_files_dir_is_complete_not_failed($backend).await
+                crate::readback::contract::an_empty_run_files_dir_is_complete_not_failed($backend).await
             }
             #[tokio::test]
             async fn files_are_addressed_relative_to_their_declared_dir() {
-                crate::contract::files_are_addressed_relative_to_their_declared_dir($backend).await
+                crate::readback::contract::files_are_addressed_relative_to_their_declared_dir($backend).await
             }
             #[tokio::test]
             async fn a_gone_container_fails_one_path_and_the_others_still_drain() {
-                crate::contract::a_gone_container_fails_one_path_and_the_others_still_drain(
+                crate::readback::contract::a_gone_container_fails_one_path_and_the_others_still_drain(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn a_gone_container_with_nothing_stored_is_failed_not_stale() {
-                crate::contract::a_gone_container_with_nothing_stored_is_failed_not_stale($backend)
+                crate::readback::contract::a_gone_container_with_nothing_stored_is_failed_not_stale($backend)
                     .await
             }
             #[tokio::test]
             async fn a_truncated_archive_keeps_whole_members_and_never_a_cut_one() {
-                crate::contract::a_truncated_archive_keeps_whole_members_and_never_a_cut_one(
+                crate::readback::contract::a_truncated_archive_keeps_whole_members_and_never_a_cut_one(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn an_archive_without_its_end_marker_is_an_error_not_a_short_set() {
-                crate::contract::an_archive_without_its_end_marker_is_an_error_not_a_short_set(
+                crate::readback::contract::an_archive_without_its_end_marker_is_an_error_not_a_short_set(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn a_stalled_export_times_out_and_later_paths_are_not_started() {
-                crate::contract::a_stalled_export_times_out_and_later_paths_are_not_started(
+                crate::readback::contract::a_stalled_export_times_out_and_later_paths_are_not_started(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it() {
-                crate::contract::the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
+                crate::readback::contract::the_cap_sums_every_attempt_and_declines_the_member_that_crosses_it(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn a_header_claiming_terabytes_is_declined_before_a_byte_is_read() {
-                crate::contract::a_header_claiming_terabytes_is_declined_before_a_byte_is_read(
+                crate::readback::contract::a_header_claiming_terabytes_is_declined_before_a_byte_is_read(
                     $backend,
                 )
                 .await
             }
             #[tokio::test]
             async fn a_store_failure_is_a_failed_drain_with_store_error() {
-                crate::contract::a_store_failure_is_a_failed_drain_with_store_error($backend).await
+                crate::readback::contract::a_store_failure_is_a_failed_drain_with_store_error($backend).await
             }
             #[tokio::test]
             async fn an_unreadable_meter_drains_nothing_and_resets_nothing() {
-                crate::contract::an_unreadable_meter_drains_nothing_and_resets_nothing($backend)
+                crate::readback::contract::an_unreadable_meter_drains_nothing_and_resets_nothing($backend)
                     .await
             }
             #[tokio::test]
             async fn a_drain_that_dies_mid_member_has_already_charged_the_meter() {
-                crate::contract::a_drain_that_dies_mid_member_has_already_charged_the_meter(
+                crate::readback::contract::a_drain_that_dies_mid_member_has_already_charged_the_meter(
                     $backend,
                 )
                 .await
@@ -609,8 +609,8 @@ macro_rules! drain_contract_suite {
     };
 }
 
-drain_contract_suite!(sqlite, crate::store::Backend::Sqlite);
-drain_contract_suite!(postgres, crate::store::Backend::Postgres);
+drain_contract_suite!(sqlite, crate::readback::store::Backend::Sqlite);
+drain_contract_suite!(postgres, crate::readback::store::Backend::Postgres);
 
 /// Archives written by GNU tar in each of its formats (ustar prefixes, GNU
 /// long names, PAX records for long and non-ASCII names) ingest byte-exact.

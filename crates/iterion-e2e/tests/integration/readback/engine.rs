@@ -16,9 +16,9 @@ use iterion_core::store::DrainStatus;
 use iterion_core::{ByteStream, DriverName, ExecRequest, ExecSession, SandboxRun};
 use iterion_readback::{DrainOptions, drain};
 
-use crate::store::{new_run, new_store};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{new_run, new_store};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 struct EngineRun {
     docker: Docker,

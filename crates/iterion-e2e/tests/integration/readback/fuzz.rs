@@ -10,9 +10,9 @@ use iterion_core::store::DrainStatus;
 use iterion_readback::{DrainOptions, drain};
 use proptest::prelude::*;
 
-use crate::store::{new_run, new_store};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{new_run, new_store};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 /// `PROPTEST_CASES` raises the count for a long local fuzz run.
 fn config(cases: u32) -> ProptestConfig {

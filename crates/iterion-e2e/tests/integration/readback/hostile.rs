@@ -8,9 +8,9 @@ use std::path::Path;
 use iterion_core::store::DrainStatus;
 use iterion_readback::{DrainOptions, drain};
 
-use crate::store::{new_run, new_store};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{new_run, new_store};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 fn listing(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)

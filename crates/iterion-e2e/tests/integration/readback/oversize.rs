@@ -10,9 +10,9 @@ use std::time::Duration;
 use iterion_core::store::DrainStatus;
 use iterion_readback::{DrainOptions, drain};
 
-use crate::store::{new_run, new_store};
-use crate::stored;
-use crate::support::*;
+use crate::readback::store::{new_run, new_store};
+use crate::readback::stored;
+use crate::readback::support::*;
 
 const TIB: u64 = 1 << 40;
 

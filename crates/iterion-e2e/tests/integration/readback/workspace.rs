@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use iterion_core::{EventKind, WorkspaceCopy};
 use iterion_readback::workspace::{ExportOptions, copy_in, export};
 
-use crate::support::*;
+use crate::readback::support::*;
 
 fn write(path: &Path, data: &[u8]) {
     if let Some(p) = path.parent() {

@@ -16,7 +16,7 @@ use iterion_core::driver::{OutputLimits, collect_output};
 use iterion_core::{DriverError, ExecRequest, FailureCode, NodeId, RunStatus};
 use serde_json::{Value, json};
 
-use crate::support::{Harness, compile};
+use crate::runtime::support::{Harness, compile};
 
 fn event(kind: &str, data: Value) -> iterion_core::EventDraft {
     iterion_core::EventDraft {

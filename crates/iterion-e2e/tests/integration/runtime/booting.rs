@@ -11,7 +11,7 @@ use iterion_runtime::{
     AdmissionVerdict, Admitted, BootContext, BootError, Booted, Engine, HostBooter, SandboxBooter,
 };
 
-use crate::support::*;
+use crate::runtime::support::*;
 
 #[derive(Default)]
 struct Scripted {

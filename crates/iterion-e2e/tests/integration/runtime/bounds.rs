@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use iterion_core::{FailureCode, RunStatus};
 use serde_json::json;
 
-use crate::support::*;
+use crate::runtime::support::*;
 
 fn sleeper(timeout: Option<&str>) -> iterion_dsl::ir::Workflow {
     let mut slow = tool("slow", "sleep 100 & echo $! > sleep.pid; wait", None);

@@ -25,7 +25,7 @@ use iterion_runtime::{Engine, HostDrivers, PolicyBooter, SandboxFlags, SandboxHo
 use iterion_sandbox::env::{EnvSnapshot, SandboxEnv};
 use iterion_sandbox::precedence::PRODUCT_GLOBAL_DEFAULT;
 
-use crate::support::*;
+use crate::runtime::support::*;
 
 /// The test dockerd, reporting no host binds and, unless `drains`, no
 /// read-back drain.

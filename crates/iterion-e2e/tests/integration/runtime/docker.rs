@@ -18,7 +18,7 @@ use iterion_runtime::{Admitted, BootContext, BootError, Booted, Engine, Keep, Sa
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::*;
+use crate::runtime::support::*;
 
 const BUSYBOX: &str = "iterion-test/busybox:local";
 const SLIM: &str = "iterion-sandbox-slim:local";

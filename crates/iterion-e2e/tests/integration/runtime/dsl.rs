@@ -7,7 +7,7 @@ use iterion_core::{FailureCode, NodeId, RunStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Harness, compile};
+use crate::runtime::support::{Harness, compile};
 
 #[tokio::test]
 async fn the_failing_node_example_routes_to_fail() {

@@ -10,7 +10,7 @@ use iterion_core::{EventRecord, FailureCode, NodeId, RunStatus};
 use iterion_runtime::progress::{FrameId, FrameStatus, RunProgress};
 use serde_json::json;
 
-use crate::support::{Harness, assert_process_gone, compile};
+use crate::runtime::support::{Harness, assert_process_gone, compile};
 
 /// A tool branch that marks itself and waits (bounded) until `need`
 /// branches have marked: it can only finish if that many run at once.

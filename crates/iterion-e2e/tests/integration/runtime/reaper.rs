@@ -95,7 +95,7 @@ async fn running_run(store: &dyn RunStore, id: &str, owner: RunOwner) -> RunId {
 
 #[tokio::test]
 async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
-    let (store, _dir) = crate::support::store();
+    let (store, _dir) = crate::runtime::support::store();
     let me = iterion_runtime::owner::current_owner().unwrap();
     let ghost = RunOwner {
         pid: 999_999_999, // above any pid_max: provably no such process
@@ -195,7 +195,7 @@ async fn gone_owner_is_interrupted_then_reaped_live_owner_kept() {
 /// reaped once it is provably gone.
 #[tokio::test]
 async fn another_stores_live_run_is_kept_and_its_dead_one_reaped() {
-    let (store, _dir) = crate::support::store();
+    let (store, _dir) = crate::runtime::support::store();
     let me = iterion_runtime::owner::current_owner().unwrap();
     let owned = |name: &str, run: &str, owner: RunOwner| ManagedResource {
         owner: Some(owner),
@@ -251,7 +251,7 @@ async fn another_stores_live_run_is_kept_and_its_dead_one_reaped() {
 #[tokio::test]
 async fn per_run_host_dirs_are_reaped_with_the_same_predicate() {
     use iterion_runtime::reap::{OWNER_MARKER, reap_host_dirs};
-    let (store, _dir) = crate::support::store();
+    let (store, _dir) = crate::runtime::support::store();
     let me = iterion_runtime::owner::current_owner().unwrap();
     let ghost = RunOwner {
         pid: 999_999_999,

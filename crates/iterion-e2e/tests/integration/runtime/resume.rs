@@ -11,7 +11,7 @@ use iterion_runtime::resume::{self, ResumeError};
 use iterion_runtime::{RunOutcome, SandboxFlags};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Harness, compile};
+use crate::runtime::support::{Harness, compile};
 
 const GATED: &str = r#"
 schema n_out:

@@ -7,7 +7,7 @@ use iterion_dsl::ir::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::*;
+use crate::runtime::support::*;
 
 #[tokio::test]
 async fn hello_run_finishes_with_its_event_stream() {
@@ -361,7 +361,7 @@ async fn output_not_matching_the_schema_fails_the_node() {
 
 #[tokio::test]
 async fn failing_event_appends_never_break_the_run() {
-    let mem = std::sync::Arc::new(crate::memstore::MemStore::default());
+    let mem = std::sync::Arc::new(crate::runtime::memstore::MemStore::default());
     mem.fail_appends.store(true, Ordering::SeqCst);
     let store: std::sync::Arc<dyn iterion_core::RunStore> = mem;
     let engine = iterion_runtime::Engine::new(
