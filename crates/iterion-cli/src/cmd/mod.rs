@@ -4,6 +4,7 @@
 mod cancel;
 mod cloud;
 mod files;
+mod launch;
 mod launch_inputs;
 #[cfg(feature = "driver-k8s")]
 mod manifests;
