@@ -13,11 +13,11 @@ export ITERION_RUNNER_BIN
 
 benches=(
   "iterion-dsl parse"                 # parse+compile MB/s vs serde_json and a line scan
-  "iterion-store-postgres events"     # events/s, sqlite and postgres vs JSONL+fsync
+  "iterion-e2e store_events"          # events/s, sqlite and postgres vs JSONL+fsync
   "iterion-driver-docker engine"      # start / exec / archive vs the docker CLI
   "iterion-netproxy proxy"            # added latency, CONNECT throughput, RSS per tunnel
   "iterion-netproxy inspect"          # TLS inspection p50/p99 and 100 MB throughput vs tunnel and direct
-  "iterion-readback drain"            # drain 500 MB / 1,000 files vs tar -x and docker cp
+  "iterion-e2e readback_drain"        # drain 500 MB / 1,000 files vs tar -x and docker cp
   "iterion-runtime redact"            # secret masking MB/s vs a line split and exact replace
   "iterion-agent runner"              # in-box claw tool call and turn vs the same loop on the host
   "iterion-cli queue"                 # cloud mode: runs/min and submit→claimed p50/p95, 1/2/4 runners vs iterion run

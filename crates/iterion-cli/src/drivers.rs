@@ -2,16 +2,21 @@
 //! finds its sandbox drivers and makes the one probe every verb reads
 //! ([`probe`]: `run`, `resume`, `doctor`, `reap` see the same set and the
 //! same readiness). Policy (which one a run gets) stays in
-//! `iterion_sandbox::host` and the decision.
+//! `iterion_sandbox::host` and the decision. Each real driver is a cargo
+//! feature (`crate::backends`): one left out of the build is offered as
+//! "not built in", which the decision degrades or refuses on as it would
+//! an engine that does not answer, and the doctor's Docker-specific
+//! reports say so instead of probing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use iterion_core::{Driver, DriverName};
-use iterion_driver_docker::DockerDriver;
 use iterion_runtime::HostDrivers;
 use iterion_sandbox::env::EnvSnapshot;
 use iterion_sandbox::host::{HostKind, detect_host};
+
+use crate::backends::{Backend, NotBuiltIn};
 
 /// The drivers that constructed on this host and, when none did, why.
 struct Discovered {
@@ -32,13 +37,16 @@ pub async fn probe(env: &EnvSnapshot) -> HostDrivers {
     let cloud = detect_host(env) == HostKind::Cloud;
     let not_found = |name: DriverName| {
         match (name, cloud) {
-        (DriverName::Kubernetes, false) if cfg!(feature = "driver-k8s") => {
+        (DriverName::Kubernetes, _) if !Backend::DriverK8s.built_in() => not_built(Backend::DriverK8s),
+        (DriverName::Kubernetes, false) => {
             "no Kubernetes cluster answered (KUBECONFIG, the in-cluster service account, ~/.kube/config)"
                 .to_owned()
         }
-        (DriverName::Kubernetes, false) => NOT_BUILT.to_owned(),
         (DriverName::Docker | DriverName::Podman, true) => {
             "not looked for on a cloud host (the Kubernetes driver or nothing)".to_owned()
+        }
+        (DriverName::Docker | DriverName::Podman, false) if !Backend::DriverDocker.built_in() => {
+            not_built(Backend::DriverDocker)
         }
         _ => discovered
             .failure
@@ -69,7 +77,13 @@ async fn discover(env: &EnvSnapshot) -> Discovered {
     if detect_host(env) == HostKind::Cloud {
         return discover_cloud(&process_env, scope).await;
     }
-    match DockerDriver::discover_all(&process_env).await {
+    discover_engines(&process_env, scope).await
+}
+
+/// Every Docker or Podman engine that answers.
+#[cfg(feature = "driver-docker")]
+async fn discover_engines(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    match iterion_driver_docker::DockerDriver::discover_all(process_env).await {
         Ok(found) if !found.is_empty() => Discovered {
             drivers: found
                 .into_iter()
@@ -85,6 +99,15 @@ async fn discover(env: &EnvSnapshot) -> Discovered {
             drivers: Vec::new(),
             failure: Some(e.to_string()),
         },
+    }
+}
+
+#[cfg(not(feature = "driver-docker"))]
+async fn discover_engines(process_env: &BTreeMap<String, String>, scope: String) -> Discovered {
+    let _ = (process_env, scope);
+    Discovered {
+        drivers: Vec::new(),
+        failure: Some(not_built(Backend::DriverDocker)),
     }
 }
 
@@ -109,13 +132,14 @@ async fn discover_cloud(process_env: &BTreeMap<String, String>, scope: String) -
     let _ = (process_env, scope);
     Discovered {
         drivers: Vec::new(),
-        failure: Some(NOT_BUILT.to_owned()),
+        failure: Some(not_built(Backend::DriverK8s)),
     }
 }
 
-/// Why a cloud host has no driver in a binary built without it.
-const NOT_BUILT: &str =
-    "the Kubernetes driver is not built into this binary (cargo feature driver-k8s)";
+/// Why a driver is not offered by a binary built without it.
+fn not_built(backend: Backend) -> String {
+    NotBuiltIn { backend }.to_string()
+}
 
 /// Container runtimes found on `PATH` (informational; drivers speak the API).
 pub fn runtimes_on_path() -> Vec<String> {
@@ -135,6 +159,7 @@ pub fn runtimes_on_path() -> Vec<String> {
 /// memory with no extra swap, processes, CPUs, the writable layer and
 /// the run-files dir — with where each came from, and every capability
 /// dropped but a short list.
+#[cfg(feature = "driver-docker")]
 pub fn containment() -> serde_json::Value {
     use iterion_driver_docker::settings::{CPUS_ENV, DISK_ENV, MEMORY_ENV, PIDS_ENV};
     let process_env: BTreeMap<String, String> = std::env::vars().collect();
@@ -167,6 +192,43 @@ pub fn containment() -> serde_json::Value {
     }
 }
 
+#[cfg(not(feature = "driver-docker"))]
+pub fn containment() -> serde_json::Value {
+    serde_json::json!({
+        "built_in": false,
+        "detail": not_built(Backend::DriverDocker),
+        "run_files": run_files_bound(),
+    })
+}
+
+/// The capabilities a docker/podman sandbox keeps.
+#[cfg(feature = "driver-docker")]
+pub fn sandbox_capabilities() -> &'static [&'static str] {
+    &iterion_driver_docker::SANDBOX_CAPABILITIES
+}
+
+/// None: a binary without the Docker/Podman driver starts no such sandbox.
+#[cfg(not(feature = "driver-docker"))]
+pub fn sandbox_capabilities() -> &'static [&'static str] {
+    &[]
+}
+
+/// Check the Docker/Podman driver's settings (limits) in the process
+/// environment: a value it cannot read is bad input.
+#[cfg(feature = "driver-docker")]
+pub fn check_settings(process_env: &BTreeMap<String, String>) -> Result<(), String> {
+    iterion_driver_docker::DockerSettings::from_env(process_env)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Nothing to read in a binary without the Docker/Podman driver.
+#[cfg(not(feature = "driver-docker"))]
+pub fn check_settings(process_env: &BTreeMap<String, String>) -> Result<(), String> {
+    let _ = process_env;
+    Ok(())
+}
+
 /// How a run's run-files dir is bounded on this host: a tmpfs of the
 /// read-back cap when `iterion` may mount one (root), else unbounded (each
 /// run then records `sandbox_limit_unenforced`).
@@ -181,11 +243,15 @@ fn run_files_bound() -> serde_json::Value {
 }
 
 /// Per engine: whether its storage driver can bound a sandbox's writable
-/// layer (`ITERION_SANDBOX_DISK`), from the engine's own report.
+/// layer (`ITERION_SANDBOX_DISK`), from the engine's own report (none in
+/// a binary without the Docker/Podman driver).
 pub async fn writable_layer_report() -> serde_json::Value {
-    let process_env: BTreeMap<String, String> = std::env::vars().collect();
+    #[cfg_attr(not(feature = "driver-docker"), allow(unused_mut))]
     let mut out = serde_json::Map::new();
-    if let Ok(found) = DockerDriver::discover_all(&process_env).await {
+    #[cfg(feature = "driver-docker")]
+    if let Ok(found) =
+        iterion_driver_docker::DockerDriver::discover_all(&std::env::vars().collect()).await
+    {
         for d in found {
             use iterion_core::Driver;
             let verdict = match d.writable_layer_support().await {
@@ -223,6 +289,7 @@ pub struct ProtectionState {
 
 /// The host's egress protections (one probe per process, shared with the
 /// driver's `egress_enforcement` capability).
+#[cfg(feature = "driver-docker")]
 pub async fn egress_protections() -> EgressProtections {
     let support = iterion_driver_docker::egress_host_support().await;
     let firewall = match &support.rules {
@@ -252,6 +319,22 @@ pub async fn egress_protections() -> EgressProtections {
     EgressProtections {
         firewall,
         ipv6,
+        proxy_bind: "the run's network gateway only (the default network's gateway for an advisory proxy; never every address)",
+        proxy_max_connections: iterion_netproxy::DEFAULT_MAX_CONNECTIONS,
+    }
+}
+
+/// Without the Docker/Podman driver no confined sandbox starts here, so
+/// none of its protections applies.
+#[cfg(not(feature = "driver-docker"))]
+pub async fn egress_protections() -> EgressProtections {
+    let off = || ProtectionState {
+        applied: false,
+        detail: not_built(Backend::DriverDocker),
+    };
+    EgressProtections {
+        firewall: off(),
+        ipv6: off(),
         proxy_bind: "the run's network gateway only (the default network's gateway for an advisory proxy; never every address)",
         proxy_max_connections: iterion_netproxy::DEFAULT_MAX_CONNECTIONS,
     }

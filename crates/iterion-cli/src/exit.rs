@@ -4,7 +4,7 @@
 //! |------|---------|
 //! | 0 | success |
 //! | 1 | the thing checked or run failed (a failed/refused run, an error diagnostic, a failed doctor check) |
-//! | 2 | bad input: unreadable file, bad flag, invalid workflow for `run`, strict pre-flight failure |
+//! | 2 | bad input: unreadable file, bad flag, invalid workflow for `run`, strict pre-flight failure, a backend this binary is built without |
 //!
 //! clap's own usage errors also exit 2.
 
@@ -59,7 +59,11 @@ pub fn report(outcome: anyhow::Result<Exit>) -> Exit {
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {}", show(&cause));
             }
-            if err.downcast_ref::<UserInputError>().is_some() {
+            // Asking for a backend this build lacks is bad input too: the
+            // configuration names something this binary cannot do.
+            if err.downcast_ref::<UserInputError>().is_some()
+                || err.downcast_ref::<crate::backends::NotBuiltIn>().is_some()
+            {
                 Exit::BadInput
             } else {
                 Exit::Failure

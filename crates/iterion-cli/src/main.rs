@@ -1,6 +1,7 @@
 //! `iterion`: the thin binary. Parses flags, dispatches to one verb, maps
 //! the outcome to the exit-code table of [`exit`].
 
+mod backends;
 mod cli;
 mod cmd;
 mod drivers;

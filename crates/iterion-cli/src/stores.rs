@@ -7,15 +7,23 @@
 //! that run instead ([`select_dir`]): every reader of the store's location
 //! goes through [`configured`], so the run, the scope its resources are
 //! labelled with and the reaper agree on one store. Also turns store errors
-//! into messages that say what to do.
+//! into messages that say what to do. The PostgreSQL store is the cargo
+//! feature `store-postgres` (`crate::backends`): a binary without it still
+//! recognises a PostgreSQL URL (never a directory named `postgres:`) and
+//! refuses to open it as a backend not built in (exit 2).
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context as _;
 use iterion_core::{RunStore, StoreError};
+#[cfg(feature = "store-postgres")]
 use iterion_store_postgres::{StoreUrl, UrlError};
 
+use crate::backends::Backend;
+#[cfg(not(feature = "store-postgres"))]
+use crate::backends::NotBuiltIn;
+#[cfg(feature = "store-postgres")]
 use crate::exit::UserInputError;
 
 /// The environment variable naming the store.
@@ -89,13 +97,29 @@ pub async fn open(location: &StoreLocation) -> anyhow::Result<Arc<dyn RunStore>>
             Ok(Arc::new(store))
         }
         StoreLocation::Postgres(url) => {
-            let url = StoreUrl::parse(url).map_err(url_error)?;
-            let store = iterion_store_postgres::PostgresStore::open(&url)
-                .await
-                .map_err(store_error)?;
-            Ok(Arc::new(store))
+            crate::backends::require(Backend::StorePostgres)?;
+            open_postgres(url).await
         }
     }
+}
+
+#[cfg(feature = "store-postgres")]
+async fn open_postgres(url: &str) -> anyhow::Result<Arc<dyn RunStore>> {
+    let url = StoreUrl::parse(url).map_err(url_error)?;
+    let store = iterion_store_postgres::PostgresStore::open(&url)
+        .await
+        .map_err(store_error)?;
+    Ok(Arc::new(store))
+}
+
+/// Never reached (`require` refused first); total all the same.
+#[cfg(not(feature = "store-postgres"))]
+async fn open_postgres(url: &str) -> anyhow::Result<Arc<dyn RunStore>> {
+    let _ = url;
+    Err(NotBuiltIn {
+        backend: Backend::StorePostgres,
+    }
+    .into())
 }
 
 /// A stable digest naming the store `ITERION_STORE` points at (drivers
@@ -118,10 +142,14 @@ pub fn scope_of(location: StoreLocation) -> String {
         // An unparsable URL opens no store (every verb that labels or
         // reaps opens the store first and stops on it), so one shared,
         // password-free key is enough.
+        #[cfg(feature = "store-postgres")]
         StoreLocation::Postgres(url) => StoreUrl::parse(&url).map_or_else(
             |_| "pg:invalid".to_owned(),
             |u| format!("pg:{}", u.identity()),
         ),
+        // Without the store no verb opens it (each stops on opening).
+        #[cfg(not(feature = "store-postgres"))]
+        StoreLocation::Postgres(_) => "pg:not-built-in".to_owned(),
     };
     // FNV-1a: stable across releases, unlike std's DefaultHasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -195,6 +223,7 @@ impl std::error::Error for StoreCliError {
 
 /// A refused `ITERION_STORE` URL: bad input (exit 2), with its code and
 /// what to do. The message never holds the URL (it may carry a password).
+#[cfg(feature = "store-postgres")]
 pub fn url_error(e: UrlError) -> anyhow::Error {
     let hint = match e {
         UrlError::Invalid { .. } => {
@@ -227,6 +256,7 @@ pub fn store_error(e: StoreError) -> anyhow::Error {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "store-postgres")]
     #[test]
     fn scope_names_the_store_never_its_password() {
         let pg = |url: &str| scope_of(StoreLocation::Postgres(url.to_owned()));
@@ -280,6 +310,22 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "store-postgres"))]
+    #[tokio::test]
+    async fn a_postgres_url_without_the_store_is_not_built_in() {
+        let location = StoreLocation::parse(Some("postgres://iterion:hunter22@db/runs"));
+        let Err(e) = open(&location).await else {
+            panic!("opened a PostgreSQL store without store-postgres");
+        };
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("store-postgres") && !msg.contains("hunter22"),
+            "{msg}"
+        );
+        assert_eq!(crate::exit::report(Err(e)), crate::exit::Exit::BadInput);
+    }
+
+    #[cfg(feature = "store-postgres")]
     #[test]
     fn a_bad_schema_is_bad_input_without_the_password() {
         for url in [

@@ -15,7 +15,16 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::path_is_under;
+/// Whether `path` equals `root` or lies under it, component-wise
+/// (`/a/bc` is not under `/a/b`). Trailing slashes are ignored.
+pub fn path_is_under(path: &str, root: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    let root = root.trim_end_matches('/');
+    if root.is_empty() {
+        return path.starts_with('/') || path.is_empty();
+    }
+    path == root || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
 
 /// Container pseudo-filesystems a declared path may never name.
 const PSEUDO_ROOTS: [&str; 3] = ["/proc", "/sys", "/dev"];
@@ -152,6 +161,14 @@ serde_via_parser!(ContainerPath, ReadBackPath);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_is_under_is_component_wise() {
+        assert!(path_is_under("/a/b", "/a/b"));
+        assert!(path_is_under("/a/b/c", "/a/b/"));
+        assert!(!path_is_under("/a/bc", "/a/b"));
+        assert!(!path_is_under("/a", "/a/b"));
+    }
 
     #[test]
     fn read_back_paths() {

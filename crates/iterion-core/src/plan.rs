@@ -138,16 +138,9 @@ impl Mount {
     }
 }
 
-/// Whether `path` equals `root` or lies under it, component-wise
-/// (`/a/bc` is not under `/a/b`). Trailing slashes are ignored.
-pub fn path_is_under(path: &str, root: &str) -> bool {
-    let path = path.trim_end_matches('/');
-    let root = root.trim_end_matches('/');
-    if root.is_empty() {
-        return path.starts_with('/') || path.is_empty();
-    }
-    path == root || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
-}
+// A path question, answered where paths are parsed (`crate::path`);
+// named here too, where mounts ask it.
+pub use crate::path::path_is_under;
 
 /// Mount types across drivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -345,17 +338,4 @@ pub struct EgressAttachment {
     pub token: String,
     /// Confine the container to a per-run internal network.
     pub enforce: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_is_under_is_component_wise() {
-        assert!(path_is_under("/a/b", "/a/b"));
-        assert!(path_is_under("/a/b/c", "/a/b/"));
-        assert!(!path_is_under("/a/bc", "/a/b"));
-        assert!(!path_is_under("/a", "/a/b"));
-    }
 }

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use iterion_core::plan::PROXY_ENV_VARS;
 use iterion_core::{DriverError, NodeId, RunId, SandboxRun, Trust};
+use iterion_driver_noop::NoopDriver;
 use iterion_dsl::ir;
 use iterion_netproxy::CredentialBook;
 use iterion_sandbox::admission::AdmissionVerdict;
 use iterion_sandbox::classify::{Cause, Classified, Refused, SetupContext, Stage, classify};
 use iterion_sandbox::decision::SandboxDecision;
-use iterion_sandbox::noop::NoopDriver;
 use iterion_sandbox::precedence::SandboxFlags;
 use tokio_util::sync::CancellationToken;
 

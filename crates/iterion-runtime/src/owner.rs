@@ -1,10 +1,25 @@
 //! The local lease of a run: which process owns it, and whether that
 //! process is still the same one (pid plus its `/proc` start time, so a
-//! recycled pid is never mistaken for the owner).
+//! recycled pid is never mistaken for the owner), and the marker that
+//! records it in a per-run host directory ([`mark_owner`]), read by the
+//! reaper and the process registry.
 
 use std::io;
 
 use iterion_core::store::RunOwner;
+
+/// Name of the owner marker in a per-run host directory.
+pub const OWNER_MARKER: &str = ".iterion-owner";
+
+/// Record this process as the owner of `dir`, a per-run host directory, so
+/// a reaper tells a live run's directory from a leftover even when its own
+/// store never knew the run (the directories of every store share a
+/// root, as every store shares an engine).
+pub fn mark_owner(dir: &std::path::Path) -> io::Result<()> {
+    let owner = current_owner()?;
+    let text = serde_json::to_vec(&owner).map_err(io::Error::other)?;
+    std::fs::write(dir.join(OWNER_MARKER), text)
+}
 
 /// The host name as the kernel reports it (no DNS lookup).
 pub fn hostname() -> io::Result<String> {

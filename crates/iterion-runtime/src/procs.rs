@@ -2,7 +2,7 @@
 //! as the reaper knows them: [`HostProcesses`] is the
 //! [`ProcessLedger`] the agent runner records them in — one per-run host
 //! directory under `<state dir>/processes`, owner-marked like every
-//! per-run directory ([`crate::reap::mark_owner`]), holding one record
+//! per-run directory ([`crate::owner::mark_owner`]), holding one record
 //! per process (pid and its `/proc` start time) — and [`release`] is what
 //! the reaper does to such a directory once the one predicate says the
 //! run is over.
@@ -62,9 +62,9 @@ impl HostProcesses {
     fn run_dir(&self, run: &RunId) -> io::Result<PathBuf> {
         private_dir(&self.root)?;
         let dir = self.root.join(run.as_str());
-        if !dir.join(crate::reap::OWNER_MARKER).exists() {
+        if !dir.join(crate::owner::OWNER_MARKER).exists() {
             private_dir(&dir)?;
-            crate::reap::mark_owner(&dir)?;
+            crate::owner::mark_owner(&dir)?;
         }
         Ok(dir)
     }
@@ -133,7 +133,7 @@ impl ProcessLedger for HostProcesses {
         // The directory goes with its last record.
         let left = std::fs::read_dir(&dir).map_or(0, |d| {
             d.flatten()
-                .filter(|e| e.file_name() != crate::reap::OWNER_MARKER)
+                .filter(|e| e.file_name() != crate::owner::OWNER_MARKER)
                 .count()
         });
         if left == 0 {
@@ -223,7 +223,7 @@ mod tests {
             .expect("sleep");
         ledger.record(&run, "srv", child.id()).expect("record");
         let dir = root.path().join("processes").join(run.as_str());
-        assert!(dir.join(crate::reap::OWNER_MARKER).exists());
+        assert!(dir.join(crate::owner::OWNER_MARKER).exists());
         assert_eq!(records(&dir)[0].pid, child.id());
         assert_eq!(marked_processes(run.as_str()), [child.id()]);
         // Another run's marker is not this one.

@@ -265,18 +265,9 @@ async fn reaped_event(store: &dyn RunStore, decision: &ReapDecision, by: &str) {
     }
 }
 
-/// Name of the owner marker in a per-run host directory.
-pub const OWNER_MARKER: &str = ".iterion-owner";
-
-/// Record this process as the owner of `dir`, a per-run host directory, so
-/// a reaper tells a live run's directory from a leftover even when its own
-/// store never knew the run (the directories of every store share a
-/// root, as every store shares an engine).
-pub fn mark_owner(dir: &Path) -> std::io::Result<()> {
-    let owner = owner::current_owner()?;
-    let text = serde_json::to_vec(&owner).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join(OWNER_MARKER), text)
-}
+// The marker is the owner lease's (`crate::owner`), shared with the
+// process registry without either depending on the reaper.
+pub use crate::owner::{OWNER_MARKER, mark_owner};
 
 /// The per-run directories under `roots` (children named like a run id;
 /// anything else is not ours and is not listed). An unreadable marker

@@ -44,7 +44,7 @@ use std::path::Path;
 use iterion_core::plan::path_is_under;
 use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin};
 
-use crate::guards::{GuardViolation, check_token, normalize_lexical};
+use crate::guards::lexical::{GuardViolation, check_token, normalize_lexical};
 
 /// Kernel, system and engine areas: never a declared bind source, never
 /// under one, never an ancestor of one (facts §6.7, widened by issue 19).

@@ -1,13 +1,58 @@
 //! A snapshot of the environment the policy reads (the variables and
-//! `argv[0]`), and its one parse into typed words ([`SandboxEnv`]). Pure
-//! functions take these structs; only [`EnvSnapshot::from_process`] reads
-//! the real process environment.
+//! `argv[0]`), and its one parse into typed words ([`SandboxEnv`]), the
+//! host kind's word among them ([`HostKind`], [`sandbox_host_override`]:
+//! `host` detects the kind from this snapshot, so the type lives here and
+//! the two files do not name each other). Pure functions take these
+//! structs; only [`EnvSnapshot::from_process`] reads the real process
+//! environment.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use iterion_core::{ByteSize, HostState, Mode, parse_size};
 
 use crate::error::PolicyError;
+
+/// Where iterion runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostKind {
+    /// A developer machine or CI host.
+    Local,
+    /// The desktop app.
+    Desktop,
+    /// A cluster (runner pod).
+    Cloud,
+}
+
+impl HostKind {
+    /// Lower-case name (events, doctor).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Desktop => "desktop",
+            Self::Cloud => "cloud",
+        }
+    }
+}
+
+impl fmt::Display for HostKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `ITERION_SANDBOX_HOST`'s words (`local`, `cloud`); empty or unset is no
+/// override.
+pub fn sandbox_host_override(env: &EnvSnapshot) -> Result<Option<HostKind>, String> {
+    match env.sandbox_host.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("local") => Ok(Some(HostKind::Local)),
+        Some(v) if v.eq_ignore_ascii_case("cloud") => Ok(Some(HostKind::Cloud)),
+        Some(v) => Err(format!(
+            "ITERION_SANDBOX_HOST: {v:?} is not a sandbox host kind (local, cloud)"
+        )),
+    }
+}
 
 /// The variables the sandbox policy reads (upstream names, SPEC §2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -157,7 +202,7 @@ impl SandboxEnv {
     /// [`PolicyError::InvalidEnv`] naming the variable.
     pub fn parse(snapshot: &EnvSnapshot) -> Result<Self, PolicyError> {
         // Read by host detection; refused here when it is no host kind.
-        crate::host::sandbox_host_override(snapshot).map_err(|_| PolicyError::InvalidEnv {
+        sandbox_host_override(snapshot).map_err(|_| PolicyError::InvalidEnv {
             name: "ITERION_SANDBOX_HOST",
             value: snapshot.sandbox_host.clone().unwrap_or_default(),
             expected: "\"\", local or cloud",

@@ -7,53 +7,13 @@
 //! mode, falling through to noop is a [`DriverUnavailable`] value, never a
 //! decision (the degrade-vs-refuse call lives in [`crate::verdict`]).
 
-use std::fmt;
-
 use iterion_core::driver::{EngineInfo, HostFootprint};
 use iterion_core::{Capabilities, DriverName, Mode};
 
-use crate::env::EnvSnapshot;
-
-/// Where iterion runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HostKind {
-    /// A developer machine or CI host.
-    Local,
-    /// The desktop app.
-    Desktop,
-    /// A cluster (runner pod).
-    Cloud,
-}
-
-impl HostKind {
-    /// Lower-case name (events, doctor).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Local => "local",
-            Self::Desktop => "desktop",
-            Self::Cloud => "cloud",
-        }
-    }
-}
-
-impl fmt::Display for HostKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `ITERION_SANDBOX_HOST`'s words (`local`, `cloud`); empty or unset is no
-/// override.
-pub fn sandbox_host_override(env: &EnvSnapshot) -> Result<Option<HostKind>, String> {
-    match env.sandbox_host.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(v) if v.eq_ignore_ascii_case("local") => Ok(Some(HostKind::Local)),
-        Some(v) if v.eq_ignore_ascii_case("cloud") => Ok(Some(HostKind::Cloud)),
-        Some(v) => Err(format!(
-            "ITERION_SANDBOX_HOST: {v:?} is not a sandbox host kind (local, cloud)"
-        )),
-    }
-}
+use crate::env::{EnvSnapshot, sandbox_host_override};
+// The host kind is an operator's word too (`ITERION_SANDBOX_HOST`): its
+// type lives with the one parse of those words, and is reached here.
+pub use crate::env::HostKind;
 
 /// `ITERION_SANDBOX_HOST` (local/cloud) wins: cloud mode (`ITERION_MODE`,
 /// the queue and store) does not always run its sandboxes on Kubernetes —

@@ -3,8 +3,8 @@
 //! fused with a devcontainer, which mounts a driver keeps and which
 //! promised variables survive, whether a bind source is safe, who the
 //! sandbox runs as, whether an absent runtime degrades or refuses, how a
-//! failure is classified, and whether an orphan is reapable. Plus the
-//! `noop` driver (host passthrough for runs that are not sandboxed).
+//! failure is classified, and whether an orphan is reapable. No driver
+//! lives here (the host passthrough is `iterion-driver-noop`).
 //!
 //! Each decision lives in exactly one function here (CONTRIBUTING.md, "one
 //! home"). A run's sandbox is **one** decision, [`decision::decide`]: a
@@ -62,7 +62,6 @@ pub mod guards;
 pub mod host;
 pub mod identity;
 pub mod mounts;
-pub mod noop;
 pub mod precedence;
 pub mod reaper;
 pub mod seccomp;

@@ -7,6 +7,15 @@
 //! stdin, streaming, kill, zombies, archives, cleanup, labels, a killed
 //! container). Engine-specific checks (egress, bindless volumes, build)
 //! live in the driver crate's own tests.
+//!
+//! The suite reads the driver's [`Capabilities`] and gates on them only
+//! what a capability says is not offered; a gated check still asserts
+//! what the seam promises instead. A driver without `image` runs no
+//! container (the noop driver): its sandbox is the host workspace, it
+//! creates no managed resource, orphans are the host init's, and the
+//! host's analogue of a killed container is a workspace removed from
+//! outside. A driver without `remote_user` answers an exec as another
+//! user with [`DriverError::Unsupported`].
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -21,8 +30,8 @@ use futures_util::StreamExt;
 use iterion_core::driver::{NullObserver, OutputLimits, ResourceKind, collect_output};
 use iterion_core::plan::{Limits, MountOrigin, RUN_FILES_CONTAINER_DIR};
 use iterion_core::{
-    Driver, DriverError, ExecOutput, ExecRequest, LaunchPlan, Mount, MountKind, Prepared, RunId,
-    RunInfo, SandboxRun,
+    Capabilities, Driver, DriverError, ExecOutput, ExecRequest, LaunchPlan, Mount, MountKind,
+    Prepared, RunId, RunInfo, SandboxRun,
 };
 
 /// Kills a container from outside (the engine API), given its name.
@@ -130,22 +139,66 @@ pub async fn start(driver: &dyn Driver, tag: &str, plan: LaunchPlan) -> Started 
     Started { run, info, _ws: ws }
 }
 
+/// Whether the driver runs a container: the checks that observe one (its
+/// workdir from the plan, its managed resources, its init, a kill from
+/// outside) read this. `image` is the flag: a driver that starts nothing
+/// from an image runs on the host.
+fn contained(caps: &Capabilities) -> bool {
+    caps.image
+}
+
+/// The run's workdir as `pwd` prints it: the plan's inside a container,
+/// the host workspace's real path on the host.
+fn pwd_of(caps: &Capabilities, s: &Started) -> String {
+    if contained(caps) {
+        WORKDIR.to_owned()
+    } else {
+        std::fs::canonicalize(s.run.workdir())
+            .expect("the host workspace exists")
+            .display()
+            .to_string()
+    }
+}
+
 pub async fn lifecycle_and_labels(driver: &dyn Driver, image: &str) {
+    let caps = driver.capabilities();
     let s = start(driver, "life", base_plan(image)).await;
     assert!(s.run.is_alive().await.expect("alive"));
-    assert_eq!(s.run.workdir(), WORKDIR);
     let managed = driver.list_managed().await.expect("list");
     let mine: Vec<_> = managed
         .iter()
         .filter(|r| r.run_id == s.info.run_id.as_str())
         .collect();
-    assert!(
-        mine.iter().any(|r| r.kind == ResourceKind::Container),
-        "container not listed as managed with its run id: {managed:?}"
-    );
+    if contained(&caps) {
+        assert_eq!(s.run.workdir(), WORKDIR);
+        assert!(
+            mine.iter().any(|r| r.kind == ResourceKind::Container),
+            "container not listed as managed with its run id: {managed:?}"
+        );
+    } else {
+        assert_eq!(
+            s.run.workdir(),
+            s.info.host_workspace,
+            "a driver without a container runs in the host workspace"
+        );
+        assert!(
+            mine.is_empty(),
+            "a driver without a container creates no managed resource: {mine:?}"
+        );
+    }
     s.run.cleanup().await.expect("cleanup");
     s.run.cleanup().await.expect("cleanup is idempotent");
-    assert!(!s.run.is_alive().await.expect("alive after cleanup"));
+    if contained(&caps) {
+        assert!(!s.run.is_alive().await.expect("alive after cleanup"));
+    } else {
+        // Cleanup removes what the run created, and on the host that is
+        // nothing: the workspace is the user's and stays.
+        assert!(
+            std::path::Path::new(&s.info.host_workspace).is_dir(),
+            "cleanup removed the host workspace"
+        );
+        assert!(s.run.is_alive().await.expect("alive after cleanup"));
+    }
     let left: Vec<_> = driver
         .list_managed()
         .await
@@ -175,22 +228,39 @@ pub async fn exec_semantics(driver: &dyn Driver, image: &str) {
 }
 
 pub async fn env_workdir_user(driver: &dyn Driver, image: &str) {
+    let caps = driver.capabilities();
     let s = start(driver, "env", base_plan(image)).await;
     let out = s.sh("pwd; echo $ITERION_CT").await;
-    assert_eq!(Started::stdout(&out), format!("{WORKDIR}\nplan-env"));
-    let mut req = ExecRequest::new(["sh", "-c", "pwd; echo \"[$EXTRA][$EMPTY]\"; id -u"]);
+    assert_eq!(
+        Started::stdout(&out),
+        format!("{}\nplan-env", pwd_of(&caps, &s))
+    );
+    let mut req = ExecRequest::new(["sh", "-c", "pwd; echo \"[$EXTRA][$EMPTY]\""]);
     req.env.insert("EXTRA".into(), "x y".into());
     req.env.insert("EMPTY".into(), String::new());
     req.workdir = Some("/tmp".into());
+    let out = s.exec(req.clone()).await;
+    assert_eq!(Started::stdout(&out), "/tmp\n[x y][]");
+    req.argv = ["sh", "-c", "id -u"].map(String::from).to_vec();
     req.user = Some("1000".into());
-    let out = s.exec(req).await;
-    assert_eq!(
-        out.exit_code,
-        0,
-        "{:?}",
-        String::from_utf8_lossy(&out.stderr_tail)
-    );
-    assert_eq!(Started::stdout(&out), "/tmp\n[x y][]\n1000");
+    if caps.remote_user {
+        let out = s.exec(req).await;
+        assert_eq!(
+            out.exit_code,
+            0,
+            "{:?}",
+            String::from_utf8_lossy(&out.stderr_tail)
+        );
+        assert_eq!(Started::stdout(&out), "1000");
+    } else {
+        // Not offered: the typed refusal, never a command run as whoever
+        // the driver happens to be.
+        match s.run.exec(req).await {
+            Err(DriverError::Unsupported { driver: d, .. }) => assert_eq!(d, driver.name()),
+            Err(e) => panic!("exec as a user without remote_user: {e} ({})", e.code()),
+            Ok(_) => panic!("exec as a user ran on a driver without remote_user"),
+        }
+    }
     s.run.cleanup().await.expect("cleanup");
 }
 
@@ -234,40 +304,96 @@ pub async fn large_output_streams(driver: &dyn Driver, image: &str) {
     s.run.cleanup().await.expect("cleanup");
 }
 
+/// The pids of `pids` that still run in the sandbox (neither gone nor a
+/// zombie awaiting its reaper), asked from inside it: a container's pids
+/// are its own namespace's, the host's are the host's.
+async fn still_running(s: &Started, pids: &[String]) -> String {
+    let script = format!(
+        "for p in {}; do st=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null); \
+         [ -n \"$st\" ] && [ \"$st\" != Z ] && echo $p; done; true",
+        pids.join(" ")
+    );
+    Started::stdout(&s.sh(&script).await)
+}
+
+/// Read `n` lines of a session's stdout (pids the command announces).
+async fn read_lines(session: &mut dyn iterion_core::ExecSession, n: usize) -> Vec<String> {
+    let mut text = String::new();
+    while text.lines().count() < n || !text.ends_with('\n') {
+        let chunk = session
+            .next_chunk()
+            .await
+            .expect("the command ended before announcing its pids")
+            .expect("chunk");
+        if chunk.stream == iterion_core::OutputStream::Stdout {
+            text.push_str(&String::from_utf8_lossy(&chunk.data));
+        }
+    }
+    text.lines().map(str::to_owned).collect()
+}
+
 pub async fn kill_is_real(driver: &dyn Driver, image: &str) {
     let s = start(driver, "kill", base_plan(image)).await;
+    // The shell and both sleeps announce their pids, so the check looks
+    // for exactly them (a `ps` of the host would see other work).
     let mut session = s
         .run
         .exec(ExecRequest::new([
             "sh",
             "-c",
-            "sleep 1000 & sleep 1001; wait",
+            "echo $$; sleep 1000 & echo $!; sleep 1001 & echo $!; wait",
         ]))
         .await
         .expect("exec");
-    // Wait until both sleeps exist.
+    let pids = read_lines(session.as_mut(), 3).await;
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_eq!(
+        still_running(&s, &pids).await.lines().count(),
+        3,
+        "{pids:?}"
+    );
+    session.kill().await.expect("kill");
+    // The exit code is data (a shell may handle TERM and exit 0); what
+    // matters is that the wait returns and nothing survives. A KILL is
+    // delivered asynchronously: poll (bounded) until the tree is gone.
+    session.wait().await.expect("wait after kill");
+    let mut left = String::new();
     for _ in 0..100 {
-        let ps = s.sh("ps -o args | grep -c '^sleep 100[01]'").await;
-        if Started::stdout(&ps) == "2" {
+        left = still_running(&s, &pids).await;
+        if left.is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    session.kill().await.expect("kill");
-    // The exit code is data (a shell may handle TERM and exit 0); what
-    // matters is that the wait returns and nothing survives.
-    session.wait().await.expect("wait after kill");
-    let ps = s.sh("ps -o args").await;
-    let listing = Started::stdout(&ps);
-    assert!(
-        !listing.lines().any(|l| l.starts_with("sleep 100")),
-        "processes survived kill:\n{listing}"
-    );
+    assert!(left.is_empty(), "processes survived kill: {left}");
     s.run.cleanup().await.expect("cleanup");
 }
 
 pub async fn zombies_are_reaped(driver: &dyn Driver, image: &str) {
     let s = start(driver, "zombie", base_plan(image)).await;
+    if !contained(&driver.capabilities()) {
+        // No container, no init of its own: orphans are the host init's.
+        // What the driver owns is what it starts: a finished exec leaves
+        // no zombie of its process behind once waited for.
+        let mut session = s
+            .run
+            .exec(ExecRequest::new([
+                "sh",
+                "-c",
+                "echo $$; sh -c 'true & exit 0'; exit 0",
+            ]))
+            .await
+            .expect("exec");
+        let pids = read_lines(session.as_mut(), 1).await;
+        assert_eq!(session.wait().await.expect("wait"), 0);
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[0]));
+        assert!(
+            stat.is_err(),
+            "the exec's process was not reaped by its wait: {stat:?}"
+        );
+        s.run.cleanup().await.expect("cleanup");
+        return;
+    }
     // 200 children orphaned by their parent shell, each exiting at once.
     let out = s
         .sh("i=0; while [ $i -lt 200 ]; do sh -c 'true & exit 0'; i=$((i+1)); done")
@@ -325,13 +451,16 @@ fn once(bytes: Vec<u8>) -> iterion_core::ByteStream {
 
 pub async fn archive_round_trip(driver: &dyn Driver, image: &str) {
     let s = start(driver, "archive", base_plan(image)).await;
+    // The run's own workdir: the plan's in a container, the host
+    // workspace on the host (never a shared host path).
+    let workdir = s.run.workdir().to_owned();
     let tar = tar_of(&[("a.txt", b"alpha"), ("sub/b.bin", &[0u8, 1, 2, 255])]);
-    s.run.import(WORKDIR, once(tar)).await.expect("import");
+    s.run.import(&workdir, once(tar)).await.expect("import");
     let cat = s.sh("cat a.txt").await;
     assert_eq!(Started::stdout(&cat), "alpha");
     let files = read_tar(
         s.run
-            .export(&format!("{WORKDIR}/sub"))
+            .export(&format!("{workdir}/sub"))
             .await
             .expect("export"),
     )
@@ -343,8 +472,34 @@ pub async fn archive_round_trip(driver: &dyn Driver, image: &str) {
     s.run.cleanup().await.expect("cleanup");
 }
 
-pub async fn killed_container_is_gone(driver: &dyn Driver, image: &str, kill: ExternalKill) {
+/// The run's sandbox removed from outside mid-run: a container killed
+/// through the engine (`kill`), or, for a driver without a container, the
+/// host workspace removed (no `kill` needed, none taken).
+pub async fn killed_container_is_gone(
+    driver: &dyn Driver,
+    image: &str,
+    kill: Option<ExternalKill>,
+) {
+    let caps = driver.capabilities();
     let s = start(driver, "killed", base_plan(image)).await;
+    let kill = match (contained(&caps), kill) {
+        (true, Some(kill)) => kill,
+        (true, None) => panic!("a driver with containers mounts the suite with an external kill"),
+        (false, _) => {
+            std::fs::remove_dir_all(&s.info.host_workspace).expect("remove the workspace");
+            assert!(!s.run.is_alive().await.expect("is_alive"));
+            match s.run.exec(ExecRequest::new(["true"])).await {
+                Err(DriverError::ContainerGone { .. }) => {}
+                Err(e) => panic!("exec into a removed workspace: {e} ({})", e.code()),
+                Ok(_) => panic!("exec into a removed workspace succeeded"),
+            }
+            // Nothing outlives the sandbox to drain: the capability says so.
+            assert!(!caps.read_back_drain, "{caps:?}");
+            s.run.cleanup().await.expect("cleanup");
+            s.run.cleanup().await.expect("cleanup again");
+            return;
+        }
+    };
     let w = s
         .sh(&format!("echo drained > {RUN_FILES_CONTAINER_DIR}/out.txt"))
         .await;
@@ -376,10 +531,18 @@ pub async fn killed_container_is_gone(driver: &dyn Driver, image: &str, kill: Ex
 
 /// Mount the suite: `driver_conformance!(module, async { driver }, "image", kill)`
 /// where the factory yields something that derefs to a [`Driver`] and `kill`
-/// is an [`ExternalKill`] expression.
+/// is an [`ExternalKill`] expression; a driver without containers (no
+/// `image` capability) mounts it without one:
+/// `driver_conformance!(module, async { driver }, "image")`.
 #[macro_export]
 macro_rules! driver_conformance {
     ($module:ident, $factory:expr, $image:expr, $kill:expr) => {
+        $crate::driver_conformance!(@suite $module, $factory, $image, Some($kill));
+    };
+    ($module:ident, $factory:expr, $image:expr) => {
+        $crate::driver_conformance!(@suite $module, $factory, $image, None);
+    };
+    (@suite $module:ident, $factory:expr, $image:expr, $kill:expr) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;

@@ -25,7 +25,7 @@ use iterion_sandbox::guards::{KubeCheck, check_kubernetes_spec};
 use iterion_sandbox::host::{DriverOffer, HostKind};
 use iterion_sandbox::verdict::EgressVerdict;
 
-use super::run::LaunchFlags;
+use super::launch::LaunchFlags;
 use crate::cli::{ManifestFormat, ManifestsArgs};
 use crate::exit::{Exit, UserInputError};
 
@@ -53,7 +53,7 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
         capabilities: caps,
         footprint: HostFootprint::default(),
     };
-    let host = super::run::sandbox_host(env, HostDrivers::offered(vec![offer]), Some(&workflow));
+    let host = super::launch::sandbox_host(env, HostDrivers::offered(vec![offer]), Some(&workflow));
     let decided = super::sandbox::decide_here(
         &host,
         Some(&workflow),

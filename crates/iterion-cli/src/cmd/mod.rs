@@ -4,6 +4,7 @@
 mod cancel;
 mod cloud;
 mod files;
+mod launch;
 mod launch_inputs;
 #[cfg(feature = "driver-k8s")]
 mod manifests;
@@ -35,9 +36,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         #[cfg(feature = "driver-k8s")]
         Command::Sandbox(SandboxCommand::Manifests(args)) => manifests::run(args).await,
         #[cfg(not(feature = "driver-k8s"))]
-        Command::Sandbox(SandboxCommand::Manifests(_)) => Err(crate::exit::UserInputError::new(
-            "this iterion was built without the Kubernetes driver (cargo feature driver-k8s)",
-        )
+        Command::Sandbox(SandboxCommand::Manifests(_)) => Err(crate::backends::NotBuiltIn {
+            backend: crate::backends::Backend::DriverK8s,
+        }
         .into()),
         Command::Submit(args) => submit::run(args).await,
         Command::Runner(args) => runner::run(args).await,

@@ -10,7 +10,8 @@ use iterion_runtime::human::AnswerInput;
 use iterion_runtime::resume;
 use iterion_sandbox::env::EnvSnapshot;
 
-use super::run::{AgentWiring, LaunchFlags, Session, cancel_on_signals, check_env, source_sha256};
+use super::launch::LaunchFlags;
+use super::run::{AgentWiring, Session, cancel_on_signals, check_env, source_sha256};
 use crate::cli::ResumeArgs;
 use crate::exit::{Exit, UserInputError};
 use crate::{stores, workflow};

@@ -24,7 +24,8 @@ use iterion_sandbox::env::EnvSnapshot;
 use tokio_util::sync::CancellationToken;
 
 use super::cloud;
-use super::run::{AgentWiring, LaunchFlags, Session, check_env, source_sha256};
+use super::launch::LaunchFlags;
+use super::run::{AgentWiring, Session, check_env, source_sha256};
 use crate::cli::RunnerArgs;
 use crate::exit::{Exit, UserInputError};
 use crate::{drivers, workflow};

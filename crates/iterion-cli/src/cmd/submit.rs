@@ -9,7 +9,8 @@ use iterion_core::store::{NewRun, Submission};
 use iterion_core::{RunId, Trust};
 
 use super::cloud;
-use super::run::{AgentWiring, LaunchFlags, parse_vars};
+use super::launch::LaunchFlags;
+use super::run::{AgentWiring, parse_vars};
 use crate::cli::{SubmitArgs, TrustFlag};
 use crate::exit::{Exit, UserInputError};
 use crate::workflow;

@@ -10,7 +10,7 @@
 //! keeps its volumes and the archive API still serves them), a member over the
 //! cap declined with the rest kept (R8, one attempt; the two-attempt sum is
 //! metered by the store's drain record and is exercised through the real
-//! docker driver in `crates/iterion-readback/tests/integration/attempts.rs`,
+//! docker driver in `crates/iterion-e2e/tests/integration/readback/attempts.rs`,
 //! because `iterion run` drains once), a hostile tree (symlinks out, a
 //! symlinked dir, a hardlink, a fifo, a device node) declined by name with
 //! nothing written outside the store's run file area, the R6/R13 direction

@@ -175,7 +175,7 @@ pub(crate) fn resolve(w: &mut Workflow, servers: &[ServerSummary], ctx: &mut Ctx
 /// An `auth: type: oauth2` block as the runner reads it (`None` for
 /// anything C038 refuses).
 fn oauth_of(auth: Option<&Prop<'_>>) -> Option<McpOAuth> {
-    let a = super::workflow::block_json(&auth?.line.children);
+    let a = super::props::block_json(&auth?.line.children);
     let s = |k: &str| {
         a.get(k)
             .and_then(Value::as_str)
@@ -228,7 +228,7 @@ pub(crate) fn server(name: &str, line: &Line, pos: Pos, ctx: &mut Ctx<'_>) -> Se
         // Inline `{K: "v"}` or an indented block of `K: "v"` lines.
         let json = match &p.value {
             Some(v) => v.to_json(),
-            None => super::workflow::block_json(&p.line.children),
+            None => super::props::block_json(&p.line.children),
         };
         json.as_object()
             .map(|o| {

@@ -3,6 +3,8 @@
 //! `key: value` line against a table (E001/E002/E003/E012, enum codes).
 //! Owns no cross-property or cross-declaration rule.
 
+use serde_json::Value;
+
 use crate::diag::{Severity, codes};
 use crate::ir::Pos;
 use crate::lexer::{STok, Tok};
@@ -516,4 +518,34 @@ impl Ctx<'_> {
             line,
         })
     }
+}
+
+/// A block's `key: value` lines as a JSON object, nested blocks as nested
+/// objects (an `mcp` server's `auth`, a free-form workflow property):
+/// reading a block without a table. Here, not in `workflow`, so `mcp` and
+/// `workflow` reach it without naming each other.
+pub(crate) fn block_json(lines: &[Line]) -> Value {
+    // iterative flatten of one level: `key: value` lines into an object;
+    // deeper blocks recurse through a bounded depth (lexer cap)
+    let mut map = serde_json::Map::new();
+    for l in lines {
+        if let [
+            STok {
+                tok: Tok::Word(k), ..
+            },
+            STok {
+                tok: Tok::Colon, ..
+            },
+            rest @ ..,
+        ] = l.toks.as_slice()
+        {
+            let v = if rest.is_empty() {
+                block_json(&l.children)
+            } else {
+                parse_value(rest).map_or(Value::Null, |v| v.to_json())
+            };
+            map.insert(k.clone(), v);
+        }
+    }
+    Value::Object(map)
 }

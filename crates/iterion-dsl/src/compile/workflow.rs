@@ -16,13 +16,13 @@ use crate::ir::{
     Workflow,
 };
 use crate::lexer::{STok, Tok};
-use crate::parser::{Line, PValue, parse_value};
+use crate::parser::{Line, PValue};
 
 use super::ctx::Ctx;
 use super::decls::{NodeDecl, read_secrets, read_vars, type_name};
 use super::edges::{EdgeLine, edge_positions, parse_edge};
 use super::graph::graph_checks;
-use super::props::{BUDGET, WORKFLOW};
+use super::props::{BUDGET, WORKFLOW, block_json};
 use super::sandbox;
 
 /// C321: a bound the runtime enforces must be a positive Go duration
@@ -481,30 +481,4 @@ pub(crate) fn compile_workflow(
         presets: Default::default(),
         pos: wpos,
     })
-}
-
-pub(crate) fn block_json(lines: &[Line]) -> Value {
-    // iterative flatten of one level: `key: value` lines into an object;
-    // deeper blocks recurse through a bounded depth (lexer cap)
-    let mut map = serde_json::Map::new();
-    for l in lines {
-        if let [
-            STok {
-                tok: Tok::Word(k), ..
-            },
-            STok {
-                tok: Tok::Colon, ..
-            },
-            rest @ ..,
-        ] = l.toks.as_slice()
-        {
-            let v = if rest.is_empty() {
-                block_json(&l.children)
-            } else {
-                parse_value(rest).map_or(Value::Null, |v| v.to_json())
-            };
-            map.insert(k.clone(), v);
-        }
-    }
-    Value::Object(map)
 }

@@ -88,7 +88,7 @@ impl RunDirs {
         };
         std::fs::create_dir_all(self.run_files()).map_err(io)?;
         std::fs::create_dir_all(self.attachments()).map_err(io)?;
-        crate::reap::mark_owner(&self.dir).map_err(io)?;
+        crate::owner::mark_owner(&self.dir).map_err(io)?;
         // The run's files live here during the run: no other local user
         // reads them (the engine binds them as root; the sandbox sees only
         // the bind).

@@ -367,7 +367,7 @@ fn write_files(
         }
     }
     if let Some(dir) = written.dir() {
-        crate::reap::mark_owner(&dir).map_err(|source| BootError::Io {
+        crate::owner::mark_owner(&dir).map_err(|source| BootError::Io {
             operation: format!("mark {}", dir.display()),
             source,
         })?;

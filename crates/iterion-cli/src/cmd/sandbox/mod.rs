@@ -22,7 +22,7 @@ use iterion_sandbox::host::HostKind;
 use serde::Serialize;
 
 pub use self::strict::strict_report;
-use super::run::LaunchFlags;
+use super::launch::LaunchFlags;
 use crate::cli::{DoctorArgs, ReapArgs, TargetFlag, TrustFlag};
 use crate::drivers;
 use crate::exit::{Exit, UserInputError};

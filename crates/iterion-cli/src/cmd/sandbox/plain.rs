@@ -121,7 +121,7 @@ pub(super) async fn doctor(
         .sandbox_default
         .clone()
         .unwrap_or_else(|| "<unset>".to_owned());
-    let host = super::super::run::sandbox_host(env, drivers.clone(), None);
+    let host = super::super::launch::sandbox_host(env, drivers.clone(), None);
     // The host's answer for an `auto` run here, whatever the environment's
     // default says (facts §11.1: the driver selection of the factory).
     let flags = SandboxFlags {

@@ -81,7 +81,7 @@ pub async fn strict_report(
         Some(path) => Some(crate::workflow::load_workflow(path)?.1),
         None => None,
     };
-    let host = super::super::run::sandbox_host(env.clone(), drivers.clone(), workflow.as_ref());
+    let host = super::super::launch::sandbox_host(env.clone(), drivers.clone(), workflow.as_ref());
     let target = match opts.target {
         None | Some(TargetFlag::Auto) => None,
         Some(TargetFlag::Local) => Some(HostKind::Local),
@@ -546,7 +546,7 @@ async fn egress_confinement(d: &SandboxDecision, spec: Option<&Spec>) -> Check {
         "{}; IPv6: {}; capabilities: {} only; proxy on {}, at most {} connections",
         p.firewall.detail,
         p.ipv6.detail,
-        iterion_driver_docker::SANDBOX_CAPABILITIES.join(", "),
+        drivers::sandbox_capabilities().join(", "),
         p.proxy_bind,
         p.proxy_max_connections
     );
