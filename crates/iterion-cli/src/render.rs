@@ -337,7 +337,20 @@ fn describe_kind(event: &EventRecord, kind: &EventKind) -> Option<String> {
             "run files: DRAIN {reason} (declined: {})",
             json_text(declined)
         ),
-        K::SandboxCleanup { container, .. } => format!("sandbox: {container} removed"),
+        K::SandboxCleanup {
+            container,
+            ok: true,
+            ..
+        } => format!("sandbox: {container} removed"),
+        // Never "removed" when it was not: the reaper collects it once the
+        // run is provably over.
+        K::SandboxCleanup {
+            container,
+            ok: false,
+            ..
+        } => format!(
+            "sandbox: {container} NOT removed (cleanup failed; `iterion sandbox reap` collects it)"
+        ),
         K::SandboxLimitReached {
             limit,
             bound,
@@ -529,6 +542,12 @@ mod tests {
                 lines.push(line(&record(&draft.kind, Some("lint"), draft.data)));
             }
         }
+        lines.push("-- a cleanup that failed --".into());
+        lines.push(line(&record(
+            "sandbox_cleanup",
+            Some("build"),
+            json!({"driver": "docker", "container": "iterion-r1", "ok": false}),
+        )));
         lines.push("-- not typed by this build --".into());
         lines.push(line(&record(
             "quantum_flux",
