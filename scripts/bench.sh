@@ -19,7 +19,7 @@ benches=(
   "iterion-netproxy inspect"          # TLS inspection p50/p99 and 100 MB throughput vs tunnel and direct
   "iterion-e2e readback_drain"        # drain 500 MB / 1,000 files vs tar -x and docker cp
   "iterion-runtime redact"            # secret masking MB/s vs a line split and exact replace
-  "iterion-agent runner"              # in-box claw tool call and turn vs the same loop on the host
+  "iterion-e2e agent_runner"          # in-box claw tool call and turn vs the same loop on the host
   "iterion-cli queue"                 # cloud mode: runs/min and submit→claimed p50/p95, 1/2/4 runners vs iterion run
 )
 for b in "${benches[@]}"; do

@@ -410,5 +410,5 @@ fn schema_error(e: &serde_json::Error) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests run against a real run store, so they live with the other
+// cross-backend tests (`crates/iterion-e2e/tests/integration/agent/privacy.rs`).

@@ -13,6 +13,7 @@
 mod claude_code;
 mod claw_host;
 mod in_box;
+mod privacy;
 mod runner_process;
 mod support;
 mod tools_in_box;

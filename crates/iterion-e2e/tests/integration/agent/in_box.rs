@@ -25,7 +25,7 @@ use iterion_testkit::driver::{Started, base_plan, start};
 use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::json;
 
-use crate::support::*;
+use crate::agent::support::*;
 
 pub const BUSYBOX: &str = "iterion-test/busybox:local";
 pub const SLIM: &str = "iterion-sandbox-slim:local";

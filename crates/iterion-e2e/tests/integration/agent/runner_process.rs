@@ -17,7 +17,7 @@ use iterion_testkit::agent::static_iterion;
 use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::{Value, json};
 
-use crate::support::*;
+use crate::agent::support::*;
 
 fn runner_env(p: &ScriptedProvider) -> BTreeMap<String, String> {
     BTreeMap::from([

@@ -8,7 +8,7 @@ use iterion_core::EventKind;
 use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::json;
 
-use crate::support::*;
+use crate::agent::support::*;
 
 fn verdict_schema() -> serde_json::Value {
     json!({

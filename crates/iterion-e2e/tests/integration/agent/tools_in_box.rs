@@ -17,8 +17,8 @@ use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::{Value, json};
 use std::sync::Mutex;
 
-use crate::in_box::{BUSYBOX, Engine, boxed, driver, provider_env, proxy};
-use crate::support::*;
+use crate::agent::in_box::{BUSYBOX, Engine, boxed, driver, provider_env, proxy};
+use crate::agent::support::*;
 
 /// A launcher-side tool served on the host: proves the round trip from
 /// the container's runner to the host and back, and what name it got.

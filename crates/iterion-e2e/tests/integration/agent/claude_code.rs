@@ -11,7 +11,7 @@ use iterion_testkit::agent::claude_cli;
 use iterion_testkit::provider::{ScriptedProvider, Turn};
 use serde_json::json;
 
-use crate::support::*;
+use crate::agent::support::*;
 
 /// A host for the CLI: a workspace, a private HOME (the CLI keeps its
 /// sessions there) and a PATH holding the CLI as `claude`.
