@@ -5,7 +5,7 @@
 use iterion_core::failure::{FailureCode, RunStatus};
 use serde_json::json;
 
-use crate::support::*;
+use crate::studio::support::*;
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
