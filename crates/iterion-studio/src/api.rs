@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::decision::{self, BlockedRequest, DecisionCard};
 use crate::escape::text;
 use crate::graph::{self, NodeState, Terminals};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Most events a page or `runs/ID` reads (the `events` API has them all).
 pub(crate) const PAGE_EVENTS: usize = 20_000;

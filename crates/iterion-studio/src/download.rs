@@ -24,7 +24,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use crate::api::{error_for, load_run, store_failure, with_type};
-use crate::server::AppState;
+use crate::state::AppState;
 
 const PATH: &str = "/api/runs/files/PATH";
 

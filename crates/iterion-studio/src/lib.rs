@@ -33,8 +33,10 @@ pub mod escape;
 pub mod graph;
 mod live;
 mod pages;
+mod rows;
 mod server;
 pub mod source;
+mod state;
 pub mod timeline;
 
 use std::net::SocketAddr;

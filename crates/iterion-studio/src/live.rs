@@ -22,7 +22,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{StreamExt, stream};
 use http::StatusCode;
-use iterion_core::store::{RunRecord, StoreStream};
+use iterion_core::store::StoreStream;
 use iterion_core::view::{FilesView, RunView};
 use iterion_core::{EventRecord, RunId, StoreError};
 use serde::{Deserialize, Serialize};
@@ -31,7 +31,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::api::{PAGE_EVENTS, RunFilter, error_for, hint, load_run};
 use crate::decision::{CardView, DecisionCard};
 use crate::graph::{NodeState, Terminals, node_transition};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::timeline::{self, Entry};
 
 /// Longest life of one stream.
@@ -40,56 +40,6 @@ const LIFETIME: Duration = Duration::from_secs(600);
 const RUNS_EVERY: Duration = Duration::from_secs(1);
 /// Keep-alive comments, so idle proxies keep the stream open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Events read to find a run's sandbox mode (it is decided early).
-const MODE_EVENTS: usize = 64;
-
-/// One row of the runs list.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct RunRow {
-    /// The run, as `iterion runs --json` shows it.
-    pub run: RunView,
-    /// Its sandbox mode, once decided.
-    pub mode: Option<String>,
-    /// When it started, for humans.
-    pub started: String,
-    /// How long it took, for humans (`-` while it runs).
-    pub duration: String,
-}
-
-/// The rows of `runs`, each with its mode.
-pub(crate) async fn rows(state: &AppState, runs: &[RunRecord]) -> Vec<RunRow> {
-    let mut out = Vec::with_capacity(runs.len());
-    for r in runs {
-        let (started, duration) = crate::pages::row_times(r);
-        out.push(RunRow {
-            run: RunView::of(r),
-            mode: mode_of(state, &r.id).await,
-            started,
-            duration,
-        });
-    }
-    out
-}
-
-async fn mode_of(state: &AppState, run: &RunId) -> Option<String> {
-    if let Ok(cache) = state.modes.lock()
-        && let Some(m) = cache.get(run)
-    {
-        return m.clone();
-    }
-    let events = state.store.events_after(run, 0, MODE_EVENTS).await.ok()?;
-    let card = crate::decision::decision(&events);
-    if card.verdict() != crate::decision::Verdict::Undecided
-        && let Ok(mut cache) = state.modes.lock()
-    {
-        // Bounded: a store with more runs than this re-reads a few.
-        if cache.len() >= 50_000 {
-            cache.clear();
-        }
-        cache.insert(run.clone(), card.mode.clone());
-    }
-    card.mode
-}
 
 fn busy(path: &str) -> Response {
     error_for(
@@ -149,7 +99,7 @@ pub(crate) async fn runs(
                 let Ok(runs) = filter.runs(&st, PATH).await else {
                     continue;
                 };
-                let body = match serde_json::to_string(&rows(&st, &runs).await) {
+                let body = match serde_json::to_string(&crate::rows::rows(&st, &runs).await) {
                     Ok(b) => b,
                     Err(_) => continue,
                 };
@@ -292,10 +242,10 @@ async fn step(
                 let files = crate::api::files_view(&st, &r.id).await.ok();
                 let msg = EndMessage {
                     run: RunView::of(&r),
-                    duration: crate::pages::row_times(&r).1,
+                    duration: crate::rows::row_times(&r).1,
                     failure_message: r.failure.as_ref().map(|f| f.message.clone()),
                     hint: hint(&r),
-                    drain: files.as_ref().map(crate::pages::drain_text),
+                    drain: files.as_ref().map(crate::rows::drain_text),
                     files,
                     terminals: crate::api::terminals(&r),
                 };

@@ -14,14 +14,14 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use http::StatusCode;
 use iterion_core::failure::RunStatus;
-use iterion_core::store::{LogLine, RunRecord};
-use iterion_core::view::{FilesView, human_duration, human_time, run_duration_ms};
+use iterion_core::store::LogLine;
+use iterion_core::view::{FilesView, human_time};
 
 use crate::api::{self, RunDetail, RunFilter, error_for, store_failure, with_type};
 use crate::decision::{CardView, DecisionCard};
 use crate::escape::{attr, path_segment, path_segments, text};
-use crate::live::{RunRow, rows};
-use crate::server::AppState;
+use crate::rows::{RunRow, drain_text, row_times, rows};
+use crate::state::AppState;
 use crate::timeline::{self, Entry};
 
 /// Timeline entries a page shows at most (the API has all of them).
@@ -143,14 +143,6 @@ pub(crate) async fn runs_page(
     )
 }
 
-/// Human spellings of a run's start and duration, for its row.
-pub(crate) fn row_times(r: &RunRecord) -> (String, String) {
-    (
-        human_time(r.created_at),
-        run_duration_ms(r).map_or_else(|| "-".to_owned(), human_duration),
-    )
-}
-
 fn dl_rows(out: &mut String, rows: &[(String, String)]) {
     for (name, value) in rows {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", text(name), text(value));
@@ -225,24 +217,6 @@ fn entry_item(e: &Entry) -> String {
         s.push_str("</dl></details>");
     }
     s.push_str("</li>");
-    s
-}
-
-/// The drain line of a run's files, as `iterion files` words it.
-pub(crate) fn drain_text(files: &FilesView) -> String {
-    let Some(d) = &files.drain else {
-        return "drain: none recorded".to_owned();
-    };
-    let mut s = format!("drain: {}", d.status.as_str());
-    if let Some(r) = &d.reason {
-        let _ = write!(s, " ({r})");
-    }
-    if !d.declined.is_empty() {
-        let _ = write!(s, "; declined: {}", d.declined.join(", "));
-    }
-    if d.stale {
-        s.push_str("; stale: what is stored may be out of date");
-    }
     s
 }
 

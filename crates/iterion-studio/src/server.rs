@@ -20,12 +20,13 @@ use http::{HeaderValue, Method, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use iterion_core::{RunId, RunStore};
+use iterion_core::RunStore;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{self, LocalHosts, StudioToken};
+use crate::auth::{self, LocalHosts};
+use crate::state::AppState;
 use crate::{StudioError, StudioSettings, api, live, pages};
 
 /// Largest request head (request line and headers) hyper buffers.
@@ -38,20 +39,6 @@ const MAX_CONNECTIONS: usize = 256;
 const MAX_STREAMS: usize = 64;
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What every handler shares.
-pub(crate) struct AppState {
-    pub(crate) store: Arc<dyn RunStore>,
-    pub(crate) token: Option<StudioToken>,
-    pub(crate) hosts: LocalHosts,
-    /// Permits for live streams.
-    pub(crate) streams: Arc<Semaphore>,
-    /// Cancelled when the server stops: live streams end with it.
-    pub(crate) shutdown: CancellationToken,
-    /// Each run's sandbox mode once decided (it never changes), so the
-    /// runs page does not re-read every run's events each refresh.
-    pub(crate) modes: Mutex<HashMap<RunId, Option<String>>>,
-}
 
 /// A bound studio, ready to serve.
 pub struct Studio {
