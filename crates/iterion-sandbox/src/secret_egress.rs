@@ -59,30 +59,8 @@ pub fn secret_egress_verdict(
     if bound.is_empty() {
         return SecretEgressVerdict::Unbound;
     }
-    let reason = match placement {
-        Placement::Host => "the run is not sandboxed, so no egress proxy stands between \
-                            the agent and the secret's hosts"
-            .to_owned(),
-        Placement::Sandbox {
-            driver,
-            capabilities,
-            egress,
-        } => match egress {
-            EgressVerdict::Open => "the workflow's network is open, so no egress proxy runs \
-                                    to put the value back (add a `network:` block with `mode: allowlist`)"
-                .to_owned(),
-            EgressVerdict::Refused { reason } => reason.clone(),
-            EgressVerdict::Enforced | EgressVerdict::Advisory { .. }
-                if !capabilities.tls_inspection =>
-            {
-                format!(
-                    "the {driver} driver cannot install the run's inspection CA in the sandbox"
-                )
-            }
-            EgressVerdict::Enforced | EgressVerdict::Advisory { .. } => {
-                return SecretEgressVerdict::Placeholders;
-            }
-        },
+    let Some(reason) = unservable(placement) else {
+        return SecretEgressVerdict::Placeholders;
     };
     if mode == Mode::Inline {
         return SecretEgressVerdict::Refused {
@@ -125,29 +103,52 @@ pub fn provider_keys_verdict(
     capabilities: Capabilities,
     egress: &EgressVerdict,
 ) -> ProviderKeysVerdict {
-    let plain = |reason: &str| ProviderKeysVerdict::Plain {
-        reason: reason.to_owned(),
-    };
     if keys == ProviderKeys::Plain {
-        return plain("ITERION_SANDBOX_PROVIDER_KEYS=plain");
+        return ProviderKeysVerdict::Plain {
+            reason: "ITERION_SANDBOX_PROVIDER_KEYS=plain".to_owned(),
+        };
     }
+    match unservable(Placement::Sandbox {
+        driver,
+        capabilities,
+        egress,
+    }) {
+        None => ProviderKeysVerdict::Placeholders,
+        Some(reason) => ProviderKeysVerdict::Plain { reason },
+    }
+}
+
+/// Why a run placed at `placement` cannot put a placeholder's value back
+/// (`None`: it can — its traffic goes through the proxy, on a driver that
+/// installs the run's inspection CA). The one reading both verdicts use.
+fn unservable(placement: Placement<'_>) -> Option<String> {
+    let Placement::Sandbox {
+        driver,
+        capabilities,
+        egress,
+    } = placement
+    else {
+        return Some(
+            "the run is not sandboxed, so no egress proxy stands between \
+             the agent and the secret's hosts"
+                .to_owned(),
+        );
+    };
     match egress {
-        EgressVerdict::Open => {
-            plain("the workflow's network is open, so no egress proxy runs to put the value back")
-        }
-        EgressVerdict::Refused { reason } => plain(reason),
+        EgressVerdict::Open => Some(
+            "the workflow's network is open, so no egress proxy runs \
+             to put the value back (add a `network:` block with `mode: allowlist`)"
+                .to_owned(),
+        ),
+        EgressVerdict::Refused { reason } => Some(reason.clone()),
         EgressVerdict::Enforced | EgressVerdict::Advisory { .. }
             if !capabilities.tls_inspection =>
         {
-            ProviderKeysVerdict::Plain {
-                reason: format!(
-                    "the {driver} driver cannot install the run's inspection CA in the sandbox"
-                ),
-            }
+            Some(format!(
+                "the {driver} driver cannot install the run's inspection CA in the sandbox"
+            ))
         }
-        EgressVerdict::Enforced | EgressVerdict::Advisory { .. } => {
-            ProviderKeysVerdict::Placeholders
-        }
+        EgressVerdict::Enforced | EgressVerdict::Advisory { .. } => None,
     }
 }
 

@@ -55,59 +55,48 @@ pub(super) fn execute(
         return ProviderKeys::default();
     }
     let values = keys.iter().map(|k| k.value().to_owned()).collect();
-    let hosts = |it: &mut dyn Iterator<Item = &str>| {
-        let mut h: Vec<String> = it.map(str::to_owned).collect();
-        h.sort();
-        h.dedup();
-        h
-    };
-    match verdict {
+    let mut hosts: Vec<String> = keys.iter().map(|k| k.host.clone()).collect();
+    hosts.sort();
+    hosts.dedup();
+    let (bound, delivery, reason) = match verdict {
+        ProviderKeysVerdict::Plain { reason } => (Vec::new(), "plain", Some(reason.clone())),
         ProviderKeysVerdict::Placeholders => {
-            let (bound, unbindable): (Vec<_>, Vec<_>) = keys
+            let bound: Vec<BoundSecret> =
+                keys.iter().filter_map(BoundSecret::for_provider).collect();
+            // A host no rule can name cannot be inspected: said, never
+            // silent (the bound ones still go in as placeholders).
+            let unbindable: Vec<&str> = keys
                 .iter()
-                .map(|k| (k, BoundSecret::for_provider(k)))
-                .partition(|(_, b)| b.is_some());
-            let bound: Vec<BoundSecret> = bound.into_iter().filter_map(|(_, b)| b).collect();
-            let event = if unbindable.is_empty() {
-                EventKind::SandboxProviderKeys {
-                    delivery: "placeholder".to_owned(),
-                    variables: bound.iter().map(|b| b.name.clone()).collect(),
-                    hosts: hosts(&mut keys.iter().map(|k| k.host.as_str())),
-                    reason: None,
-                }
-            } else {
-                // A host no rule can name cannot be inspected: said, never
-                // silent (the bound ones still go in as placeholders).
-                EventKind::SandboxProviderKeys {
-                    delivery: "partial".to_owned(),
-                    variables: bound.iter().map(|b| b.name.clone()).collect(),
-                    hosts: hosts(&mut keys.iter().map(|k| k.host.as_str())),
-                    reason: Some(format!(
+                .filter(|k| !bound.iter().any(|b| b.name == k.variable))
+                .map(|k| k.variable.as_str())
+                .collect();
+            match unbindable.is_empty() {
+                true => (bound, "placeholder", None),
+                false => (
+                    bound,
+                    "partial",
+                    Some(format!(
                         "{} go in plain: their provider host is no host name or address the proxy can match",
-                        unbindable
-                            .iter()
-                            .map(|(k, _)| k.variable.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        unbindable.join(", ")
                     )),
-                }
-            };
-            ProviderKeys {
-                bound,
-                values,
-                event: Some(event),
+                ),
             }
         }
-        ProviderKeysVerdict::Plain { reason } => ProviderKeys {
-            bound: Vec::new(),
-            values,
-            event: Some(EventKind::SandboxProviderKeys {
-                delivery: "plain".to_owned(),
-                variables: keys.iter().map(|k| k.variable.clone()).collect(),
-                hosts: hosts(&mut keys.iter().map(|k| k.host.as_str())),
-                reason: Some(reason.clone()),
-            }),
-        },
+    };
+    // Placeholders name the bound keys; plain names every key.
+    let variables = match verdict {
+        ProviderKeysVerdict::Plain { .. } => keys.iter().map(|k| k.variable.clone()).collect(),
+        ProviderKeysVerdict::Placeholders => bound.iter().map(|b| b.name.clone()).collect(),
+    };
+    ProviderKeys {
+        bound,
+        values,
+        event: Some(EventKind::SandboxProviderKeys {
+            delivery: delivery.to_owned(),
+            variables,
+            hosts,
+            reason,
+        }),
     }
 }
 
