@@ -169,39 +169,13 @@ fn podman_claude_code_ask_user_through_the_listener() {
 /// there and the answer is the tool's result: no pause.
 #[test]
 fn host_claw_ask_user_on_a_terminal() {
-    use std::io::Write;
     let prov = Provider::start(vec![
         Turn::tool("ask_user", json!({"question": "Which colour?"})),
         Turn::text("{\"colour\": \"green\"}"),
     ]);
     let sb = prov.sandbox(Engine::Docker);
     let file = sb.write("ask.iter", &asking_workflow(None, "claw", &busybox()));
-    let base = sb.command(&[]);
-    let line = format!(
-        "{} run {} --sandbox none --json",
-        env!("CARGO_BIN_EXE_iterion"),
-        file.display()
-    );
-    let mut cmd = std::process::Command::new("script");
-    cmd.args(["-qec", &line, "/dev/null"])
-        .current_dir(sb.workspace())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in base.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    let mut child = cmd.spawn().expect("script (util-linux) runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"green from the tty\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = crate::support::run_on_a_terminal(&sb, &file, b"green from the tty\n");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("Which colour?"), "{text}");

@@ -196,35 +196,9 @@ fn host_pause_and_resume() {
 /// field by field and the run goes on without pausing.
 #[test]
 fn host_human_asks_on_a_terminal() {
-    use std::io::Write;
     let sb = Sandbox::new(Engine::Docker);
     let file = sb.write("gated.iter", &workflow(false));
-    let base = sb.command(&[]);
-    let line = format!(
-        "{} run {} --sandbox none --json",
-        env!("CARGO_BIN_EXE_iterion"),
-        file.display()
-    );
-    let mut cmd = std::process::Command::new("script");
-    cmd.args(["-qec", &line, "/dev/null"])
-        .current_dir(sb.workspace())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in base.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    let mut child = cmd.spawn().expect("script (util-linux) runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"true\nfrom the tty\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = crate::support::run_on_a_terminal(&sb, &file, b"true\nfrom the tty\n");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("approved (bool):"), "{text}");

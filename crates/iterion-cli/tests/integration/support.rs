@@ -623,3 +623,30 @@ pub fn nft_tables_of(run_id: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// `iterion run FILE --sandbox none --json` on a pseudo-terminal (util-linux
+/// `script`), with this sandbox's env, `input` typed on it: the output.
+pub fn run_on_a_terminal(sb: &Sandbox, file: &Path, input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    let base = sb.command(&[]);
+    let line = format!(
+        "{} run {} --sandbox none --json",
+        env!("CARGO_BIN_EXE_iterion"),
+        file.display()
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .current_dir(sb.workspace())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd.spawn().expect("script (util-linux) runs");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
