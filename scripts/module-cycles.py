@@ -7,9 +7,9 @@ every strongly connected component of more than one file. Exit 1 if any.
 
 What counts: library and binary sources under `src/` (test modules,
 `#[cfg(test)] mod …`, are left out; tests import what they test). A
-path through the crate root (`crate::Name`) is followed through the
-root's `pub use` to the file that defines the name: the root is a facade,
-not a party to a circle. A child naming its parent (`super::Type`) while
+name a module only imports (`crate::Name` through the root's `pub use`,
+`super::Name` through the parent's `use`) is followed to the file that
+defines it: a facade is not a party to a circle. A child naming its parent (`super::Type`) while
 the parent calls into the child *is* a circle: the type belongs in a file
 both can name. `--siblings` sets those child-to-ancestor references aside
 and reports only circles between files that do not contain one another
@@ -133,7 +133,7 @@ class Crate:
                 return mod_path
         return None
 
-    def resolve(self, segments):
+    def resolve(self, segments, seen=None):
         """The file of the deepest module a path names (None: outside)."""
         best = None
         for k in range(len(segments), -1, -1):
@@ -146,25 +146,48 @@ class Crate:
                 return self.inline[prefix]
         if best is None:
             return None
-        # A name re-exported by the module it was reached through: follow
-        # its `pub use` to the defining file (the crate root is a facade).
-        if rest and best == self.files.get(()):
-            target = self.reexport(rest[0])
-            if target:
-                return target
+        # A name a module only imports (`use`, `pub use`): follow it to the
+        # file that defines it. A re-export is not a dependency on the
+        # module that re-exports it — the facade is not a party to a circle.
+        if rest:
+            seen = set() if seen is None else seen
+            if (prefix, rest[0]) not in seen:
+                seen.add((prefix, rest[0]))
+                target = self.imported(prefix, rest[0], seen)
+                if target:
+                    return target
         return best
 
-    def reexport(self, name):
-        root = self.files.get(())
-        for path in use_paths(self.text[root]):
-            if path and path[-1] in (name, "*") and path[0] not in ("crate", "super", "self", "std", "core", "alloc"):
-                if path[-1] == "*":
-                    continue
-                if (path[0],) in self.files:
-                    return self.resolve(list(path[:-1]))
-            if path and path[-1] == name and path[0] == "crate":
-                return self.resolve(list(path[1:-1]))
+    def imported(self, mod_path, name, seen):
+        """The defining file of `name` when module `mod_path` imports it."""
+        children = self.children(mod_path)
+        for path in use_paths(self.text[self.files[mod_path]]):
+            if not path or path[-1] != name:
+                continue
+            absolute = absolute_path(mod_path, children, list(path))
+            if absolute is not None:
+                return self.resolve(absolute, seen)
         return None
+
+    def children(self, mod_path):
+        return {p[-1] for p in self.files if len(p) == len(mod_path) + 1 and p[:-1] == mod_path}
+
+
+def absolute_path(mod_path, children, segs):
+    """A path as written in module `mod_path`, from the crate root (None:
+    another crate or the standard library)."""
+    head = segs[0]
+    if head == "crate":
+        return segs[1:]
+    if head in ("super", "self"):
+        base = list(mod_path)
+        while segs and segs[0] in ("super", "self"):
+            if segs.pop(0) == "super":
+                base = base[:-1]
+        return base + segs
+    if head in children:
+        return list(mod_path) + segs
+    return None
 
 
 def expand(tree):
@@ -200,7 +223,7 @@ def use_paths(text):
 def edges_of(crate, path):
     mod_path = crate.module_of(path)
     text = crate.text[path]
-    children = {p[-1] for p in crate.files if len(p) == len(mod_path) + 1 and p[:-1] == mod_path}
+    children = crate.children(mod_path)
     paths = list(use_paths(text))
     for m in re.finditer(r"(?<![:\w])((?:" + IDENT + r"::)+" + IDENT + ")", text):
         paths.append(tuple(m.group(1).split("::")))
@@ -208,18 +231,8 @@ def edges_of(crate, path):
     for p in paths:
         if not p:
             continue
-        head, segs = p[0], list(p)
-        if head == "crate":
-            absolute = segs[1:]
-        elif head in ("super", "self"):
-            base = list(mod_path)
-            while segs and segs[0] in ("super", "self"):
-                if segs.pop(0) == "super":
-                    base = base[:-1]
-            absolute = base + segs
-        elif head in children:
-            absolute = list(mod_path) + segs
-        else:
+        absolute = absolute_path(mod_path, children, list(p))
+        if absolute is None:
             continue
         target = crate.resolve(absolute)
         if target and target != path:
