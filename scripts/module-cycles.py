@@ -149,7 +149,7 @@ class Crate:
         # A name a module only imports (`use`, `pub use`): follow it to the
         # file that defines it. A re-export is not a dependency on the
         # module that re-exports it — the facade is not a party to a circle.
-        if rest:
+        if rest and rest[0] != "*":
             seen = set() if seen is None else seen
             if (prefix, rest[0]) not in seen:
                 seen.add((prefix, rest[0]))
@@ -225,7 +225,10 @@ def edges_of(crate, path):
     text = crate.text[path]
     children = crate.children(mod_path)
     paths = list(use_paths(text))
-    for m in re.finditer(r"(?<![:\w])((?:" + IDENT + r"::)+" + IDENT + ")", text):
+    # Paths written in code; `use` items are read whole above (scanning
+    # them again would take `use a::b::{X, Y}` for a use of module `a::b`).
+    code = re.sub(r"\buse\s+[^;]+;", "", text)
+    for m in re.finditer(r"(?<![:\w])((?:" + IDENT + r"::)+" + IDENT + ")", code):
         paths.append(tuple(m.group(1).split("::")))
     targets = set()
     for p in paths:
