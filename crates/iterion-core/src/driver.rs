@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::ByteStream;
+pub use crate::boxed::BoxError;
+use crate::boxed::ByteStream;
 use crate::capabilities::Capabilities;
 use crate::id::RunId;
 use crate::plan::LaunchPlan;
@@ -555,7 +556,7 @@ pub struct ManagedResource {
     /// reaper keep a live run's resources that its own store does not know
     /// (another store on the same engine is not "confirmed absent").
     #[serde(default)]
-    pub owner: Option<crate::store::RunOwner>,
+    pub owner: Option<crate::id::RunOwner>,
 }
 
 /// Kinds of managed resources.
@@ -726,9 +727,6 @@ pub trait Driver: Send + Sync {
     /// Remove one managed resource ("already gone" is success).
     async fn remove_managed(&self, resource: &ManagedResource) -> Result<(), DriverError>;
 }
-
-/// Boxed error source (engine client errors stay out of core signatures).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Errors of the driver seam, each with a stable [`DriverError::code`].
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,8 @@
-//! Identifier newtypes. Ids are validated on construction so that anything
-//! holding a [`RunId`] can use it in a container name, a label value, a file
-//! name or a SQL key without re-checking it.
+//! Identifier newtypes, and the owner of a local run ([`RunOwner`]: the
+//! process a driver writes on what it creates and the store on the run).
+//! Ids are validated on construction so that anything holding a [`RunId`]
+//! can use it in a container name, a label value, a file name or a SQL key
+//! without re-checking it.
 
 use std::fmt;
 
@@ -126,6 +128,38 @@ impl NodeId {
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// The process that owns a local run (the reaper's liveness signal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOwner {
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Process start time (clock ticks since boot, from `/proc/PID/stat`),
+    /// so a recycled pid is not mistaken for the owner.
+    pub start_time: u64,
+}
+
+impl RunOwner {
+    /// `<pid>:<start time>@<host>`: how drivers write the owner on the
+    /// resources they create (a label on docker, an annotation on
+    /// Kubernetes, where `:` and `@` are not label characters).
+    pub fn encode(&self) -> String {
+        format!("{}:{}@{}", self.pid, self.start_time, self.host)
+    }
+
+    /// Parse [`RunOwner::encode`]'s form; `None` for anything else.
+    pub fn decode(value: &str) -> Option<Self> {
+        let (lease, host) = value.split_once('@')?;
+        let (pid, start) = lease.split_once(':')?;
+        Some(Self {
+            host: host.to_owned(),
+            pid: pid.parse().ok()?,
+            start_time: start.parse().ok()?,
+        })
     }
 }
 

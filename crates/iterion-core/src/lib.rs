@@ -31,6 +31,7 @@ macro_rules! serde_via_parser {
 
 pub mod agent;
 pub mod attachment;
+pub mod boxed;
 pub mod capabilities;
 pub mod display;
 pub mod driver;
@@ -48,6 +49,7 @@ pub mod spec;
 pub mod store;
 pub mod view;
 
+pub use boxed::ByteStream;
 pub use capabilities::Capabilities;
 pub use driver::{
     Driver, DriverError, DriverName, DriverObserver, EgressBinding, ExecOutput, ExecRequest,
@@ -63,8 +65,3 @@ pub use plan::{LaunchPlan, Mount, MountKind, MountOrigin, ReadBackDecl, Workspac
 pub use size::{ByteSize, parse_size};
 pub use spec::{BuildSpec, InvalidNetworkWord, NetworkInherit, NetworkMode, NetworkSpec, Spec};
 pub use store::{RunStore, StoreError};
-
-/// A boxed, sendable stream of byte chunks (tar archives, file contents, stdin).
-pub type ByteStream = std::pin::Pin<
-    Box<dyn futures_core::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static>,
->;

@@ -1,4 +1,5 @@
-//! Sandbox modes, `host_state` and the trust level of a run.
+//! Sandbox modes, `host_state`, the trust level of a run and what
+//! admission decided of it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -150,6 +151,32 @@ impl FromStr for Trust {
                 "invalid trust {other:?} (expected trusted or untrusted)"
             )),
         }
+    }
+}
+
+/// Admission verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissionDecision {
+    /// The run may proceed.
+    Admitted,
+    /// The run is refused.
+    Denied,
+}
+
+impl AdmissionDecision {
+    /// The snake_case spelling (records and `run_admission` events).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitted => "admitted",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+impl fmt::Display for AdmissionDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -13,12 +13,17 @@ use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::ByteStream;
 use crate::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
+use crate::boxed::ByteStream;
 use crate::event::{EventDraft, EventRecord};
 use crate::failure::{Disposition, FailureCode, RunStatus};
 use crate::id::RunId;
+pub use crate::id::RunOwner;
+pub use crate::mode::AdmissionDecision;
 use crate::mode::Trust;
+pub use error::StoreError;
+
+mod error;
 
 /// A boxed stream of store items (follow).
 pub type StoreStream<T> = Pin<Box<dyn Stream<Item = Result<T, StoreError>> + Send + 'static>>;
@@ -36,38 +41,6 @@ pub struct NewRun {
     pub trust: Trust,
     /// The owning process, the local lease of the reaper.
     pub owner: Option<RunOwner>,
-}
-
-/// The process that owns a local run (the reaper's liveness signal).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunOwner {
-    /// Host name.
-    pub host: String,
-    /// Process id.
-    pub pid: u32,
-    /// Process start time (clock ticks since boot, from `/proc/PID/stat`),
-    /// so a recycled pid is not mistaken for the owner.
-    pub start_time: u64,
-}
-
-impl RunOwner {
-    /// `<pid>:<start time>@<host>`: how drivers write the owner on the
-    /// resources they create (a label on docker, an annotation on
-    /// Kubernetes, where `:` and `@` are not label characters).
-    pub fn encode(&self) -> String {
-        format!("{}:{}@{}", self.pid, self.start_time, self.host)
-    }
-
-    /// Parse [`RunOwner::encode`]'s form; `None` for anything else.
-    pub fn decode(value: &str) -> Option<Self> {
-        let (lease, host) = value.split_once('@')?;
-        let (pid, start) = lease.split_once(':')?;
-        Some(Self {
-            host: host.to_owned(),
-            pid: pid.parse().ok()?,
-            start_time: start.parse().ok()?,
-        })
-    }
 }
 
 /// A persisted run.
@@ -135,32 +108,6 @@ pub struct Admission {
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     pub checked_at: OffsetDateTime,
-}
-
-/// Admission verdicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AdmissionDecision {
-    /// The run may proceed.
-    Admitted,
-    /// The run is refused.
-    Denied,
-}
-
-impl AdmissionDecision {
-    /// The snake_case spelling (records and `run_admission` events).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admitted => "admitted",
-            Self::Denied => "denied",
-        }
-    }
-}
-
-impl fmt::Display for AdmissionDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// A compare-and-set status transition.
@@ -401,179 +348,6 @@ pub struct DrainRecord {
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
-}
-
-/// Errors of the store seam, each with a stable [`StoreError::code`].
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// No such run.
-    #[error("run {0} not found")]
-    RunNotFound(RunId),
-    /// A run with this id exists.
-    #[error("run {0} already exists")]
-    RunExists(RunId),
-    /// The transition is not legal from the current status.
-    #[error("illegal transition of run {run} from {from} to {to}")]
-    IllegalTransition {
-        /// Run.
-        run: RunId,
-        /// Current status.
-        from: RunStatus,
-        /// Requested status.
-        to: RunStatus,
-    },
-    /// The run changed since the caller read it.
-    #[error(
-        "stale update of run {run}: expected {expected_status} rev {expected_revision:?}, found {actual_status} rev {actual_revision}"
-    )]
-    StaleTransition {
-        /// Run.
-        run: RunId,
-        /// What the caller expected.
-        expected_status: RunStatus,
-        /// Revision the caller expected.
-        expected_revision: Option<u64>,
-        /// What the store has.
-        actual_status: RunStatus,
-        /// Its revision.
-        actual_revision: u64,
-    },
-    /// An event re-appended at an existing seq with different content.
-    #[error("event seq {seq} of run {run} already holds a different event")]
-    SeqConflict {
-        /// Run.
-        run: RunId,
-        /// Seq.
-        seq: u64,
-    },
-    /// An event appended at a seq past the next free one (would leave a gap).
-    #[error("event seq {seq} of run {run} would leave a gap (next is {next})")]
-    SeqGap {
-        /// Run.
-        run: RunId,
-        /// Requested seq.
-        seq: u64,
-        /// The next free seq.
-        next: u64,
-    },
-    /// An event payload the store could not read back (e.g. nested deeper
-    /// than JSON readers accept); refused at append so an accepted event is
-    /// always readable.
-    #[error("event payload for run {run} refused: {reason}")]
-    InvalidPayload {
-        /// Run.
-        run: RunId,
-        /// Why.
-        reason: &'static str,
-    },
-    /// A run-file path that would leave the run's area.
-    #[error("unsafe run-file path {path:?}: {reason}")]
-    UnsafePath {
-        /// The path.
-        path: String,
-        /// Why.
-        reason: &'static str,
-    },
-    /// No such file.
-    #[error("run file {0} not found")]
-    FileNotFound(String),
-    /// A stored run file whose bytes no longer match the size and sha256
-    /// recorded when it was stored: served by nobody (issue 19 item 3).
-    #[error(
-        "run file {path} does not match its record (expected {expected_size} bytes with sha256 {expected_sha256}, found {actual_size} bytes with sha256 {actual_sha256}): refusing to serve it"
-    )]
-    Tampered {
-        /// The file.
-        path: String,
-        /// Size recorded at store time.
-        expected_size: u64,
-        /// Digest recorded at store time.
-        expected_sha256: String,
-        /// Size of what the store holds now.
-        actual_size: u64,
-        /// Digest of what the store holds now.
-        actual_sha256: String,
-    },
-    /// A bad cursor.
-    #[error("invalid page cursor")]
-    InvalidCursor,
-    /// The store's schema is newer than this binary.
-    #[error(
-        "store schema version {found} is newer than this iterion supports ({supported}); upgrade iterion"
-    )]
-    SchemaTooNew {
-        /// Version in the store.
-        found: i64,
-        /// Highest version known.
-        supported: i64,
-    },
-    /// The store is not an iterion store (foreign or corrupt file).
-    #[error("{location} is not a usable iterion store: {reason}")]
-    Corrupt {
-        /// Where.
-        location: String,
-        /// Why.
-        reason: String,
-    },
-    /// The backend cannot be reached.
-    #[error("run store unavailable: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-        /// Cause.
-        #[source]
-        source: Option<crate::driver::BoxError>,
-    },
-    /// A backend error.
-    #[error("run store {operation} failed: {source}")]
-    Backend {
-        /// Operation.
-        operation: &'static str,
-        /// Cause.
-        #[source]
-        source: crate::driver::BoxError,
-    },
-    /// Local IO.
-    #[error("run store io ({operation}): {source}")]
-    Io {
-        /// Operation.
-        operation: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl StoreError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::RunNotFound(_) => "STORE_RUN_NOT_FOUND",
-            Self::RunExists(_) => "STORE_RUN_EXISTS",
-            Self::IllegalTransition { .. } => "STORE_ILLEGAL_TRANSITION",
-            Self::StaleTransition { .. } => "STORE_STALE_TRANSITION",
-            Self::SeqConflict { .. } => "STORE_SEQ_CONFLICT",
-            Self::SeqGap { .. } => "STORE_SEQ_GAP",
-            Self::InvalidPayload { .. } => "STORE_INVALID_PAYLOAD",
-            Self::UnsafePath { .. } => "STORE_UNSAFE_PATH",
-            Self::FileNotFound(_) => "STORE_FILE_NOT_FOUND",
-            Self::Tampered { .. } => "STORE_FILE_TAMPERED",
-            Self::InvalidCursor => "STORE_INVALID_CURSOR",
-            Self::SchemaTooNew { .. } => "STORE_SCHEMA_TOO_NEW",
-            Self::Corrupt { .. } => "STORE_CORRUPT",
-            Self::Unavailable { .. } => "STORE_UNAVAILABLE",
-            Self::Backend { .. } => "STORE_BACKEND_ERROR",
-            Self::Io { .. } => "STORE_IO_ERROR",
-        }
-    }
-
-    /// Whether retrying may succeed (the reaper keeps on a transient error).
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::Unavailable { .. } | Self::Backend { .. } | Self::Io { .. }
-        )
-    }
 }
 
 /// The run store.

@@ -10,13 +10,14 @@
 //! edited by hand), so a name this build does not know and a known name
 //! whose data has another shape both come back whole, for a generic
 //! rendering. Extra keys in `data` beyond a variant's fields (the
-//! [`BRANCH_ID`](super::BRANCH_ID) tag every event in a parallel branch
+//! [`BRANCH_ID`](super::record::BRANCH_ID) tag every event in a parallel branch
 //! carries) are ignored by the variant and stay readable on the record.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{BRANCH_ID, EventKind, EventRecord};
+use super::kind::EventKind;
+use super::record::{BRANCH_ID, EventRecord};
 
 /// An event's payload as this build reads it.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,10 +15,9 @@ use serde_json::Value;
 use super::wire;
 use crate::driver::DriverName;
 use crate::failure::{Disposition, FailureCode, RunStatus};
-use crate::mode::{Mode, Trust};
+use crate::mode::{AdmissionDecision, Mode, Trust};
 use crate::net::NetPreset;
 use crate::spec::NetworkMode;
-use crate::store::AdmissionDecision;
 
 /// A `{source, target}` pair of a dropped bind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,10 +10,10 @@ use serde_json::json;
 use super::{DroppedBind, EventKind, FailedBranch};
 use crate::driver::DriverName;
 use crate::failure::{Disposition, FailureCode, RunStatus};
+use crate::mode::AdmissionDecision;
 use crate::mode::{Mode, Trust};
 use crate::net::NetPreset;
 use crate::spec::NetworkMode;
-use crate::store::AdmissionDecision;
 
 /// Every variant once (a few twice, where an optional part changes what a
 /// reader shows), in declaration order.

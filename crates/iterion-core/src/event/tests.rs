@@ -256,10 +256,10 @@ mod words {
     use super::*;
     use crate::driver::DriverName;
     use crate::failure::{Disposition, FailureCode, RunStatus};
+    use crate::mode::AdmissionDecision;
     use crate::mode::{Mode, Trust};
     use crate::net::NetPreset;
     use crate::spec::NetworkMode;
-    use crate::store::AdmissionDecision;
 
     fn word<T: serde::Serialize>(v: T) -> String {
         match serde_json::to_value(v).unwrap() {
