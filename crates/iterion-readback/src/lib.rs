@@ -48,7 +48,10 @@
 //! for event in report.events { store.append_event(&run_id, event.into(), None).await?; }
 //! ```
 
+mod declines;
+mod error;
 pub mod name;
+pub mod reason;
 mod tar;
 mod walk;
 pub mod workspace;
@@ -63,41 +66,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use iterion_core::driver::DriverError;
 use iterion_core::store::{DrainRecord, DrainStatus, PutOutcome, RunFilePath, StoreError};
 use iterion_core::{ByteStream, EventKind, ReadBackDecl, RunId, RunStore, SandboxRun};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::declines::Declines;
+pub use crate::error::ReadbackError;
 use crate::name::Verdict;
 use crate::tar::{Member, MetaLimits, TarStream};
 use crate::walk::{Export, MAX_EXPORTS_PER_PATH, Walk, container_path_of, is_not_found, plan_rest};
-
-/// Reason tokens of `sandbox_runfiles_drain_failed` (SPEC §3).
-pub mod reason {
-    /// A member would have pushed its declared path over the cap.
-    pub const CAP_EXCEEDED: &str = "cap_exceeded";
-    /// The container was gone when the drain asked for its content.
-    pub const CONTAINER_GONE: &str = "container_gone";
-    /// The archive was corrupt, truncated, or held members the drain refuses.
-    pub const ARCHIVE_ERROR: &str = "archive_error";
-    /// The run store failed.
-    pub const STORE_ERROR: &str = "store_error";
-    /// The drain ran out of time.
-    pub const TIMEOUT: &str = "timeout";
-}
-
-fn severity(token: &str) -> u8 {
-    match token {
-        reason::TIMEOUT => 6,
-        reason::CONTAINER_GONE => 5,
-        workspace::reason::WORKSPACE_GONE => 4,
-        reason::STORE_ERROR | workspace::reason::HOST_ERROR => 3,
-        reason::ARCHIVE_ERROR => 2,
-        workspace::reason::HOST_CHANGED => 0,
-        _ => 1,
-    }
-}
 
 /// Per-call knobs of [`drain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,112 +170,6 @@ pub struct DrainReport {
     pub paths: Vec<PathReport>,
     /// Events for the runtime to append, in order.
     pub events: Vec<EventKind>,
-}
-
-/// Errors of the drain, each mapping to a reason token.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadbackError {
-    /// The export stream failed mid-archive.
-    #[error("archive stream failed: {source}")]
-    Stream {
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
-    /// The archive ended before its end-of-archive marker.
-    #[error("archive is truncated")]
-    Truncated,
-    /// A header could not be parsed.
-    #[error("corrupt archive header: {reason}")]
-    Header {
-        /// What was wrong.
-        reason: &'static str,
-    },
-    /// The driver could not export the path.
-    #[error("export failed: {source}")]
-    Export {
-        /// Cause.
-        #[source]
-        source: DriverError,
-    },
-    /// The run store failed.
-    #[error("run store failed: {source}")]
-    Store {
-        /// Cause.
-        #[source]
-        source: StoreError,
-    },
-    /// The drain's time bound elapsed.
-    #[error("drain timed out after {}s", after.as_secs())]
-    Timeout {
-        /// The bound.
-        after: Duration,
-    },
-}
-
-impl ReadbackError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Stream { .. } => "READBACK_STREAM_ERROR",
-            Self::Truncated => "READBACK_ARCHIVE_TRUNCATED",
-            Self::Header { .. } => "READBACK_ARCHIVE_CORRUPT",
-            Self::Export { .. } => "READBACK_EXPORT_FAILED",
-            Self::Store { .. } => "READBACK_STORE_ERROR",
-            Self::Timeout { .. } => "READBACK_TIMEOUT",
-        }
-    }
-
-    /// The SPEC §3 reason token.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Stream { .. } | Self::Truncated | Self::Header { .. } => reason::ARCHIVE_ERROR,
-            Self::Export {
-                source: DriverError::ContainerGone { .. },
-            } => reason::CONTAINER_GONE,
-            Self::Export {
-                source: DriverError::PhaseTimeout { .. } | DriverError::Cancelled,
-            } => reason::TIMEOUT,
-            Self::Export { .. } => reason::ARCHIVE_ERROR,
-            Self::Store { .. } => reason::STORE_ERROR,
-            Self::Timeout { .. } => reason::TIMEOUT,
-        }
-    }
-}
-
-/// Declined members of the whole drain: counted always, named up to a bound
-/// (a million-member archive must not become a million-entry list).
-pub(crate) struct Declines {
-    pub(crate) names: Vec<String>,
-    pub(crate) count: u64,
-    pub(crate) max_names: usize,
-    pub(crate) worst: Option<&'static str>,
-}
-
-impl Declines {
-    /// No declines yet; at most `max_names` are named.
-    pub(crate) fn new(max_names: usize) -> Self {
-        Self {
-            names: Vec::new(),
-            count: 0,
-            max_names,
-            worst: None,
-        }
-    }
-
-    pub(crate) fn note(&mut self, token: &'static str) {
-        if self.worst.is_none_or(|w| severity(token) > severity(w)) {
-            self.worst = Some(token);
-        }
-    }
-
-    pub(crate) fn decline(&mut self, token: &'static str, name: impl FnOnce() -> String) {
-        self.count += 1;
-        if self.names.len() < self.max_names {
-            self.names.push(name());
-        }
-        self.note(token);
-    }
 }
 
 #[derive(Default)]

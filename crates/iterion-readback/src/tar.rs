@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes};
 use futures_util::StreamExt;
 use iterion_core::ByteStream;
 
-use crate::ReadbackError;
+use crate::error::ReadbackError;
 
 const BLOCK: u64 = 512;
 /// Extension headers (`L`, `K`, `x`, `g`) allowed in front of one member.

@@ -11,7 +11,8 @@ use std::io;
 use iterion_core::SandboxRun;
 use iterion_core::driver::DriverError;
 
-use crate::{Declines, name, reason};
+use crate::declines::Declines;
+use crate::{name, reason};
 
 /// One export of a declared path: the path itself, or — once a member too
 /// large to read was met — one entry below it, named by its components

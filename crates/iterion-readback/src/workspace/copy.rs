@@ -27,7 +27,7 @@ use tokio_util::io::{ReaderStream, SyncIoBridge};
 
 use super::hostfs::{self, HostStat, Kind};
 use super::manifest::ManifestWriter;
-use super::{WorkspaceError, excluded};
+use super::root::{WorkspaceError, excluded};
 
 /// What a copy did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

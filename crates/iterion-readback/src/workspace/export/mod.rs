@@ -23,10 +23,11 @@ use std::sync::Arc;
 use iterion_core::{DriverName, EventKind, SandboxRun, WorkspaceCopy};
 use tokio::sync::mpsc;
 
-use crate::Declines;
+use crate::declines::Declines;
 use crate::workspace::hostfs::HostTree;
 use crate::workspace::manifest::{self};
-use crate::workspace::{exclusion_components, open_workspace, reason};
+use crate::workspace::reason;
+use crate::workspace::root::{WorkspaceError, exclusion_components, open_workspace};
 
 use self::reader::{ReadError, Reader};
 use self::sink::{Op, Sink, SinkReport};
@@ -76,7 +77,7 @@ pub async fn export(
     let manifest_path = copy.manifest.clone();
     let opened = tokio::task::spawn_blocking(move || {
         let root = open_workspace(&host)?;
-        let tree = HostTree::new(root).map_err(|source| super::WorkspaceError::Unreadable {
+        let tree = HostTree::new(root).map_err(|source| WorkspaceError::Unreadable {
             path: host.clone(),
             source,
         })?;
@@ -85,7 +86,7 @@ pub async fn export(
                 .ok()
                 .map(|f| manifest::read(io::BufReader::new(f)))
         });
-        Ok::<_, super::WorkspaceError>((tree, manifest))
+        Ok::<_, WorkspaceError>((tree, manifest))
     })
     .await;
     let (tree, manifest) = match opened {

@@ -5,13 +5,15 @@
 use iterion_core::SandboxRun;
 use tokio::sync::mpsc;
 
+use crate::declines::Declines;
+use crate::error::ReadbackError;
 use crate::name::{self, NameFault};
 use crate::tar::{Member, MemberKind, MetaLimits, TarStream};
 use crate::walk::{Export, Walk, container_path_of, is_not_found, plan_rest};
 use crate::workspace::hostfs::Kind;
 use crate::workspace::manifest::Manifest;
-use crate::workspace::{excluded, reason};
-use crate::{Declines, ReadbackError};
+use crate::workspace::reason;
+use crate::workspace::root::excluded;
 
 use super::options::ExportOptions;
 use super::sink::Op;

@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 use crate::name::{self};
 use crate::workspace::hostfs::{self, HostStat, HostTree, Kind, Reach};
 use crate::workspace::manifest::Manifest;
-use crate::workspace::{excluded, reason};
+use crate::workspace::reason;
+use crate::workspace::root::excluded;
 
 /// What the reader hands the sink, in archive order.
 pub(super) enum Op {
