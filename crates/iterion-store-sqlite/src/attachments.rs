@@ -10,7 +10,10 @@ use iterion_core::id::RunId;
 use iterion_core::store::RunFilePath;
 use iterion_core::{ByteStream, StoreError};
 
-use crate::{SqliteStore, entry_known, files, from_micros, micros, now, run_exists, schema};
+use crate::clock::{from_micros, micros, now};
+use crate::db::SqliteStore;
+use crate::rows::{entry_known, run_exists};
+use crate::{files, schema};
 
 fn not_found(name: &AttachmentName) -> StoreError {
     StoreError::FileNotFound(format!("attachment {name}"))

@@ -10,9 +10,10 @@ use iterion_core::id::RunId;
 use iterion_core::store::{Claim, NewRun, RunRecord, Submission};
 use iterion_core::{RunStatus, StoreError};
 
-use crate::{
-    RawRun, SqliteStore, decode_err, json_field, load, micros, now, schema, to_json, trust_str,
-};
+use crate::clock::{micros, now};
+use crate::db::SqliteStore;
+use crate::rows::{RawRun, decode_err, json_field, load, to_json, trust_str};
+use crate::schema;
 
 /// Insert a `queued` run row (also `create_run`'s body).
 pub(crate) fn insert_run(conn: &Connection, run: &NewRun, loc: &str) -> Result<(), StoreError> {
