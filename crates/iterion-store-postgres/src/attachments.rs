@@ -7,7 +7,9 @@ use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, At
 use iterion_core::id::RunId;
 use iterion_core::{ByteStream, StoreError};
 
-use crate::{PostgresStore, blobs, classify, get, now};
+use crate::blobs;
+use crate::db::PostgresStore;
+use crate::rows::{classify, get, now};
 
 pub(crate) async fn put(
     store: &PostgresStore,

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use iterion_core::id::RunId;
 use iterion_core::{ByteStream, StoreError};
 
-use crate::{classify, get};
+use crate::rows::{classify, get};
 
 /// Size of one stored chunk.
 const CHUNK: usize = 1 << 20;

@@ -19,319 +19,32 @@
 
 mod attachments;
 mod blobs;
+mod db;
 mod queued;
+mod rows;
 pub mod schema;
 pub mod url;
 
-pub use url::{StoreUrl, UrlError};
-
-use std::time::Duration;
+pub use db::PostgresStore;
+pub use url::{DEFAULT_SCHEMA, StoreUrl, UrlError};
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use time::OffsetDateTime;
-use tokio::sync::watch;
-use tokio_postgres::{NoTls, Row};
 
 use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use iterion_core::event::{EventDraft, EventRecord};
 use iterion_core::failure::RunStatus;
-use iterion_core::id::{NodeId, RunId};
+use iterion_core::id::RunId;
 use iterion_core::store::{
-    Admission, Claim, DrainRecord, Failure, LogLine, NewLogLine, NewRun, Page, PageRequest,
-    PutOutcome, Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
+    Admission, Claim, DrainRecord, LogLine, NewLogLine, NewRun, Page, PageRequest, PutOutcome,
+    Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 use iterion_storekit::page::Window;
 
-/// Default schema when the caller names none.
-pub const DEFAULT_SCHEMA: &str = "iterion";
-
-/// How long to wait for a connection (pool or network) before `Unavailable`.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The PostgreSQL run store. Cheap to clone.
-#[derive(Clone)]
-pub struct PostgresStore {
-    pool: Pool,
-    describe: String,
-    changed: std::sync::Arc<watch::Sender<u64>>,
-}
-
-impl std::fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.describe)
-    }
-}
-
-/// Quote an identifier we validated ourselves.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{name}\"")
-}
-
-/// Map a PostgreSQL error: lost connection / server shutting down →
-/// `Unavailable` (transient; retry), anything else → `Backend`.
-pub(crate) fn classify(e: tokio_postgres::Error, operation: &'static str) -> StoreError {
-    let unavailable = match e.code() {
-        None => true,
-        Some(code) => {
-            let c = code.code();
-            c.starts_with("08") || c.starts_with("57P") || c == "53300"
-        }
-    };
-    if unavailable || e.is_closed() {
-        StoreError::Unavailable {
-            reason: format!("PostgreSQL connection lost during {operation}"),
-            source: Some(Box::new(e)),
-        }
-    } else {
-        StoreError::Backend {
-            operation,
-            source: Box::new(e),
-        }
-    }
-}
-
-fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Unavailable {
-        reason: "cannot get a PostgreSQL connection".to_owned(),
-        source: Some(Box::new(e)),
-    }
-}
-
-fn decode_err(what: &'static str, msg: String) -> StoreError {
-    StoreError::Backend {
-        operation: what,
-        source: msg.into(),
-    }
-}
-
-pub(crate) fn now() -> OffsetDateTime {
-    let t = OffsetDateTime::now_utc();
-    t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
-        .unwrap_or(t)
-}
-
-/// Deepest payload nesting accepted: serde_json refuses to read past 128,
-/// so anything deeper would be stored and then never readable.
-const MAX_PAYLOAD_DEPTH: usize = 100;
-
-fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
-    match v {
-        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
-        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
-        _ => false,
-    }
-}
-
-fn to_json<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
-}
-
-fn json_field<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-    v: Option<String>,
-) -> Result<Option<T>, StoreError> {
-    v.map(|s| serde_json::from_str(&s).map_err(|e| decode_err(what, e.to_string())))
-        .transpose()
-}
-
-fn enum_str<T: serde::Serialize>(what: &'static str, v: &T) -> Result<String, StoreError> {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => Ok(s),
-        other => Err(decode_err(what, format!("{other:?}"))),
-    }
-}
-
-fn enum_from<T: serde::de::DeserializeOwned>(what: &'static str, s: &str) -> Result<T, StoreError> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned()))
-        .map_err(|e| decode_err(what, e.to_string()))
-}
-
-const RUN_COLS: &str = "id, workflow, file, trust, status, failure_code, failure_disposition, \
-     failure_message, admission, owner, revision, created_at, updated_at, ord";
-
-pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    idx: usize,
-) -> Result<T, StoreError> {
-    row.try_get(idx).map_err(|e| classify(e, "decode row"))
-}
-
-fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
-    let failure = match get::<Option<String>>(row, 5)? {
-        Some(code) => Some(Failure {
-            code: enum_from("decode failure code", &code)?,
-            disposition: enum_from(
-                "decode disposition",
-                get::<Option<String>>(row, 6)?
-                    .as_deref()
-                    .unwrap_or("unknown"),
-            )?,
-            message: get::<Option<Vec<u8>>>(row, 7)?
-                .map(String::from_utf8)
-                .transpose()
-                .map_err(|e| decode_err("decode failure message", e.to_string()))?
-                .unwrap_or_default(),
-        }),
-        None => None,
-    };
-    Ok(RunRecord {
-        id: RunId::parse(get::<String>(row, 0)?)
-            .map_err(|e| decode_err("decode run id", e.to_string()))?,
-        workflow: get(row, 1)?,
-        file: get(row, 2)?,
-        trust: enum_from("decode trust", &get::<String>(row, 3)?)?,
-        status: get::<String>(row, 4)?
-            .parse()
-            .map_err(|e: String| decode_err("decode status", e))?,
-        failure,
-        admission: json_field("decode admission", get(row, 8)?)?,
-        owner: json_field("decode owner", get(row, 9)?)?,
-        revision: get::<i64>(row, 10)? as u64,
-        created_at: get(row, 11)?,
-        updated_at: get(row, 12)?,
-    })
-}
-
-fn decode_event(run: &RunId, row: &Row) -> Result<EventRecord, StoreError> {
-    Ok(EventRecord {
-        seq: get::<i64>(row, 0)? as u64,
-        timestamp: get(row, 1)?,
-        kind: get(row, 2)?,
-        run_id: run.clone(),
-        node_id: get::<Option<String>>(row, 3)?.map(NodeId::new),
-        data: serde_json::from_str(&get::<String>(row, 4)?)
-            .map_err(|e| decode_err("decode event data", e.to_string()))?,
-    })
-}
-
-impl PostgresStore {
-    /// Connect to `url` (`postgres://…`, see [`url`] for its `schema=`
-    /// parameter), using `schema` when given (a URL naming a different one
-    /// is refused), else the URL's, else [`DEFAULT_SCHEMA`]; creates and
-    /// migrates the schema as needed.
-    pub async fn connect(url: &str, schema: Option<&str>) -> Result<PostgresStore, StoreError> {
-        let url = StoreUrl::parse_with(url, schema).map_err(|e| match e {
-            UrlError::Invalid { source } => StoreError::Unavailable {
-                reason: "ITERION_STORE is not a valid PostgreSQL URL".to_owned(),
-                source: Some(Box::new(source)),
-            },
-            other => StoreError::Corrupt {
-                location: "ITERION_STORE".to_owned(),
-                reason: other.to_string(),
-            },
-        })?;
-        Self::open(&url).await
-    }
-
-    /// Connect to a parsed store URL, creating and migrating its schema as
-    /// needed.
-    pub async fn open(url: &StoreUrl) -> Result<PostgresStore, StoreError> {
-        let schema = url.schema();
-        if !crate::url::valid_schema(schema) {
-            return Err(StoreError::Corrupt {
-                location: format!("schema {schema:?}"),
-                reason: "a schema name is [a-z_][a-z0-9_]{0,62}".to_owned(),
-            });
-        }
-        let mut config = url.config().clone();
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        // Every pooled connection resolves unqualified names in our schema.
-        // Appended to the URL's own `options=` (not replacing them): the
-        // last `-c` of a setting wins, so the schema is always ours.
-        let options = match config.get_options() {
-            Some(o) if !o.trim().is_empty() => format!("{o} -c search_path={schema}"),
-            _ => format!("-c search_path={schema}"),
-        };
-        config.options(options);
-        let hosts: Vec<String> = config
-            .get_hosts()
-            .iter()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(s) => s.clone(),
-                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-            })
-            .collect();
-        let describe = format!(
-            "postgres store at {}:{}/{} schema {schema}",
-            hosts.join(","),
-            config.get_ports().first().copied().unwrap_or(5432),
-            config.get_dbname().unwrap_or("")
-        );
-        let mgr = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(mgr)
-            .max_size(16)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CONNECT_TIMEOUT * 2))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .build()
-            .map_err(|e| StoreError::Unavailable {
-                reason: "cannot build the PostgreSQL pool".to_owned(),
-                source: Some(Box::new(e)),
-            })?;
-        let mut client = pool.get().await.map_err(pool_err)?;
-        schema::prepare(&mut client, schema, &describe).await?;
-        drop(client);
-        let (changed, _) = watch::channel(0);
-        Ok(PostgresStore {
-            pool,
-            describe,
-            changed: std::sync::Arc::new(changed),
-        })
-    }
-
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(pool_err)
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|v| *v = v.wrapping_add(1));
-    }
-
-    /// Why a compare-and-set on run `id` matched no row: the run is gone,
-    /// or it moved since the caller read it.
-    async fn stale(
-        &self,
-        id: &RunId,
-        expected_status: RunStatus,
-        expected_revision: Option<u64>,
-    ) -> StoreError {
-        match self.load_run(id).await {
-            Err(e) => e,
-            Ok(None) => StoreError::RunNotFound(id.clone()),
-            Ok(Some(current)) => StoreError::StaleTransition {
-                run: id.clone(),
-                expected_status,
-                expected_revision,
-                actual_status: current.status,
-                actual_revision: current.revision,
-            },
-        }
-    }
-
-    pub(crate) async fn run_exists(&self, run: &RunId) -> Result<bool, StoreError> {
-        let c = self.client().await?;
-        let row = c
-            .query_opt("SELECT 1 FROM runs WHERE id = $1", &[&run.as_str()])
-            .await
-            .map_err(|e| classify(e, "load run"))?;
-        Ok(row.is_some())
-    }
-}
+use crate::rows::{
+    MAX_PAYLOAD_DEPTH, RUN_COLS, classify, decode_err, decode_event, decode_run, get, json_field,
+    now, to_json, too_deep,
+};
 
 #[async_trait]
 impl RunStore for PostgresStore {
@@ -906,7 +619,7 @@ impl RunStore for PostgresStore {
         };
         let blob_id: i64 = get(&row, 0)?;
         let size = get::<i64>(&row, 1)? as u64;
-        Ok(blobs::read(self.pool.clone(), blob_id, size))
+        Ok(blobs::read(self.pool().clone(), blob_id, size))
     }
 
     async fn set_drain(&self, run: &RunId, drain: DrainRecord) -> Result<(), StoreError> {

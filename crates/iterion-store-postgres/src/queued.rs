@@ -9,7 +9,8 @@ use iterion_core::id::RunId;
 use iterion_core::store::{Claim, NewRun, RunRecord, Submission};
 use iterion_core::{RunStatus, StoreError};
 
-use crate::{PostgresStore, RUN_COLS, classify, decode_run, enum_str, json_field, now, to_json};
+use crate::db::PostgresStore;
+use crate::rows::{RUN_COLS, classify, decode_run, enum_str, json_field, now, to_json};
 
 /// Insert a `queued` run row (also `create_run`'s body).
 pub(crate) async fn insert_run(

@@ -10,7 +10,7 @@ use deadpool_postgres::Client;
 
 use iterion_core::StoreError;
 
-use crate::{classify, ident};
+use crate::rows::{classify, ident};
 
 /// Migrations, in order; index + 1 is the version each one produces.
 const MIGRATIONS: &[&str] = &[

@@ -1,11 +1,12 @@
 //! The store's `postgres://` URL: the libpq-style URL tokio-postgres reads,
 //! plus one parameter of our own, `schema=NAME`, naming the schema that
-//! holds the store (default [`crate::DEFAULT_SCHEMA`]). It owns parsing
+//! holds the store (default [`DEFAULT_SCHEMA`]). It owns parsing
 //! and validating that parameter, taking it out before tokio-postgres sees
 //! the URL (it refuses unknown parameters), and the store's password-free
 //! identity; it does not connect.
 
-use crate::DEFAULT_SCHEMA;
+/// Default schema when the caller names none.
+pub const DEFAULT_SCHEMA: &str = "iterion";
 
 /// Why an `ITERION_STORE` URL was refused. Never carries the URL itself:
 /// it may hold a password.
@@ -52,7 +53,7 @@ impl UrlError {
 }
 
 /// Schema names: `[a-z_][a-z0-9_]{0,62}`, so they never need quoting
-/// beyond [`crate::ident`] and never exceed PostgreSQL's 63-byte limit.
+/// beyond [`crate::rows::ident`] and never exceed PostgreSQL's 63-byte limit.
 pub fn valid_schema(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63

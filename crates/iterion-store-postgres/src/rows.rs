@@ -1,0 +1,163 @@
+//! One reading of a PostgreSQL error (`classify`: transient or not), and
+//! rows to records and back: the run row's columns, events, JSON fields
+//! (with the depth a payload may have) and enum words. Knows the schema's
+//! columns, not the store's pool.
+
+use time::OffsetDateTime;
+use tokio_postgres::Row;
+
+use iterion_core::StoreError;
+use iterion_core::event::EventRecord;
+use iterion_core::id::{NodeId, RunId};
+use iterion_core::store::{Failure, RunRecord};
+
+/// Quote an identifier we validated ourselves.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+/// Map a PostgreSQL error: lost connection / server shutting down →
+/// `Unavailable` (transient; retry), anything else → `Backend`.
+pub(crate) fn classify(e: tokio_postgres::Error, operation: &'static str) -> StoreError {
+    let unavailable = match e.code() {
+        None => true,
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") || c.starts_with("57P") || c == "53300"
+        }
+    };
+    if unavailable || e.is_closed() {
+        StoreError::Unavailable {
+            reason: format!("PostgreSQL connection lost during {operation}"),
+            source: Some(Box::new(e)),
+        }
+    } else {
+        StoreError::Backend {
+            operation,
+            source: Box::new(e),
+        }
+    }
+}
+
+pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable {
+        reason: "cannot get a PostgreSQL connection".to_owned(),
+        source: Some(Box::new(e)),
+    }
+}
+
+pub(crate) fn decode_err(what: &'static str, msg: String) -> StoreError {
+    StoreError::Backend {
+        operation: what,
+        source: msg.into(),
+    }
+}
+
+pub(crate) fn now() -> OffsetDateTime {
+    let t = OffsetDateTime::now_utc();
+    t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
+        .unwrap_or(t)
+}
+
+/// Deepest payload nesting accepted: serde_json refuses to read past 128,
+/// so anything deeper would be stored and then never readable.
+pub(crate) const MAX_PAYLOAD_DEPTH: usize = 100;
+
+pub(crate) fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
+    match v {
+        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
+        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
+        _ => false,
+    }
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(
+    what: &'static str,
+    v: &T,
+) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
+}
+
+pub(crate) fn json_field<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    v: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    v.map(|s| serde_json::from_str(&s).map_err(|e| decode_err(what, e.to_string())))
+        .transpose()
+}
+
+pub(crate) fn enum_str<T: serde::Serialize>(
+    what: &'static str,
+    v: &T,
+) -> Result<String, StoreError> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => Ok(s),
+        other => Err(decode_err(what, format!("{other:?}"))),
+    }
+}
+
+pub(crate) fn enum_from<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    s: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|e| decode_err(what, e.to_string()))
+}
+
+pub(crate) const RUN_COLS: &str = "id, workflow, file, trust, status, failure_code, failure_disposition, \
+     failure_message, admission, owner, revision, created_at, updated_at, ord";
+
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(|e| classify(e, "decode row"))
+}
+
+pub(crate) fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
+    let failure = match get::<Option<String>>(row, 5)? {
+        Some(code) => Some(Failure {
+            code: enum_from("decode failure code", &code)?,
+            disposition: enum_from(
+                "decode disposition",
+                get::<Option<String>>(row, 6)?
+                    .as_deref()
+                    .unwrap_or("unknown"),
+            )?,
+            message: get::<Option<Vec<u8>>>(row, 7)?
+                .map(String::from_utf8)
+                .transpose()
+                .map_err(|e| decode_err("decode failure message", e.to_string()))?
+                .unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(RunRecord {
+        id: RunId::parse(get::<String>(row, 0)?)
+            .map_err(|e| decode_err("decode run id", e.to_string()))?,
+        workflow: get(row, 1)?,
+        file: get(row, 2)?,
+        trust: enum_from("decode trust", &get::<String>(row, 3)?)?,
+        status: get::<String>(row, 4)?
+            .parse()
+            .map_err(|e: String| decode_err("decode status", e))?,
+        failure,
+        admission: json_field("decode admission", get(row, 8)?)?,
+        owner: json_field("decode owner", get(row, 9)?)?,
+        revision: get::<i64>(row, 10)? as u64,
+        created_at: get(row, 11)?,
+        updated_at: get(row, 12)?,
+    })
+}
+
+pub(crate) fn decode_event(run: &RunId, row: &Row) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        seq: get::<i64>(row, 0)? as u64,
+        timestamp: get(row, 1)?,
+        kind: get(row, 2)?,
+        run_id: run.clone(),
+        node_id: get::<Option<String>>(row, 3)?.map(NodeId::new),
+        data: serde_json::from_str(&get::<String>(row, 4)?)
+            .map_err(|e| decode_err("decode event data", e.to_string()))?,
+    })
+}
