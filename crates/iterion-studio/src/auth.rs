@@ -20,6 +20,8 @@ use std::net::SocketAddr;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::error::StudioError;
+
 /// The session cookie's name.
 pub const COOKIE: &str = "iterion_studio";
 
@@ -51,14 +53,14 @@ fn digest(label: &str, value: &str) -> [u8; 32] {
 impl StudioToken {
     /// A token of at least [`TOKEN_MIN_LEN`] characters, none of them
     /// whitespace or control (it travels in a header and a URL).
-    pub fn new(raw: &str) -> Result<Self, crate::StudioError> {
+    pub fn new(raw: &str) -> Result<Self, StudioError> {
         if raw.chars().count() < TOKEN_MIN_LEN {
-            return Err(crate::StudioError::WeakToken {
+            return Err(StudioError::WeakToken {
                 reason: "shorter than 16 characters",
             });
         }
         if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(crate::StudioError::WeakToken {
+            return Err(StudioError::WeakToken {
                 reason: "contains whitespace or control characters",
             });
         }

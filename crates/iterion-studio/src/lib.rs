@@ -29,119 +29,19 @@ mod api;
 pub mod auth;
 pub mod decision;
 mod download;
+mod error;
 pub mod escape;
 pub mod graph;
 mod live;
 mod pages;
 mod rows;
 mod server;
+mod settings;
 pub mod source;
 mod state;
 pub mod timeline;
 
-use std::net::SocketAddr;
-
 pub use auth::StudioToken;
+pub use error::{StudioError, TOKEN_ENV};
 pub use server::Studio;
-
-/// The port `iterion studio` listens on by default (upstream's studio
-/// port, so an operator's bookmarks keep working).
-pub const DEFAULT_PORT: u16 = 4891;
-
-/// The variable holding the studio's token.
-pub const TOKEN_ENV: &str = "ITERION_STUDIO_TOKEN";
-
-/// Where the studio listens and who may read it.
-#[derive(Debug, Clone)]
-pub struct StudioSettings {
-    /// Listen address.
-    pub addr: SocketAddr,
-    /// The token every request must carry, when set.
-    pub token: Option<StudioToken>,
-}
-
-impl StudioSettings {
-    /// Settings for `addr` with the token `raw` (empty counts as unset):
-    /// a non-loopback address without one is refused, and so is a weak
-    /// token.
-    pub fn new(addr: SocketAddr, raw: Option<&str>) -> Result<Self, StudioError> {
-        let token = match raw.filter(|t| !t.is_empty()) {
-            Some(t) => Some(StudioToken::new(t)?),
-            None => None,
-        };
-        if token.is_none() && !addr.ip().is_loopback() {
-            return Err(StudioError::TokenRequired { addr });
-        }
-        Ok(Self { addr, token })
-    }
-}
-
-/// Errors of the studio, each with a stable [`StudioError::code`].
-#[derive(Debug, thiserror::Error)]
-pub enum StudioError {
-    /// A non-loopback address without a token.
-    #[error(
-        "{addr} is not a loopback address: set {TOKEN_ENV} (at least 16 characters) to serve the studio there"
-    )]
-    TokenRequired {
-        /// The address asked for.
-        addr: SocketAddr,
-    },
-    /// A token too weak to guard a socket.
-    #[error("{TOKEN_ENV} is unusable: {reason}")]
-    WeakToken {
-        /// Why.
-        reason: &'static str,
-    },
-    /// The address cannot be listened on.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl StudioError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::TokenRequired { .. } => "STUDIO_TOKEN_REQUIRED",
-            Self::WeakToken { .. } => "STUDIO_TOKEN_WEAK",
-            Self::Bind { .. } => "STUDIO_BIND_FAILED",
-        }
-    }
-
-    /// Whether the operator's input is at fault (exit 2).
-    pub fn is_user_input(&self) -> bool {
-        matches!(self, Self::TokenRequired { .. } | Self::WeakToken { .. })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_rule() {
-        let lan: SocketAddr = "0.0.0.0:4891".parse().expect("addr");
-        let lo: SocketAddr = "127.0.0.1:4891".parse().expect("addr");
-        let err = StudioSettings::new(lan, None).expect_err("no token");
-        assert_eq!(err.code(), "STUDIO_TOKEN_REQUIRED");
-        assert!(err.is_user_input());
-        assert!(StudioSettings::new(lan, Some("")).is_err());
-        assert_eq!(
-            StudioSettings::new(lan, Some("short"))
-                .expect_err("weak")
-                .code(),
-            "STUDIO_TOKEN_WEAK"
-        );
-        assert!(StudioSettings::new(lan, Some("a-long-enough-token")).is_ok());
-        let local = StudioSettings::new(lo, None).expect("loopback");
-        assert!(local.token.is_none());
-        let v6: SocketAddr = "[::1]:4891".parse().expect("addr");
-        assert!(StudioSettings::new(v6, None).is_ok());
-    }
-}
+pub use settings::{DEFAULT_PORT, StudioSettings};
