@@ -1,10 +1,15 @@
 //! The attachment checks (issue 14 item 5): put, list, get, replace, the
 //! cap, a failed stream, names, and an unknown run or name.
 
-use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut};
-use iterion_core::store::FileCheck;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
 
-use super::*;
+use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut};
+use iterion_core::id::RunId;
+use iterion_core::store::FileCheck;
+use iterion_core::{ByteStream, StoreError};
+
+use super::fixture::*;
 
 fn name(n: &str) -> AttachmentName {
     AttachmentName::parse(n).expect("valid attachment name")

@@ -1,7 +1,17 @@
 //! The event and log checks: append, read, idempotence, payloads, gapless
 //! sequence numbers under concurrency, follow until terminal.
 
-use super::*;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use iterion_core::StoreError;
+use iterion_core::failure::RunStatus;
+use iterion_core::id::{NodeId, RunId};
+use iterion_core::store::NewLogLine;
+
+use super::fixture::*;
 
 /// Append assigns gapless seqs from 1; read after a seq, with a limit.
 pub async fn events_append_and_read(fx: &StoreFixture, _open: OpenFn) {

@@ -1,7 +1,14 @@
 //! The run-file checks: put, list, get, the cap, confined paths, a failed
 //! stream, the drain record.
 
-use super::*;
+use bytes::Bytes;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use iterion_core::store::{DrainRecord, DrainStatus, PutOutcome, RunFilePath};
+use iterion_core::{ByteStream, StoreError};
+
+use super::fixture::*;
 
 /// Put streams a file (multi-chunk), list reports size + sha256 sorted by
 /// path, get streams it back, a second put replaces it.

@@ -20,54 +20,9 @@
 // Test code: a failed expectation is the assertion.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
-use std::io::BufRead;
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use futures_util::StreamExt;
-pub use futures_util::future::BoxFuture;
-use serde_json::json;
-use sha2::{Digest, Sha256};
-
-use iterion_core::ByteStream;
-use iterion_core::event::EventDraft;
-use iterion_core::failure::{Disposition, FailureCode, RunStatus};
-use iterion_core::id::{NodeId, RunId};
-use iterion_core::mode::Trust;
-use iterion_core::store::{
-    Admission, AdmissionDecision, DrainRecord, DrainStatus, Failure, NewLogLine, NewRun,
-    PageRequest, PutOutcome, Reopen, RunFilePath, RunOwner, Transition,
-};
 pub use iterion_core::{RunStore, StoreError};
 
-/// Env var that turns the test binary into the killed-writer child: its
-/// value is the store locator.
-pub const WRITER_ENV: &str = "ITERION_STORE_CONFORMANCE_WRITER";
-/// Env var naming the run the child appends to.
-pub const WRITER_RUN_ENV: &str = "ITERION_STORE_CONFORMANCE_RUN";
-
-/// A fresh, isolated store under test.
-pub struct StoreFixture {
-    /// The store.
-    pub store: Arc<dyn RunStore>,
-    /// What `open` needs to reach the same store from another connection or
-    /// process (a directory, or a URL + schema).
-    pub locator: String,
-    /// Keeps the backing resources (temp dir, schema) alive.
-    pub guard: Box<dyn Keepalive>,
-}
-
-/// Anything a fixture keeps alive until it is dropped (a temp dir, a
-/// schema guard); never looked into, only dropped.
-pub trait Keepalive: Send + Sync {}
-
-impl<T: Send + Sync> Keepalive for T {}
-
-/// Reopens a store from its locator.
-pub type OpenFn =
-    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Arc<dyn RunStore>, StoreError>> + Send + Sync>;
+pub use self::fixture::{BoxFuture, Keepalive, OpenFn, StoreFixture, WRITER_ENV, WRITER_RUN_ENV};
 
 /// Mount the conformance suite. See the module docs.
 #[macro_export]
@@ -141,62 +96,10 @@ macro_rules! store_conformance {
     };
 }
 
-/// Guard against a hang, not a timing assertion: every awaited condition
-/// here is expected within milliseconds.
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn new_run(id: &str) -> NewRun {
-    NewRun {
-        id: RunId::parse(id).expect("valid run id"),
-        workflow: "review".into(),
-        file: "flows/review.iter".into(),
-        trust: Trust::Untrusted,
-        owner: Some(RunOwner {
-            host: "host-a".into(),
-            pid: 4242,
-            start_time: 987_654,
-        }),
-    }
-}
-
-fn draft(kind: &str, data: serde_json::Value) -> EventDraft {
-    EventDraft {
-        kind: kind.into(),
-        node_id: None,
-        data,
-    }
-}
-
-fn bytes_stream(chunks: Vec<Vec<u8>>) -> ByteStream {
-    Box::pin(futures_util::stream::iter(
-        chunks.into_iter().map(|c| Ok(Bytes::from(c))),
-    ))
-}
-
-async fn read_all(mut s: ByteStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(chunk) = s.next().await {
-        out.extend_from_slice(&chunk.expect("file chunk"));
-    }
-    out
-}
-
-fn path(p: &str) -> RunFilePath {
-    RunFilePath::parse(p).expect("valid run file path")
-}
-
-fn to(from: RunStatus, to: RunStatus) -> Transition {
-    Transition {
-        from,
-        expected_revision: None,
-        to,
-        failure: None,
-    }
-}
-
 mod attachments;
 mod events;
 mod files;
+mod fixture;
 mod queued;
 mod runs;
 mod writer;

@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use iterion_core::StoreError;
 use iterion_core::failure::RunStatus;
 use iterion_core::id::RunId;
 use iterion_core::store::{Claim, RunOwner, Submission};
 
-use super::{OpenFn, StoreError, StoreFixture, new_run, to};
+use super::fixture::{OpenFn, StoreFixture, new_run, to};
 
 fn submission(source: &str) -> Submission {
     let mut settings = serde_json::Map::new();

@@ -1,7 +1,17 @@
 //! The run-record checks: create, reopen, compare-and-set transitions,
 //! failure and admission, pagination.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use iterion_core::StoreError;
+use iterion_core::failure::{Disposition, FailureCode, RunStatus};
+use iterion_core::id::RunId;
+use iterion_core::mode::Trust;
+use iterion_core::store::{
+    Admission, AdmissionDecision, Failure, PageRequest, Reopen, RunOwner, Transition,
+};
+
+use super::fixture::*;
 
 /// Create, reload, refuse a duplicate id, report absence as `None`.
 pub async fn runs_create_and_load(fx: &StoreFixture, _open: OpenFn) {

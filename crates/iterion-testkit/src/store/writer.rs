@@ -1,6 +1,17 @@
 //! The absent-run check and the killed-writer check (with its child process).
 
-use super::*;
+use std::io::BufRead;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use iterion_core::StoreError;
+use iterion_core::failure::RunStatus;
+use iterion_core::id::RunId;
+use iterion_core::store::{Admission, AdmissionDecision, DrainRecord, DrainStatus};
+
+use super::fixture::*;
 
 /// Every per-run method on an unknown run says `RunNotFound`.
 pub async fn unknown_run_is_not_found(fx: &StoreFixture, _open: OpenFn) {
