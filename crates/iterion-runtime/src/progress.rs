@@ -16,7 +16,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use iterion_core::{FailureCode, NodeId};
+use iterion_core::event::Payload;
+use iterion_core::{EventKind, FailureCode, NodeId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -347,26 +348,48 @@ impl RunProgress {
 
     /// Rebuild a run's progress from its event stream: its
     /// `run_checkpoint` events, in order (what `iterion resume` starts
-    /// from). A checkpoint of another format version is refused, never
-    /// half-read.
+    /// from), read through the event's own decoder. A checkpoint of another
+    /// format version is refused, never half-read, and so is one that does
+    /// not have a checkpoint's shape.
     pub fn from_events<'e>(
         events: impl IntoIterator<Item = &'e iterion_core::EventRecord>,
     ) -> Result<Self, ProgressError> {
         let mut p = Self::new();
         for e in events.into_iter().filter(|e| e.kind == "run_checkpoint") {
-            let version = e.data.get("version").and_then(Value::as_u64).unwrap_or(0);
-            if version != u64::from(PROGRESS_VERSION) {
+            let (version, step) = match e.payload() {
+                Payload::Known(kind) => match *kind {
+                    EventKind::RunCheckpoint { version, step } => (version, step),
+                    other => {
+                        return Err(ProgressError::BadStep {
+                            seq: e.seq,
+                            message: format!("read back as {}", other.name()),
+                        });
+                    }
+                },
+                Payload::Malformed { error, .. } => {
+                    return Err(ProgressError::BadStep {
+                        seq: e.seq,
+                        message: format!("not a checkpoint's shape: {error}"),
+                    });
+                }
+                Payload::Unknown { kind, .. } => {
+                    return Err(ProgressError::BadStep {
+                        seq: e.seq,
+                        message: format!("{kind} is not an event this engine knows"),
+                    });
+                }
+            };
+            if version != PROGRESS_VERSION {
                 return Err(ProgressError::UnsupportedVersion {
                     seq: e.seq,
-                    version,
+                    version: u64::from(version),
                 });
             }
             let step: ProgressStep =
-                serde_json::from_value(e.data.get("step").cloned().unwrap_or(Value::Null))
-                    .map_err(|err| ProgressError::BadStep {
-                        seq: e.seq,
-                        message: err.to_string(),
-                    })?;
+                serde_json::from_value(step).map_err(|err| ProgressError::BadStep {
+                    seq: e.seq,
+                    message: err.to_string(),
+                })?;
             p.apply(&step)?;
         }
         Ok(p)
@@ -763,6 +786,24 @@ mod tests {
             RunProgress::from_events(&[garbled]),
             Err(ProgressError::BadStep { .. })
         ));
+        // Not a checkpoint's shape at all (no version, a version that is
+        // not a number): refused with what the decoder said, never read.
+        for data in [
+            json!({"step": steps[0]}),
+            json!({"version": "1", "step": steps[0]}),
+        ] {
+            let mut odd = record(1, PROGRESS_VERSION, &steps[0]);
+            odd.data = data;
+            match RunProgress::from_events(&[odd]) {
+                Err(ProgressError::BadStep { seq: 1, message }) => {
+                    assert!(
+                        message.starts_with("not a checkpoint's shape: "),
+                        "{message}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]
