@@ -26,7 +26,7 @@ use iterion_sandbox::precedence::SandboxFlags;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
-use crate::sandbox_boot::{Decided, Kept};
+use crate::sandbox_boot::handoff::{Decided, Kept};
 use crate::secrets::Redactor;
 
 /// What a booter sees of the run.

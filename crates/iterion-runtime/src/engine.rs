@@ -35,29 +35,7 @@ use crate::progress::{PROGRESS_VERSION, ProgressStep, ResumePoint, RunLaunch, Ru
 use iterion_sandbox::admission::AdmissionVerdict;
 use iterion_sandbox::precedence::SandboxFlags;
 
-/// Engine-wide knobs.
-#[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// Bytes of one node execution's output that reach the run log.
-    pub node_log_cap: u64,
-    /// Longest run-log line; longer lines are split.
-    pub max_log_line: usize,
-    /// Bytes of stdout kept for output parsing (the rest is only logged).
-    pub stdout_keep: usize,
-    /// Bytes of stderr kept for `node_failed.stderr_tail`.
-    pub stderr_tail: usize,
-}
-
-impl Default for EngineSettings {
-    fn default() -> Self {
-        Self {
-            node_log_cap: 8 * 1024 * 1024,
-            max_log_line: 64 * 1024,
-            stdout_keep: 1024 * 1024,
-            stderr_tail: 4 * 1024,
-        }
-    }
-}
+pub use crate::settings::EngineSettings;
 
 /// One run to execute.
 #[derive(Debug, Clone)]

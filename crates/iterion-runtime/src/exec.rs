@@ -19,11 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::boot::Booted;
 use crate::bounds::{Bound, RunBounds, Watchdog};
-use crate::engine::EngineSettings;
 use crate::events::Emitter;
 use crate::graph::GraphInfo;
 use crate::human::HumanPrompter;
 use crate::progress::{FrameId, PROGRESS_VERSION, ProgressError, ProgressStep, RunProgress};
+use crate::settings::EngineSettings;
 use crate::template::{ATTACHMENTS_KEY, LOOPS_KEY};
 
 /// Why node execution stopped short of `done`.

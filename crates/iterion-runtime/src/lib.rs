@@ -50,6 +50,7 @@ pub mod runfiles;
 pub mod sandbox_boot;
 pub mod secret_egress;
 pub mod secrets;
+mod settings;
 pub mod template;
 mod tool;
 mod walk;

@@ -15,8 +15,7 @@ use iterion_core::{Driver, DriverName, Mount, RunId, Spec, Trust};
 use iterion_dsl::ir::SecretDecl;
 use iterion_sandbox::binds::{RealHost, run_settings};
 use iterion_sandbox::decision::{
-    DecisionRequest, FileSecretShape, RepoSnapshot, RunPaths, SandboxDecision, WorkflowFacts,
-    decide,
+    DecisionRequest, FileSecretShape, RepoSnapshot, RunPaths, WorkflowFacts, decide,
 };
 use iterion_sandbox::env::SandboxEnv;
 use iterion_sandbox::host::{DriverOffer, HostKind};
@@ -24,7 +23,8 @@ use iterion_sandbox::mounts::HostSnapshot;
 use iterion_sandbox::precedence::SandboxFlags;
 
 use super::dirs::{RunDirs, private_state_dirs};
-use crate::secrets::{ResolvedSecrets, resolve as resolve_secrets, secrets_root};
+use super::handoff::Decided;
+use crate::secrets::{resolve as resolve_secrets, secrets_root};
 
 /// The drivers this host offers: each known driver's offer from the one
 /// probe (readiness, capabilities, footprint), and the handles of the
@@ -136,23 +136,6 @@ pub struct RunRequest<'a> {
     pub worktree_git_dir: Option<&'a Path>,
     /// That worktree's own part of it (`<git dir>/worktrees/<name>`).
     pub worktree_admin_dir: Option<&'a Path>,
-}
-
-/// A run's decision and the secrets it was made with (values stay here,
-/// out of the decision, which `doctor` renders).
-pub struct Decided {
-    /// The decision.
-    pub decision: SandboxDecision,
-    pub(crate) secrets: ResolvedSecrets,
-}
-
-impl std::fmt::Debug for Decided {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decided")
-            .field("decision", &self.decision)
-            .field("secrets", &self.secrets)
-            .finish()
-    }
 }
 
 /// The host side of every decision of this process.

@@ -11,6 +11,7 @@
 //! discovers and probes them); the runtime never names an engine.
 
 mod dirs;
+pub(crate) mod handoff;
 mod host;
 mod provider_keys;
 mod start;
@@ -24,8 +25,8 @@ use iterion_readback::DrainOptions;
 use iterion_sandbox::decision::Verdict;
 
 pub use self::dirs::{default_state_dir, host_state_roots, private_state_dirs};
-pub use self::host::{Decided, HostDrivers, RunRequest, SandboxHost};
-pub(crate) use self::start::Kept;
+pub use self::handoff::Decided;
+pub use self::host::{HostDrivers, RunRequest, SandboxHost};
 
 use crate::boot::{Admitted, BootContext, BootError, Booted, ExecSecrets, SandboxBooter};
 

@@ -5,7 +5,6 @@
 //! the engine, a port) goes through the one classifier as a
 //! [`BootError`].
 
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,33 +15,20 @@ use iterion_core::{
     ByteSize, Driver, DriverError, EventKind, LaunchPlan, Mode, MountOrigin, NodeId, RunInfo,
 };
 use iterion_netproxy::{
-    BlockedRequest, EgressProxy, LimitNotice, Policy, ProxyHandle, ProxyOptions, ProxyToken,
+    BlockedRequest, EgressProxy, LimitNotice, Policy, ProxyOptions, ProxyToken,
 };
 use iterion_sandbox::classify::{Cause, Refused, SetupContext, Stage, classify};
 use iterion_sandbox::decision::SandboxPlan;
 use iterion_sandbox::verdict::EgressVerdict;
 
 use super::dirs::{RemoveOnDrop, RunDirs};
+use super::handoff::Kept;
 use super::host::SandboxHost;
 use crate::boot::{BootContext, BootError, Booted, ExecEgress, ExecSecrets, Keep};
 use crate::events::{Emitter, RunObserver};
 use crate::secrets::{
     FileSecret, ResolvedSecrets, SecretFiles, secrets_root, write_files as write_secret_files,
 };
-
-/// What a sandboxed boot keeps alive until teardown.
-#[derive(Debug)]
-pub(crate) struct Kept {
-    pub plan: LaunchPlan,
-    pub proxy: Option<ProxyHandle>,
-    pub host_dir: Option<PathBuf>,
-    /// Removes the host secret files when dropped.
-    pub secret_files: Option<SecretFiles>,
-    /// The size of the tmpfs bounding the run-files dir, when mounted.
-    pub run_files_bound: Option<ByteSize>,
-    /// The run's host listeners (seed step 18); stopped when dropped.
-    pub gateway: Option<iterion_core::agent::GatewayHandle>,
-}
 
 fn driver_error(err: DriverError, ctx: &BootContext<'_>) -> BootError {
     let code = classify(

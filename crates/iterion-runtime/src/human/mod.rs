@@ -7,20 +7,22 @@
 //! (`resume.rs`). Answers are checked against the node's output schema
 //! here, one home for the TTY and for resume: unknown fields and values
 //! of the wrong type are typed errors, never a half-filled output.
+//! Running the node (asking, or pausing) is `node.rs`, in the run's
+//! context; what is here is what that context, resume and the CLI's
+//! prompter share, so none of them depends on a node's execution.
 //!
 //! It does not store anything or decide a run's status (the engine does).
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use iterion_core::{EventKind, FailureCode, NodeId};
+use iterion_core::NodeId;
 use iterion_dsl::ir::{self, FieldType, Schema};
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
-use crate::exec::{NodeError, RunCx, Stop};
-use crate::progress::FrameId;
 use crate::routing::{check_output, coerce_var};
+
+mod node;
 
 /// One answer as given: a `--answer K=V` text (coerced to the field's
 /// type) or a JSON value (`--answers-file`, checked as is).
@@ -205,82 +207,6 @@ pub fn check_answers(
         node: node.id.clone(),
         message: e.to_string(),
     })
-}
-
-impl<'a> RunCx<'a> {
-    /// A human node's output: the answers given on resume, or asked on a
-    /// terminal; otherwise the run pauses here.
-    pub(crate) async fn human(
-        &self,
-        frame: &FrameId,
-        node: &ir::Node,
-        input: &Map<String, Value>,
-        answers: Option<Value>,
-        cancel: &CancellationToken,
-    ) -> Result<Value, Stop> {
-        if let Some(answers) = answers {
-            // Checked by the resume plan against this node's schema.
-            return Ok(answers);
-        }
-        let schema = answer_schema(self.workflow, node);
-        let request = HumanRequest {
-            node: node.id.clone(),
-            // A declared prompt's body when it names one, else the text.
-            instructions: node
-                .properties
-                .get("instructions")
-                .and_then(Value::as_str)
-                .map(|t| {
-                    self.workflow
-                        .prompts
-                        .get(t)
-                        .map_or(t, String::as_str)
-                        .to_owned()
-                }),
-            questions: Value::Object(input.clone()),
-            fields: answer_fields(schema),
-        };
-        if let Some(prompter) = &self.human {
-            let asked = tokio::select! {
-                a = prompter.ask(&request) => a,
-                () = cancel.cancelled() => return Err(self.node_failed(frame, node, NodeError::Cancelled)),
-            };
-            let result =
-                asked.and_then(|raw| check_answers(node, schema, &raw).map_err(|e| e.to_string()));
-            return result.map_err(|e| {
-                self.node_failed(frame, node, NodeError::failed(FailureCode::NodeFailed, e))
-            });
-        }
-        if !frame.is_main() {
-            // A pause resumes on the main path only (a fork restarts at
-            // its router, so a branch's answers would be asked again).
-            let e = NodeError::failed(
-                FailureCode::NodeFailed,
-                "a human node inside a parallel branch or foreach item cannot pause the run; \
-                 run it on a terminal to answer it",
-            );
-            return Err(self.node_failed(frame, node, e));
-        }
-        let times = self.with_progress(|p| {
-            p.frame(frame)
-                .map_or(0, |f| f.history.iter().filter(|n| **n == node.id).count())
-        });
-        self.emit_node(
-            frame,
-            &node.id,
-            EventKind::HumanInputRequested {
-                interaction_id: interaction_id(&node.id, times),
-                questions: serde_json::json!({
-                    "instructions": request.instructions,
-                    "input": request.questions,
-                }),
-                fields: request.fields.iter().map(|(n, _)| n.clone()).collect(),
-            },
-        );
-        Err(Stop::Paused {
-            node: node.id.clone(),
-        })
-    }
 }
 
 #[cfg(test)]

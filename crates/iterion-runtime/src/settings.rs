@@ -1,0 +1,31 @@
+//! The engine-wide knobs, [`EngineSettings`]: how much of a node's output
+//! reaches the run log and how much is kept for parsing and for
+//! `node_failed`. The engine is configured with them and every node
+//! execution reads them through its run's context, so they sit below both.
+//!
+//! It does not apply them (tool nodes do) nor load them from anywhere (the
+//! caller builds them).
+
+/// Engine-wide knobs.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Bytes of one node execution's output that reach the run log.
+    pub node_log_cap: u64,
+    /// Longest run-log line; longer lines are split.
+    pub max_log_line: usize,
+    /// Bytes of stdout kept for output parsing (the rest is only logged).
+    pub stdout_keep: usize,
+    /// Bytes of stderr kept for `node_failed.stderr_tail`.
+    pub stderr_tail: usize,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            node_log_cap: 8 * 1024 * 1024,
+            max_log_line: 64 * 1024,
+            stdout_keep: 1024 * 1024,
+            stderr_tail: 4 * 1024,
+        }
+    }
+}
