@@ -12,11 +12,13 @@
 //! handshake: closed, never tunnelled around the inspection.
 //!
 //! Every other CONNECT stays a blind tunnel (`proxy`), so the cost is paid
-//! only by the hosts a secret is for.
+//! only by the hosts a secret is for. What it inspects with is an
+//! [`Inspection`] (`inspection`), built before the proxy starts; it reads
+//! the proxy's [`Shared`] state and reports refusals through it, and never
+//! calls back into the proxy that handed it the CONNECT.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -29,23 +31,16 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::bindings::{Bindings, Exfiltration, HeadError, Rewriter, StreamRewriter};
-use crate::ca::{EgressCa, LeafResolver};
-use crate::error::NetproxyError;
-use crate::proxy::{
-    BlockReason, BlockedRequest, EGRESS_HEADER, PermitSlot, Principal, ProxyBody, Shared, Target,
-    TunnelGuard, strip_hop_by_hop, text,
-};
-
-/// The variable naming a PEM bundle the proxy trusts for upstreams, on top
-/// of the system roots (a corporate or a test CA).
-pub const UPSTREAM_CA_ENV: &str = "ITERION_EGRESS_UPSTREAM_CA";
+use crate::bindings::{Exfiltration, HeadError, Rewriter, StreamRewriter};
+use crate::ca::LeafResolver;
+use crate::inspection::Inspection;
+use crate::report::{BlockReason, BlockedRequest, EGRESS_HEADER};
+use crate::shared::{PermitSlot, Shared, TunnelGuard, report};
+use crate::wire::{Principal, ProxyBody, Target, dial, empty, strip_hop_by_hop, text};
 
 /// The largest request body buffered to put back a placeholder whose
 /// value has another length (its `Content-Length` must be recomputed);
@@ -54,94 +49,6 @@ pub const UPSTREAM_CA_ENV: &str = "ITERION_EGRESS_UPSTREAM_CA";
 pub const MAX_REWRITE_BODY: usize = 16 * 1024 * 1024;
 /// The largest request head the inspecting server reads (`431` past it).
 const MAX_HEAD: usize = 64 * 1024;
-
-/// What the proxy needs to inspect: the run's CA, its bindings, and both
-/// TLS configurations.
-pub struct Inspection {
-    bindings: Bindings,
-    ca: Arc<EgressCa>,
-    server: Arc<ServerConfig>,
-    upstream: Arc<ClientConfig>,
-}
-
-impl std::fmt::Debug for Inspection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inspection")
-            .field("bindings", &self.bindings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Inspection {
-    /// Inspection with `ca`, for `bindings`, trusting `upstream_roots`.
-    pub fn new(
-        ca: Arc<EgressCa>,
-        bindings: Bindings,
-        upstream_roots: RootCertStore,
-    ) -> Result<Self, NetproxyError> {
-        let tls = |e: rustls::Error| NetproxyError::Tls {
-            reason: e.to_string(),
-        };
-        let mut server = ServerConfig::builder_with_provider(ca.provider())
-            .with_safe_default_protocol_versions()
-            .map_err(tls)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(LeafResolver {
-                ca: ca.clone(),
-                name: "localhost".to_owned(),
-            }));
-        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let mut upstream = ClientConfig::builder_with_provider(ca.provider())
-            .with_safe_default_protocol_versions()
-            .map_err(tls)?
-            .with_root_certificates(upstream_roots)
-            .with_no_client_auth();
-        upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Self {
-            bindings,
-            ca,
-            server: Arc::new(server),
-            upstream: Arc::new(upstream),
-        })
-    }
-
-    /// The CA certificate the sandbox must trust (PEM).
-    pub fn ca_pem(&self) -> &str {
-        self.ca.cert_pem()
-    }
-
-    /// The bindings.
-    pub fn bindings(&self) -> &Bindings {
-        &self.bindings
-    }
-}
-
-/// The system roots plus the PEM bundle at `extra` (the value of
-/// [`UPSTREAM_CA_ENV`]). An unreadable or certificate-less bundle is an
-/// error, never silently ignored.
-pub fn upstream_roots(extra: Option<&Path>) -> Result<RootCertStore, NetproxyError> {
-    let mut roots = RootCertStore::empty();
-    // Unparseable system entries are skipped, as every client does.
-    let native = rustls_native_certs::load_native_certs();
-    let _ = roots.add_parsable_certificates(native.certs);
-    if let Some(path) = extra {
-        let bad = |reason: String| NetproxyError::UpstreamCa {
-            path: path.display().to_string(),
-            reason,
-        };
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| bad(e.to_string()))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(bad("holds no PEM certificate".into()));
-        }
-        for c in certs {
-            roots.add(c).map_err(|e| bad(e.to_string()))?;
-        }
-    }
-    Ok(roots)
-}
 
 type UpstreamSender = hyper::client::conn::http1::SendRequest<RewriteBody>;
 
@@ -173,7 +80,7 @@ impl Upstream {
         let deadline = tokio::time::Instant::now() + shared.dial_timeout;
         let tcp = match tcp {
             Some(t) => t,
-            None => crate::proxy::dial(&self.addrs, deadline)
+            None => dial(&self.addrs, deadline)
                 .await
                 .map_err(|e| OpenError::Other(format!("cannot reach the upstream again: {e}")))?,
         };
@@ -317,7 +224,7 @@ pub(crate) async fn connect(
             () = cancel.cancelled() => conn.as_mut().graceful_shutdown(),
         }
     });
-    crate::proxy::empty(StatusCode::OK)
+    empty(StatusCode::OK)
 }
 
 /// One inspected request: rewrite, forward, stream the response back.
@@ -432,7 +339,7 @@ pub(crate) fn exfiltration(
     )) {
         resp.headers_mut().insert(EGRESS_HEADER, v);
     }
-    crate::proxy::report(
+    report(
         shared,
         BlockedRequest {
             host: target.host.clone(),
@@ -476,7 +383,7 @@ fn upstream_refused(
     )) {
         resp.headers_mut().insert(EGRESS_HEADER, v);
     }
-    crate::proxy::report(
+    report(
         shared,
         BlockedRequest {
             host: target.host.clone(),

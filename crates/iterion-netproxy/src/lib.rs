@@ -15,22 +15,31 @@ pub mod ca;
 mod credentials;
 mod error;
 mod inspect;
+mod inspection;
 mod policy;
 pub mod preset;
 mod proxy;
+mod report;
 mod resolver;
+mod shared;
 mod token;
+mod wire;
 
 pub use bindings::{Bindings, SecretBinding};
 pub use ca::EgressCa;
 pub use credentials::{CredentialBook, ExecCredential};
 pub use error::NetproxyError;
-pub use inspect::{Inspection, MAX_REWRITE_BODY, UPSTREAM_CA_ENV, upstream_roots};
+pub use inspect::MAX_REWRITE_BODY;
+pub use inspection::{Inspection, UPSTREAM_CA_ENV, upstream_roots};
 pub use policy::{AddressRefusal, Decision, Policy, canonical_host};
 pub use proxy::{
-    BlockReason, BlockedCallback, BlockedRequest, DEFAULT_DIAL_TIMEOUT,
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, EGRESS_HEADER, EgressProxy,
-    LIMIT_NOTICE_INTERVAL, LimitCallback, LimitNotice, ProxyHandle, ProxyOptions, strip_hop_by_hop,
+    DEFAULT_DIAL_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, EgressProxy,
+    ProxyHandle, ProxyOptions,
+};
+pub use report::{
+    BlockReason, BlockedCallback, BlockedRequest, EGRESS_HEADER, LIMIT_NOTICE_INTERVAL,
+    LimitCallback, LimitNotice,
 };
 pub use resolver::{Resolver, StaticResolver, SystemResolver};
 pub use token::ProxyToken;
+pub use wire::strip_hop_by_hop;

@@ -18,17 +18,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
-use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -48,13 +44,16 @@ mod splice;
 use self::forward::forward;
 use crate::credentials::CredentialBook;
 use crate::error::NetproxyError;
-use crate::inspect::{self, Inspection};
+use crate::inspect;
+use crate::inspection::Inspection;
 use crate::policy::{Policy, canonical_host};
+use crate::report::{
+    BlockReason, BlockedCallback, BlockedRequest, EGRESS_HEADER, LimitCallback, Limits,
+};
 use crate::resolver::{Resolver, SystemResolver};
+use crate::shared::{PermitSlot, Shared, TunnelGuard, report};
 use crate::token::ProxyToken;
-
-/// The header a denied request carries (machine-readable reason + rule).
-pub const EGRESS_HEADER: &str = "x-iterion-egress";
+use crate::wire::{Principal, ProxyBody, Target, dial, empty, text};
 
 /// Default dial timeout (facts §7.3).
 pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,102 +64,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Per-direction tunnel buffer; allocated only once the direction carries data.
 const TUNNEL_BUF: usize = 256 * 1024;
 
-/// Why the proxy refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BlockReason {
-    /// Allowlist mode: no rule allowed the host, or a negated rule matched.
-    Allowlist,
-    /// Denylist mode: a negated rule matched.
-    Denylist,
-    /// The host was allowed but an address it resolved to is refused
-    /// ([`Policy::vet_address`]).
-    ResolvedAddress,
-    /// A bound secret's placeholder on a request to a host it is not bound
-    /// to, or in plain `http://` (issue 17).
-    SecretExfiltration,
-    /// An inspected upstream's certificate did not verify (issue 17).
-    UpstreamTls,
-}
-
-impl BlockReason {
-    /// The token used in the `x-iterion-egress` header.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowlist => "blocked-by-allowlist",
-            Self::Denylist => "blocked-by-denylist",
-            Self::ResolvedAddress => "blocked-resolved-address",
-            Self::SecretExfiltration => "blocked-secret-exfiltration",
-            Self::UpstreamTls => "upstream-tls-invalid",
-        }
-    }
-
-    /// The reason a `network_blocked` event carries: the header token,
-    /// except for the issue 17 reasons, named as the issue names them.
-    pub fn event_reason(self) -> &'static str {
-        match self {
-            Self::SecretExfiltration => "secret_exfiltration",
-            Self::UpstreamTls => "upstream_tls_invalid",
-            other => other.as_str(),
-        }
-    }
-}
-
-/// One denied request, handed to [`ProxyOptions::on_blocked`] exactly once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockedRequest {
-    /// The canonical host the client asked for.
-    pub host: String,
-    /// The requested port.
-    pub port: u16,
-    /// Why it was refused.
-    pub reason: BlockReason,
-    /// The deciding rule as written (`None`: the mode default or the
-    /// built-in sensitive-address guard decided).
-    pub rule: Option<String>,
-    /// The label of the per-exec credential the request presented
-    /// ([`CredentialBook::issue`]); `None` when it used the run token.
-    pub exec: Option<String>,
-    /// The bound secret whose placeholder the request carried
-    /// ([`BlockReason::SecretExfiltration`]): its name, never its value.
-    pub secret: Option<String>,
-}
-
-/// Callback for denied requests (the runtime turns it into `network_blocked`).
-pub type BlockedCallback = Arc<dyn Fn(BlockedRequest) + Send + Sync>;
-
-/// A resource limit the proxy hit, reported through
-/// [`ProxyOptions::on_limit`]: the first time, then at most once per
-/// [`LIMIT_NOTICE_INTERVAL`] with what was refused in between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitNotice {
-    /// The run held [`ProxyOptions::max_connections`] connections; `refused`
-    /// new ones were answered `503` (or closed unanswered) since the last notice.
-    Connections {
-        /// The cap.
-        limit: usize,
-        /// Connections refused since the previous notice.
-        refused: u64,
-    },
-    /// The process is out of file descriptors (`EMFILE`/`ENFILE` on
-    /// accept): the proxy backs off; `failures` accepts failed since the
-    /// last notice.
-    Descriptors {
-        /// Failed accepts since the previous notice.
-        failures: u64,
-    },
-}
-
-/// Callback for [`LimitNotice`]s (the runtime writes them to the run log).
-pub type LimitCallback = Arc<dyn Fn(LimitNotice) + Send + Sync>;
-
 /// Concurrent client connections one proxy (one run) holds by default
 /// (issue 19 item 9). Each costs at most two sockets and, while it
 /// tunnels, two pipes: well inside a descriptor limit raised to its hard
 /// bound (`iterion` does that at start).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
-
-/// Shortest interval between two [`LimitNotice`]s of one kind.
-pub const LIMIT_NOTICE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Over-cap connections answered `503` at the same time; past this they
 /// are closed unanswered, so refusing can never exhaust descriptors itself.
@@ -326,26 +234,6 @@ impl Drop for ProxyHandle {
     }
 }
 
-pub(crate) struct Shared {
-    policy: Arc<Policy>,
-    token: ProxyToken,
-    credentials: CredentialBook,
-    on_blocked: BlockedCallback,
-    pub(crate) dial_timeout: Duration,
-    header_read_timeout: Duration,
-    resolver: Arc<dyn Resolver>,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) tracker: TaskTracker,
-    pub(crate) tunnels: Arc<AtomicUsize>,
-    /// One permit per client connection held (issue 19 item 9).
-    connections: Arc<Semaphore>,
-    max_connections: usize,
-    /// One permit per over-cap connection being answered `503`.
-    overflow: Arc<Semaphore>,
-    limits: Limits,
-    inspection: Option<Arc<Inspection>>,
-}
-
 /// A listening socket on `addr`; with `freebind`, also when the address is
 /// not configured yet (`IP_FREEBIND`, Linux).
 fn listen(addr: SocketAddr, freebind: bool) -> io::Result<TcpListener> {
@@ -365,60 +253,6 @@ fn listen(addr: SocketAddr, freebind: bool) -> io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     TcpListener::from_std(socket.into())
-}
-
-/// Rate-limited [`LimitNotice`]s: the first of a kind at once, then at
-/// most one per [`LIMIT_NOTICE_INTERVAL`] carrying the count in between.
-struct Limits {
-    callback: LimitCallback,
-    refused: std::sync::atomic::AtomicU64,
-    emfile: std::sync::atomic::AtomicU64,
-    last: std::sync::Mutex<[Option<std::time::Instant>; 2]>,
-}
-
-impl Limits {
-    fn new(callback: LimitCallback) -> Self {
-        Self {
-            callback,
-            refused: 0.into(),
-            emfile: 0.into(),
-            last: std::sync::Mutex::new([None, None]),
-        }
-    }
-
-    fn note(&self, slot: usize, limit: usize) {
-        let counter = if slot == 0 {
-            &self.refused
-        } else {
-            &self.emfile
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        let now = std::time::Instant::now();
-        let due = match self.last.lock() {
-            Ok(mut last) => match last[slot] {
-                Some(t) if now.duration_since(t) < LIMIT_NOTICE_INTERVAL => false,
-                _ => {
-                    last[slot] = Some(now);
-                    true
-                }
-            },
-            Err(_) => false,
-        };
-        if !due {
-            return;
-        }
-        let n = counter.swap(0, Ordering::Relaxed);
-        let notice = if slot == 0 {
-            LimitNotice::Connections { limit, refused: n }
-        } else {
-            LimitNotice::Descriptors { failures: n }
-        };
-        tracing::warn!(?notice, "egress proxy limit reached");
-        let cb = self.callback.clone();
-        if std::panic::catch_unwind(AssertUnwindSafe(move || cb(notice))).is_err() {
-            tracing::warn!("egress proxy on_limit callback panicked; ignored");
-        }
-    }
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -536,54 +370,6 @@ async fn serve_connection(
         }
     }
 }
-
-pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
-
-pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
-    let mut resp = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-pub(crate) fn empty(status: StatusCode) -> Response<ProxyBody> {
-    let mut resp = Response::new(Empty::new().map_err(|n| match n {}).boxed());
-    *resp.status_mut() = status;
-    resp
-}
-
-/// Where a request goes.
-pub(crate) struct Target {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    /// The Host an absolute-form request is forwarded with (its
-    /// request-target's authority); `None` for origin-form and CONNECT.
-    host_header: Option<HeaderValue>,
-}
-
-/// Who presented a valid credential.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Principal {
-    /// The run token (the sandbox as a whole).
-    Run,
-    /// A per-exec credential, with its label.
-    Exec(String),
-}
-
-impl Principal {
-    pub(crate) fn exec(self) -> Option<String> {
-        match self {
-            Self::Run => None,
-            Self::Exec(label) => Some(label),
-        }
-    }
-}
-
-/// A connection's cap permit, handed to its tunnel when it becomes one.
-pub(crate) type PermitSlot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
 async fn handle(
     req: Request<Incoming>,
@@ -785,15 +571,6 @@ fn blocked(
     resp
 }
 
-/// Hand a refusal to the run's callback, which never takes the proxy down
-/// (facts §7.3).
-pub(crate) fn report(shared: &Shared, event: BlockedRequest) {
-    let cb = shared.on_blocked.clone();
-    if std::panic::catch_unwind(AssertUnwindSafe(move || cb(event))).is_err() {
-        tracing::warn!("egress proxy on_blocked callback panicked; ignored");
-    }
-}
-
 async fn resolve(
     shared: &Shared,
     target: &Target,
@@ -811,41 +588,6 @@ async fn resolve(
         return Err(format!("{} has no addresses", target.host));
     }
     Ok(addrs)
-}
-
-/// Dial the vetted addresses in order; never resolves again (no rebinding window).
-pub(crate) async fn dial(
-    addrs: &[SocketAddr],
-    deadline: tokio::time::Instant,
-) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-    for addr in addrs {
-        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Ok(Err(e)) => last = e,
-            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "dial timed out")),
-        }
-    }
-    Err(last)
-}
-
-/// Counts a live tunnel for as long as it exists.
-pub(crate) struct TunnelGuard(Arc<AtomicUsize>);
-
-impl TunnelGuard {
-    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Self {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Self(counter.clone())
-    }
-}
-
-impl Drop for TunnelGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 fn tunnel(
@@ -951,61 +693,9 @@ where
     Ok(())
 }
 
-/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-/// Remove hop-by-hop headers, including every header `Connection` names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
-    }
-    // Not in the RFC list but only ever meant for the proxy.
-    headers.remove("proxy-connection");
-}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_stripped_including_connection_named() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "close, x-secret-hop"),
-            ("x-secret-hop", "1"),
-            ("keep-alive", "timeout=5"),
-            ("proxy-authorization", "Bearer t"),
-            ("proxy-authenticate", "Basic"),
-            ("te", "trailers"),
-            ("trailer", "x"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "websocket"),
-            ("proxy-connection", "keep-alive"),
-            ("x-keep", "yes"),
-            ("content-length", "3"),
-        ] {
-            h.append(k, HeaderValue::from_static(v));
-        }
-        strip_hop_by_hop(&mut h);
-        let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_owned()).collect();
-        left.sort();
-        assert_eq!(left, vec!["content-length", "x-keep"]);
-    }
 
     #[test]
     fn auth_forms() {

@@ -37,7 +37,7 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use super::listener::{Body, GATEWAY_HOST, GatewayGuard, accept_loop, bearer, bind, mint, status};
+use super::gateway::{Body, GATEWAY_HOST, GatewayGuard, accept_loop, bearer, bind, mint, status};
 
 /// The env variable the CLI reads the ask-user listener's token from.
 pub const TOKEN_ENV: &str = "ITERION_ASK_USER_TOKEN";

@@ -16,6 +16,7 @@
 //! no policy (the node's, checked by the loop and the launcher).
 
 pub mod engine_tools;
+mod gateway;
 pub mod listener;
 mod oauth;
 pub(crate) mod process;

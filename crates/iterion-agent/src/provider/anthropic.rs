@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Block, ChatRequest, ChatResponse, Decoded, Message, Role, StopReason, Usage, sse};
+use super::chat::{Block, ChatRequest, ChatResponse, Decoded, Message, Role, StopReason, Usage};
+use super::sse;
 
 /// `anthropic-version` header value.
 pub const API_VERSION: &str = "2023-06-01";

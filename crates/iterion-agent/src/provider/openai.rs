@@ -7,7 +7,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Block, ChatRequest, ChatResponse, Decoded, Message, Role, StopReason, Usage, sse};
+use super::chat::{Block, ChatRequest, ChatResponse, Decoded, Message, Role, StopReason, Usage};
+use super::sse;
 
 /// The JSON body of a request.
 pub fn request_body(req: &ChatRequest) -> Value {

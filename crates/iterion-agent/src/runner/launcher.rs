@@ -13,11 +13,11 @@ use bytes::Bytes;
 use iterion_core::{ExecRequest, ExecSession, OutputStream, SandboxRun};
 use tokio_util::sync::CancellationToken;
 
+use super::binary::{RUNNER_CONTAINER_PATH, RUNNER_SUBCOMMAND};
 use super::protocol::{
     Direction, Line, LineSplitter, PROTOCOL_VERSION, RunnerResult, RunnerTask, ToolResultData,
     WireMessage, decode, encode, too_long,
 };
-use super::{RUNNER_CONTAINER_PATH, RUNNER_SUBCOMMAND};
 use crate::credentials::Redactor;
 use crate::dispatch::LauncherTools;
 use crate::error::{AgentError, bounded};

@@ -25,13 +25,14 @@ pub mod builtin;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 pub mod policy;
 pub mod privacy;
+mod spec;
 
 pub use builtin::Builtin;
 pub use policy::{PolicyDenial, ToolPolicy};
+pub use spec::ToolSpec;
 
 use crate::error::AgentError;
 
@@ -202,17 +203,6 @@ pub fn wire_name(qualified: &str) -> Option<String> {
         _ => safe(qualified),
     };
     (!wire.is_empty() && wire.len() <= WIRE_NAME_MAX).then_some(wire)
-}
-
-/// What a model is told about a tool.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// Name the model calls.
-    pub name: String,
-    /// Description.
-    pub description: String,
-    /// JSON Schema of the input object.
-    pub input_schema: Value,
 }
 
 /// A tool available to a node: its names, spec and class.

@@ -1,12 +1,19 @@
-//! Evaluation of a parsed [`super::Expr`]: upstream's truthiness,
-//! equality (no cross-type coercion), ordering, checked integer arithmetic,
-//! string concatenation and builtins. Owns no syntax.
+//! Evaluation of a parsed [`super::Expr`] over a caller's [`Resolve`]:
+//! upstream's truthiness, equality (no cross-type coercion), ordering,
+//! checked integer arithmetic, string concatenation and builtins. Owns no
+//! syntax.
 
 use serde_json::{Map, Number, Value};
 
-use super::{
-    ExprError, Func, Node, Op, Resolve, STACK_GROW, STACK_RED_ZONE, eval_err, is_namespace,
-};
+use super::ast::{Func, Node, Op, STACK_GROW, STACK_RED_ZONE, is_namespace};
+use super::error::{ExprError, eval_err};
+
+/// What paths resolve to. `path` is what follows the namespace; `None`
+/// reads as null (upstream: an absent path is nil, never an error).
+pub trait Resolve {
+    /// The value at `namespace.path…`.
+    fn resolve(&self, namespace: &str, path: &[String]) -> Option<Value>;
+}
 
 /// Upstream truthiness: null, false, 0, empty string/array/object are
 /// false, and so are the strings "false", "no" and "0" (any case, trimmed).

@@ -19,90 +19,18 @@
 //! deeper than that cap whatever the input. Does not own what a path
 //! resolves to: the caller supplies a [`Resolve`].
 
+mod ast;
+mod error;
 mod eval;
 #[cfg(test)]
 mod tests;
 
 use serde_json::{Number, Value};
 
-pub use eval::{MapScope, drill, truthy};
-
-/// Deepest nesting accepted, as upstream (`maxExprDepth`).
-pub const MAX_DEPTH: usize = 256;
-
-/// Stack left before a nesting level grows a new segment, and its size.
-pub(crate) const STACK_RED_ZONE: usize = 128 * 1024;
-pub(crate) const STACK_GROW: usize = 2 * 1024 * 1024;
-
-/// Why an expression does not parse or evaluate. `offset` is a character
-/// offset into the expression text (0-based).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExprError {
-    /// Malformed text.
-    #[error("{message} (at character {offset})")]
-    Syntax {
-        /// Where.
-        offset: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A call to a function the language does not have.
-    #[error(
-        "unknown function `{name}` (at character {offset}); functions are length, concat, unique, contains, join and if"
-    )]
-    UnknownFunction {
-        /// The name written.
-        name: String,
-        /// Where.
-        offset: usize,
-    },
-    /// Nesting past [`MAX_DEPTH`].
-    #[error("expression nested deeper than {MAX_DEPTH} levels (at character {offset})")]
-    TooDeep {
-        /// Where.
-        offset: usize,
-    },
-    /// Evaluation failed (type mismatch, overflow, division by zero, bad
-    /// argument count).
-    #[error("{message}")]
-    Eval {
-        /// What failed.
-        message: String,
-    },
-}
-
-impl ExprError {
-    /// Stable code: C040 for anything found at parse time.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Syntax { .. } | Self::UnknownFunction { .. } | Self::TooDeep { .. } => "C040",
-            Self::Eval { .. } => "EXPR_EVAL",
-        }
-    }
-
-    /// Character offset of a parse error.
-    pub fn offset(&self) -> Option<usize> {
-        match self {
-            Self::Syntax { offset, .. }
-            | Self::UnknownFunction { offset, .. }
-            | Self::TooDeep { offset } => Some(*offset),
-            Self::Eval { .. } => None,
-        }
-    }
-}
-
-pub(crate) fn eval_err(message: impl Into<String>) -> ExprError {
-    ExprError::Eval {
-        message: message.into(),
-    }
-}
-
-/// What paths resolve to. `path` is what follows the namespace; `None`
-/// reads as null (upstream: an absent path is nil, never an error).
-pub trait Resolve {
-    /// The value at `namespace.path…`.
-    fn resolve(&self, namespace: &str, path: &[String]) -> Option<Value>;
-}
+pub use ast::MAX_DEPTH;
+use ast::{Func, Node, Op, STACK_GROW, STACK_RED_ZONE, is_namespace};
+pub use error::ExprError;
+pub use eval::{MapScope, Resolve, drill, truthy};
 
 /// A reference an expression reads (for the compiler's checks).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,87 +46,6 @@ pub struct Ref {
 pub struct Expr {
     root: Node,
     src: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Or,
-    And,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-}
-
-impl Op {
-    pub(crate) fn text(self) -> &'static str {
-        match self {
-            Op::Or => "||",
-            Op::And => "&&",
-            Op::Eq => "==",
-            Op::Ne => "!=",
-            Op::Lt => "<",
-            Op::Le => "<=",
-            Op::Gt => ">",
-            Op::Ge => ">=",
-            Op::Add => "+",
-            Op::Sub => "-",
-            Op::Mul => "*",
-            Op::Div => "/",
-            Op::Rem => "%",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Func {
-    Length,
-    Concat,
-    Unique,
-    Contains,
-    Join,
-    If,
-}
-
-impl Func {
-    fn named(name: &str) -> Option<Self> {
-        Some(match name {
-            "length" => Func::Length,
-            "concat" => Func::Concat,
-            "unique" => Func::Unique,
-            "contains" => Func::Contains,
-            "join" => Func::Join,
-            "if" => Func::If,
-            _ => return None,
-        })
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node {
-    Lit(Value),
-    Path {
-        namespace: String,
-        path: Vec<String>,
-    },
-    Not(Box<Node>),
-    Neg(Box<Node>),
-    /// `first op x op y …` for one precedence level, left-associative.
-    Chain {
-        first: Box<Node>,
-        rest: Vec<(Op, Node)>,
-    },
-    Call {
-        func: Func,
-        args: Vec<Node>,
-    },
 }
 
 // ---------------------------------------------------------------- lexer
@@ -659,11 +506,4 @@ impl Expr {
     pub fn eval_bool(&self, scope: &dyn Resolve) -> Result<bool, ExprError> {
         self.eval(scope).map(|v| truthy(&v))
     }
-}
-
-pub(crate) fn is_namespace(ns: &str) -> bool {
-    matches!(
-        ns,
-        "vars" | "input" | "outputs" | "artifacts" | "loop" | "run"
-    )
 }

@@ -12,8 +12,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::{Principal, ProxyBody, Shared, Target, strip_hop_by_hop, text};
 use crate::inspect::{self, RewriteBody};
+use crate::shared::Shared;
+use crate::wire::{Principal, ProxyBody, Target, strip_hop_by_hop, text};
 
 pub(super) async fn forward(
     req: Request<Incoming>,

@@ -9,10 +9,11 @@ use iterion_core::{
     MountOrigin, NetworkSpec, Spec, Trust,
 };
 
-use super::{
-    BindReport, DecisionRequest, FileSecretShape, IdentityOutcome, READBACK_UNSERVABLE, Refusal,
-    RepoSnapshot, SandboxDecision, SandboxPlan, SelectedDriver, Verdict,
+use super::outcome::{
+    BindReport, IdentityOutcome, READBACK_UNSERVABLE, Refusal, SandboxDecision, SandboxPlan,
+    SelectedDriver, Verdict,
 };
+use super::request::{DecisionRequest, FileSecretShape, RepoSnapshot};
 use crate::admission::AdmissionVerdict;
 use crate::binds::{
     BindRole, BindScope, HostPaths, PathKind, ResolveError, ResolvedPath, judge_bind_in,

@@ -10,11 +10,14 @@ use iterion_core::{
 };
 
 use super::*;
+use crate::admission::AdmissionVerdict;
 use crate::binds::{HostBindSettings, HostPaths, PathKind, ResolveError, ResolvedPath};
 use crate::env::{EnvSnapshot, SandboxEnv};
+use crate::error::PolicyError;
 use crate::host::{DriverOffer, HostKind};
 use crate::mounts::HostSnapshot;
 use crate::precedence::{ModeSource, PRODUCT_GLOBAL_DEFAULT, SandboxFlags};
+use crate::verdict::EgressVerdict;
 
 const WS: &str = "/work/repo";
 const STATE: &str = "/state/iterion";

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::ToolSpec;
+use super::spec::ToolSpec;
 
 mod context;
 mod git;

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use self::detector::{CATEGORIES, ScanOptions, Span};
 use self::vault::Vault;
-use crate::tools::ToolSpec;
+use super::spec::ToolSpec;
 
 /// The filter's name.
 pub const FILTER: &str = "privacy_filter";

@@ -9,104 +9,21 @@
 //! can this host apply the egress rules) is asked of the driver or the
 //! host and shown beside it, never fed back into a verdict.
 
+mod decide;
 mod plain;
 mod strict;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use iterion_core::RunId;
-use iterion_runtime::{HostDrivers, RunRequest, SandboxHost};
+use iterion_runtime::HostDrivers;
 use iterion_sandbox::env::{EnvSnapshot, SandboxEnv};
-use iterion_sandbox::host::HostKind;
-use serde::Serialize;
 
-pub use self::strict::strict_report;
+pub(super) use self::decide::decide_here;
+pub use self::strict::{CheckStatus, StrictOptions, strict_report};
 use super::launch::LaunchFlags;
-use crate::cli::{DoctorArgs, ReapArgs, TargetFlag, TrustFlag};
+use crate::cli::{DoctorArgs, ReapArgs, TrustFlag};
 use crate::drivers;
 use crate::exit::{Exit, UserInputError};
-
-/// Outcome of one strict check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckStatus {
-    /// Fine.
-    Pass,
-    /// Worth knowing; never changes the exit code.
-    Warn,
-    /// Exit 1.
-    Fail,
-    /// Not relevant for this target/spec.
-    Skip,
-    /// Needs a driver this binary/host does not have (never fails the exit code).
-    Unavailable,
-}
-
-/// One row of the battery.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// Stable check name.
-    pub name: &'static str,
-    /// Outcome.
-    pub status: CheckStatus,
-    /// Why.
-    pub detail: String,
-}
-
-fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
-    Check {
-        name,
-        status,
-        detail: detail.into(),
-    }
-}
-
-/// Flags of the strict battery (shared by `doctor --strict` and the run pre-flight).
-#[derive(Debug, Clone, Default)]
-pub struct StrictOptions {
-    /// The workflow whose block to resolve.
-    pub file: Option<PathBuf>,
-    /// `--target`.
-    pub target: Option<TargetFlag>,
-    /// `--sandbox`, `--sandbox-host-state`, `--sandbox-default-image`.
-    pub launch: LaunchFlags,
-    /// `--trust untrusted`.
-    pub untrusted: bool,
-}
-
-/// The sandbox a run of `workflow` (none: a workflow with no block and no
-/// secrets) would get in this directory, decided as the run decides it.
-pub(super) fn decide_here(
-    host: &SandboxHost,
-    workflow: Option<&iterion_dsl::ir::Workflow>,
-    flags: &iterion_sandbox::precedence::SandboxFlags,
-    untrusted: bool,
-    target: Option<HostKind>,
-) -> anyhow::Result<iterion_runtime::Decided> {
-    // The run's own workspace: the current directory, resolved (cmd/run.rs).
-    let cwd = std::env::current_dir()?;
-    let workspace = cwd.canonicalize().unwrap_or(cwd);
-    let run_id = RunId::generate();
-    Ok(host.decide(&RunRequest {
-        run_id: &run_id,
-        sandbox: workflow.and_then(|w| w.sandbox.as_ref().map(|d| &d.spec)),
-        secrets: workflow.map(|w| w.secrets.as_slice()).unwrap_or_default(),
-        trust: if untrusted {
-            iterion_core::Trust::Untrusted
-        } else {
-            iterion_core::Trust::Trusted
-        },
-        workspace: &workspace,
-        flags,
-        target,
-        attachments: workflow.is_some_and(|w| !w.attachments.is_empty()),
-        // The strict doctor judges the checkout itself; a run's worktree
-        // does not exist before the run.
-        worktree_git_dir: None,
-        worktree_admin_dir: None,
-    }))
-}
 
 /// `iterion sandbox doctor`.
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<Exit> {

@@ -128,7 +128,7 @@ pub(super) async fn doctor(
         sandbox: Some(Mode::Auto),
         ..super::LaunchFlags::default().sandbox_flags()
     };
-    let decided = super::decide_here(&host, None, &flags, false, None)?;
+    let decided = super::decide::decide_here(&host, None, &flags, false, None)?;
     let d = &decided.decision;
     let available = drivers.ready_names();
     let offer = d

@@ -1,11 +1,14 @@
 //! `iterion sandbox doctor --strict` and the `ITERION_SANDBOX_PREFLIGHT`
 //! pre-flight: the battery of facts §11.2 rendered from the decision a run
-//! of the workflow here would get ([`strict_report`]). Each row reads one
+//! of the workflow here would get ([`strict_report`]), its rows ([`Check`])
+//! and its knobs ([`StrictOptions`]). Each row reads one
 //! step of the decision (driver selection, the fused spec, the host binds,
 //! the identity, the egress verdict, the capability gaps, the verdict);
 //! the rows only the doctor has (the engine's version, the image present
 //! without a pull, the Kubernetes checks, the host's egress protections)
 //! ask the driver or the host and decide nothing.
+
+use std::path::PathBuf;
 
 use iterion_core::{DriverName, Mode, Spec};
 use iterion_runtime::HostDrivers;
@@ -16,10 +19,59 @@ use iterion_sandbox::host::HostKind;
 use iterion_sandbox::verdict::EgressVerdict;
 use serde::Serialize;
 
+use super::decide::decide_here;
 use super::plain::IdentityPosture;
-use super::{Check, CheckStatus, StrictOptions, check};
 use crate::cli::TargetFlag;
+use crate::cmd::launch::LaunchFlags;
 use crate::drivers;
+
+/// Outcome of one strict check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Fine.
+    Pass,
+    /// Worth knowing; never changes the exit code.
+    Warn,
+    /// Exit 1.
+    Fail,
+    /// Not relevant for this target/spec.
+    Skip,
+    /// Needs a driver this binary/host does not have (never fails the exit code).
+    Unavailable,
+}
+
+/// One row of the battery.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Stable check name.
+    pub name: &'static str,
+    /// Outcome.
+    pub status: CheckStatus,
+    /// Why.
+    pub detail: String,
+}
+
+fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// Flags of the strict battery (shared by `doctor --strict` and the run pre-flight).
+#[derive(Debug, Clone, Default)]
+pub struct StrictOptions {
+    /// The workflow whose block to resolve.
+    pub file: Option<PathBuf>,
+    /// `--target`.
+    pub target: Option<TargetFlag>,
+    /// `--sandbox`, `--sandbox-host-state`, `--sandbox-default-image`.
+    pub launch: LaunchFlags,
+    /// `--trust untrusted`.
+    pub untrusted: bool,
+}
 
 /// The decision's verdict, as the JSON report writes it.
 #[derive(Debug, Clone, Serialize)]
@@ -88,7 +140,7 @@ pub async fn strict_report(
         Some(TargetFlag::Cloud) => Some(HostKind::Cloud),
     };
     let flags = opts.launch.sandbox_flags();
-    let decided = super::decide_here(&host, workflow.as_ref(), &flags, opts.untrusted, target)?;
+    let decided = decide_here(&host, workflow.as_ref(), &flags, opts.untrusted, target)?;
     let d = &decided.decision;
     let block = workflow
         .as_ref()
