@@ -16,6 +16,8 @@ and reports only circles between files that do not contain one another
 (the looser measure: a module split into a parent and its children).
 
 Usage: scripts/module-cycles.py [--siblings] [CRATE_DIR ...] (default: crates/*).
+       scripts/module-cycles.py --self-test   (small crates with a known answer)
+`.ci/run` runs the self-test, then the strict measure over every crate.
 """
 
 import os
@@ -228,6 +230,8 @@ def edges_of(crate, path):
     # Paths written in code; `use` items are read whole above (scanning
     # them again would take `use a::b::{X, Y}` for a use of module `a::b`).
     code = re.sub(r"\buse\s+[^;]+;", "", text)
+    # Nor is a visibility (`pub(in crate::cmd)`) a use of the module it names.
+    code = re.sub(r"\bpub\s*\(\s*in\s+[^)]*\)", "pub", code)
     for m in re.finditer(r"(?<![:\w])((?:" + IDENT + r"::)+" + IDENT + ")", code):
         paths.append(tuple(m.group(1).split("::")))
     targets = set()
@@ -277,14 +281,8 @@ def cycles(graph):
     return out
 
 
-def main():
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    args = sys.argv[1:]
-    siblings = "--siblings" in args
-    args = [a for a in args if a != "--siblings"]
-    dirs = args or sorted(
-        os.path.join(top, "crates", d) for d in os.listdir(os.path.join(top, "crates"))
-    )
+def measure(dirs, siblings, top, out):
+    """Print the circles of each crate in `dirs`; return (files, circles)."""
     found = 0
     files = 0
     for d in dirs:
@@ -301,10 +299,81 @@ def main():
         for comp in cycles(graph):
             found += 1
             rel = [os.path.relpath(f, top) for f in comp]
-            print("circle: " + " <-> ".join(rel))
+            print("circle: " + " <-> ".join(rel), file=out)
             for f in comp:
                 inside = sorted(os.path.relpath(t, top) for t in graph[f] if t in comp)
-                print(f"  {os.path.relpath(f, top)} -> {', '.join(inside)}")
+                print(f"  {os.path.relpath(f, top)} -> {', '.join(inside)}", file=out)
+    return files, found
+
+
+# Small crates with a known answer: the measure must find each circle and
+# must not take a facade, a re-export, a visibility or a test for one.
+SELF_TESTS = [
+    ("a child naming its parent's own type while the parent calls it", 1, {
+        "lib.rs": "mod a;\npub struct T;\npub fn f() { a::g(); }\n",
+        "a.rs": "use crate::T;\npub fn g() {}\n",
+    }),
+    ("a glob of the parent while the parent calls the child", 1, {
+        "lib.rs": "mod a;\nfn helper() {}\npub fn f() { a::g(); }\n",
+        "a.rs": "use super::*;\npub fn g() { helper() }\n",
+    }),
+    ("three siblings in a ring", 1, {
+        "lib.rs": "mod a;\nmod b;\nmod c;\n",
+        "a.rs": "use crate::b::B;\npub struct A;\n",
+        "b.rs": "use crate::c::C;\npub struct B;\n",
+        "c.rs": "pub struct C(crate::a::A);\n",
+    }),
+    ("a name reached through the root's re-export", 0, {
+        "lib.rs": "mod a;\nmod b;\npub use a::T;\npub fn f() { b::g(); }\n",
+        "a.rs": "pub struct T;\n",
+        "b.rs": "use crate::T;\npub fn g() {}\n",
+    }),
+    ("a name reached through a module's re-export, braces and all", 0, {
+        "lib.rs": "mod m;\n",
+        "m/mod.rs": "mod x;\nmod y;\npub use x::{T, U};\npub fn f() { y::g(); }\n",
+        "m/x.rs": "pub struct T;\npub struct U;\n",
+        "m/y.rs": "use super::{T, U};\npub fn g() {}\n",
+    }),
+    ("a visibility path and a test module", 0, {
+        "lib.rs": "mod m;\n",
+        "m/mod.rs": "mod y;\npub fn f() { y::g(); }\n",
+        "m/y.rs": "pub(in crate::m) fn h() {}\npub fn g() { h() }\n"
+                  "#[cfg(test)]\nmod tests {\n    use crate::m::f;\n}\n",
+    }),
+]
+
+
+def self_test():
+    import io
+    import tempfile
+    failed = 0
+    for name, want, files in SELF_TESTS:
+        with tempfile.TemporaryDirectory() as d:
+            for rel, text in files.items():
+                path = os.path.join(d, "src", rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+            out = io.StringIO()
+            _, got = measure([d], False, d, out)
+        if got != want:
+            failed += 1
+            print(f"self-test FAILED: {name}: {got} circle(s), expected {want}\n{out.getvalue()}")
+    print(f"self-test: {len(SELF_TESTS) - failed}/{len(SELF_TESTS)} cases")
+    return 1 if failed else 0
+
+
+def main():
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = sys.argv[1:]
+    if "--self-test" in args:
+        return self_test()
+    siblings = "--siblings" in args
+    args = [a for a in args if a != "--siblings"]
+    dirs = args or sorted(
+        os.path.join(top, "crates", d) for d in os.listdir(os.path.join(top, "crates"))
+    )
+    files, found = measure(dirs, siblings, top, sys.stdout)
     print(f"{files} files in {len(dirs)} crates, {found} circle(s)")
     return 1 if found else 0
 
