@@ -9,7 +9,9 @@ use iterion_core::{ByteStream, StoreError};
 
 use crate::blobs;
 use crate::db::PostgresStore;
-use crate::rows::{classify, get, now};
+use iterion_storekit::clock::now;
+
+use crate::rows::{classify, get};
 
 pub(crate) async fn put(
     store: &PostgresStore,

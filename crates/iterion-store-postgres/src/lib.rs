@@ -39,11 +39,12 @@ use iterion_core::store::{
     Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::clock::now;
 use iterion_storekit::page::Window;
+use iterion_storekit::payload::check_depth;
 
 use crate::rows::{
-    MAX_PAYLOAD_DEPTH, RUN_COLS, classify, decode_err, decode_event, decode_run, get, json_field,
-    now, to_json, too_deep,
+    RUN_COLS, classify, decode_err, decode_event, decode_run, get, json_field, to_json,
 };
 
 #[async_trait]
@@ -237,12 +238,7 @@ impl RunStore for PostgresStore {
         at_seq: Option<u64>,
     ) -> Result<EventRecord, StoreError> {
         let map = |e| classify(e, "append event");
-        if too_deep(&event.data, MAX_PAYLOAD_DEPTH) {
-            return Err(StoreError::InvalidPayload {
-                run: run.clone(),
-                reason: "nested deeper than 100 arrays/objects",
-            });
-        }
+        check_depth(run, &event.data)?;
         let data = to_json("encode event data", &event.data)?;
         let node = event.node_id.as_ref().map(|n| n.as_str().to_owned());
         let mut c = self.client().await?;

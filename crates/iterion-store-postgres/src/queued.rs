@@ -10,7 +10,9 @@ use iterion_core::store::{Claim, NewRun, RunRecord, Submission};
 use iterion_core::{RunStatus, StoreError};
 
 use crate::db::PostgresStore;
-use crate::rows::{RUN_COLS, classify, decode_run, enum_str, json_field, now, to_json};
+use iterion_storekit::clock::now;
+
+use crate::rows::{RUN_COLS, classify, decode_run, enum_str, json_field, to_json};
 
 /// Insert a `queued` run row (also `create_run`'s body).
 pub(crate) async fn insert_run(

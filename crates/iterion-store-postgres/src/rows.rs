@@ -3,7 +3,6 @@
 //! (with the depth a payload may have) and enum words. Knows the schema's
 //! columns, not the store's pool.
 
-use time::OffsetDateTime;
 use tokio_postgres::Row;
 
 use iterion_core::StoreError;
@@ -50,24 +49,6 @@ pub(crate) fn decode_err(what: &'static str, msg: String) -> StoreError {
     StoreError::Backend {
         operation: what,
         source: msg.into(),
-    }
-}
-
-pub(crate) fn now() -> OffsetDateTime {
-    let t = OffsetDateTime::now_utc();
-    t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
-        .unwrap_or(t)
-}
-
-/// Deepest payload nesting accepted: serde_json refuses to read past 128,
-/// so anything deeper would be stored and then never readable.
-pub(crate) const MAX_PAYLOAD_DEPTH: usize = 100;
-
-pub(crate) fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
-    match v {
-        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
-        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
-        _ => false,
     }
 }
 

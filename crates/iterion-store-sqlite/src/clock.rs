@@ -4,13 +4,7 @@
 use iterion_core::StoreError;
 use time::OffsetDateTime;
 
-/// Now, truncated to microseconds: both backends keep exactly what they
-/// return (PostgreSQL timestamps have microsecond precision).
-pub(crate) fn now() -> OffsetDateTime {
-    let t = OffsetDateTime::now_utc();
-    t.replace_nanosecond(t.nanosecond() / 1000 * 1000)
-        .unwrap_or(t)
-}
+pub(crate) use iterion_storekit::clock::now;
 
 pub(crate) fn micros(t: OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1000) as i64

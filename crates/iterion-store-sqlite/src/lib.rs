@@ -35,12 +35,13 @@ use iterion_core::store::{
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 use iterion_storekit::page::Window;
+use iterion_storekit::payload::check_depth;
 
 use crate::clock::{from_micros, micros, now};
 pub use crate::db::{DB_FILE, SqliteStore};
 use crate::rows::{
-    MAX_PAYLOAD_DEPTH, RUN_COLS, RawRun, decode_err, decode_event, entry_known, event_row,
-    json_field, load, node_str, raw_run, run_exists, to_json, too_deep,
+    RUN_COLS, RawRun, decode_err, decode_event, entry_known, event_row, json_field, load, node_str,
+    raw_run, run_exists, to_json,
 };
 
 #[async_trait]
@@ -234,12 +235,7 @@ impl RunStore for SqliteStore {
         let rec = self
             .with_conn("append event", move |conn, loc| {
                 let map = |e| schema::classify(e, loc);
-                if too_deep(&event.data, MAX_PAYLOAD_DEPTH) {
-                    return Err(StoreError::InvalidPayload {
-                        run: run.clone(),
-                        reason: "nested deeper than 100 arrays/objects",
-                    });
-                }
+                check_depth(&run, &event.data)?;
                 let data = to_json("encode event data", &event.data)?;
                 let node = node_str(&event.node_id)?;
                 let tx = conn

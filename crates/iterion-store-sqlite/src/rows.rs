@@ -94,18 +94,6 @@ pub(crate) fn json_field<T: serde::de::DeserializeOwned>(
         .transpose()
 }
 
-/// Deepest payload nesting accepted: serde_json refuses to read past 128,
-/// so anything deeper would be stored and then never readable.
-pub(crate) const MAX_PAYLOAD_DEPTH: usize = 100;
-
-pub(crate) fn too_deep(v: &serde_json::Value, budget: usize) -> bool {
-    match v {
-        serde_json::Value::Array(a) => budget == 0 || a.iter().any(|x| too_deep(x, budget - 1)),
-        serde_json::Value::Object(o) => budget == 0 || o.values().any(|x| too_deep(x, budget - 1)),
-        _ => false,
-    }
-}
-
 pub(crate) fn to_json<T: serde::Serialize>(
     what: &'static str,
     v: &T,
