@@ -307,6 +307,21 @@ pub enum FieldType {
     StringArray,
 }
 
+impl FieldType {
+    /// The word a workflow writes for it (`string`, `string[]`…), as
+    /// diagnostics and answer errors name it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Bool => "bool",
+            Self::Int => "int",
+            Self::Float => "float",
+            Self::Json => "json",
+            Self::StringArray => "string[]",
+        }
+    }
+}
+
 /// A variable declaration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VarDecl {

@@ -381,17 +381,6 @@ pub enum OutputError {
     },
 }
 
-fn type_name(ty: FieldType) -> &'static str {
-    match ty {
-        FieldType::String => "string",
-        FieldType::Bool => "bool",
-        FieldType::Int => "int",
-        FieldType::Float => "float",
-        FieldType::Json => "json",
-        FieldType::StringArray => "string[]",
-    }
-}
-
 fn has_type(value: &Value, ty: FieldType) -> bool {
     match ty {
         FieldType::String => value.is_string(),
@@ -446,7 +435,7 @@ pub fn check_output(
             if !has_type(value, field.ty) {
                 return Err(OutputError::WrongType {
                     field: field.name.clone(),
-                    expected: type_name(field.ty),
+                    expected: field.ty.word(),
                 });
             }
             if !field.enum_values.is_empty() {

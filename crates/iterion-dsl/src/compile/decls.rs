@@ -375,7 +375,7 @@ pub(crate) fn read_vars(lines: &[Line], ctx: &mut Ctx<'_>, vars: &mut BTreeMap<S
                             format!(
                                 "default of `{name}` is {} but the variable is declared {}",
                                 v.describe(),
-                                type_name(ty)
+                                ty.word()
                             ),
                             Some("fix the default to match the type"),
                         );
@@ -400,17 +400,6 @@ pub(crate) fn read_vars(lines: &[Line], ctx: &mut Ctx<'_>, vars: &mut BTreeMap<S
             );
         }
         vars.insert(name.clone(), VarDecl { ty, default });
-    }
-}
-
-pub(crate) fn type_name(t: FieldType) -> &'static str {
-    match t {
-        FieldType::String => "string",
-        FieldType::Bool => "bool",
-        FieldType::Int => "int",
-        FieldType::Float => "float",
-        FieldType::Json => "json",
-        FieldType::StringArray => "string[]",
     }
 }
 

@@ -19,7 +19,7 @@ use crate::lexer::{STok, Tok};
 use crate::parser::{Line, PValue};
 
 use super::ctx::Ctx;
-use super::decls::{NodeDecl, read_secrets, read_vars, type_name};
+use super::decls::{NodeDecl, read_secrets, read_vars};
 use super::edges::{EdgeLine, edge_positions, parse_edge};
 use super::graph::graph_checks;
 use super::props::{BUDGET, WORKFLOW, block_json};
@@ -438,7 +438,7 @@ pub(crate) fn compile_workflow(
                 format!(
                     "condition field `{}` of `{sname}` is {}, not bool",
                     f.name,
-                    type_name(f.ty)
+                    f.ty.word()
                 ),
                 Some("change the schema field to `bool`"),
             ),

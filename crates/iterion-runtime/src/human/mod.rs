@@ -119,17 +119,6 @@ pub fn interaction_id(node: &NodeId, times: usize) -> String {
 /// The field a human node without an output schema answers.
 pub const DEFAULT_ANSWER_FIELD: &str = "answer";
 
-fn type_word(ty: FieldType) -> &'static str {
-    match ty {
-        FieldType::String => "string",
-        FieldType::Bool => "bool",
-        FieldType::Int => "int",
-        FieldType::Float => "float",
-        FieldType::Json => "json",
-        FieldType::StringArray => "string[]",
-    }
-}
-
 /// The node's output schema, when it declares one.
 pub fn answer_schema<'w>(workflow: &'w ir::Workflow, node: &ir::Node) -> Option<&'w Schema> {
     node.output.as_ref().and_then(|n| workflow.schemas.get(n))
@@ -141,7 +130,7 @@ pub fn answer_fields(schema: Option<&Schema>) -> Vec<(String, &'static str)> {
         Some(s) => s
             .fields
             .iter()
-            .map(|f| (f.name.clone(), type_word(f.ty)))
+            .map(|f| (f.name.clone(), f.ty.word()))
             .collect(),
         None => vec![(DEFAULT_ANSWER_FIELD.to_owned(), "string")],
     }
@@ -194,7 +183,7 @@ pub fn check_answers(
             return Err(AnswerError::WrongType {
                 node: node.id.clone(),
                 field: field.clone(),
-                expected: type_word(ty),
+                expected: ty.word(),
                 value: match given {
                     AnswerInput::Text(t) => t.clone(),
                     AnswerInput::Json(v) => v.to_string(),
