@@ -10,6 +10,8 @@ use iterion_core::event::EventRecord;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{Failure, RunRecord};
 
+pub(crate) use iterion_storekit::json::{decode_err, json_field, to_json};
+
 /// Quote an identifier we validated ourselves.
 pub(crate) fn ident(name: &str) -> String {
     format!("\"{name}\"")
@@ -43,28 +45,6 @@ pub(crate) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
         reason: "cannot get a PostgreSQL connection".to_owned(),
         source: Some(Box::new(e)),
     }
-}
-
-pub(crate) fn decode_err(what: &'static str, msg: String) -> StoreError {
-    StoreError::Backend {
-        operation: what,
-        source: msg.into(),
-    }
-}
-
-pub(crate) fn to_json<T: serde::Serialize>(
-    what: &'static str,
-    v: &T,
-) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
-}
-
-pub(crate) fn json_field<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-    v: Option<String>,
-) -> Result<Option<T>, StoreError> {
-    v.map(|s| serde_json::from_str(&s).map_err(|e| decode_err(what, e.to_string())))
-        .transpose()
 }
 
 pub(crate) fn enum_str<T: serde::Serialize>(

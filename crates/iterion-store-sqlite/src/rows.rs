@@ -13,12 +13,7 @@ use iterion_core::store::{Failure, RunRecord};
 use crate::clock::from_micros;
 use crate::schema;
 
-pub(crate) fn decode_err(what: &'static str, msg: String) -> StoreError {
-    StoreError::Backend {
-        operation: what,
-        source: msg.into(),
-    }
-}
+pub(crate) use iterion_storekit::json::{decode_err, json_field, to_json};
 
 pub(crate) fn run_exists(conn: &Connection, id: &str, loc: &str) -> Result<bool, StoreError> {
     conn.query_row("SELECT 1 FROM runs WHERE id = ?1", [id], |_| Ok(()))
@@ -84,21 +79,6 @@ pub(crate) fn raw_run(r: &Row<'_>) -> rusqlite::Result<RawRun> {
         updated_at: r.get(12)?,
         ord: r.get(13)?,
     })
-}
-
-pub(crate) fn json_field<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-    v: Option<String>,
-) -> Result<Option<T>, StoreError> {
-    v.map(|s| serde_json::from_str(&s).map_err(|e| decode_err(what, e.to_string())))
-        .transpose()
-}
-
-pub(crate) fn to_json<T: serde::Serialize>(
-    what: &'static str,
-    v: &T,
-) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| decode_err(what, e.to_string()))
 }
 
 impl RawRun {
