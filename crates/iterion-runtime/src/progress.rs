@@ -400,6 +400,13 @@ impl RunProgress {
         self.frames.get(id)
     }
 
+    /// How many times `node` ran in `frame` so far (0 for an unknown
+    /// frame): what tells one asking of a human node from the next.
+    pub fn visits(&self, frame: &FrameId, node: &NodeId) -> usize {
+        self.frame(frame)
+            .map_or(0, |f| f.history.iter().filter(|n| *n == node).count())
+    }
+
     fn frame_mut(&mut self, id: &FrameId) -> Result<&mut FrameProgress, ProgressError> {
         self.frames
             .get_mut(id)

@@ -359,8 +359,7 @@ impl crate::Engine {
         if let (Some(answers), Some(p)) = (&answers, &point) {
             let times = resumable
                 .progress
-                .frame(&crate::progress::FrameId::main())
-                .map_or(0, |f| f.history.iter().filter(|n| **n == p.at).count());
+                .visits(&crate::progress::FrameId::main(), &p.at);
             events.emit_draft(
                 EventDraft::from(EventKind::HumanAnswersRecorded {
                     interaction_id: crate::human::interaction_id(&p.at, times),

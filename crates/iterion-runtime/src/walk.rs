@@ -480,10 +480,7 @@ impl<'a> RunCx<'a> {
             // The agent asked a human nobody can answer now: the run
             // pauses as at a human node; resume runs the node again.
             NodeError::AskedHuman { question } => {
-                let times = self.with_progress(|p| {
-                    p.frame(frame)
-                        .map_or(0, |f| f.history.iter().filter(|n| **n == node.id).count())
-                });
+                let times = self.with_progress(|p| p.visits(frame, &node.id));
                 self.emit_node(
                     frame,
                     &node.id,

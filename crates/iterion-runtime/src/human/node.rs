@@ -70,10 +70,7 @@ impl<'a> RunCx<'a> {
             );
             return Err(self.node_failed(frame, node, e));
         }
-        let times = self.with_progress(|p| {
-            p.frame(frame)
-                .map_or(0, |f| f.history.iter().filter(|n| **n == node.id).count())
-        });
+        let times = self.with_progress(|p| p.visits(frame, &node.id));
         self.emit_node(
             frame,
             &node.id,
