@@ -6,11 +6,10 @@
 use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, AttachmentRecord};
 use iterion_core::id::RunId;
 use iterion_core::{ByteStream, StoreError};
+use iterion_storekit::clock::now;
 
 use crate::blobs;
 use crate::db::PostgresStore;
-use iterion_storekit::clock::now;
-
 use crate::rows::{classify, get};
 
 pub(crate) async fn put(

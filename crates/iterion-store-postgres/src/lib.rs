@@ -40,12 +40,11 @@ use iterion_core::store::{
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
 use iterion_storekit::clock::now;
+use iterion_storekit::json::{decode_err, json_field, to_json};
 use iterion_storekit::page::Window;
 use iterion_storekit::payload::check_depth;
 
-use crate::rows::{
-    RUN_COLS, classify, decode_err, decode_event, decode_run, get, json_field, to_json,
-};
+use crate::rows::{RUN_COLS, classify, decode_event, decode_run, get};
 
 #[async_trait]
 impl RunStore for PostgresStore {

@@ -8,11 +8,11 @@ use deadpool_postgres::GenericClient;
 use iterion_core::id::RunId;
 use iterion_core::store::{Claim, NewRun, RunRecord, Submission};
 use iterion_core::{RunStatus, StoreError};
+use iterion_storekit::clock::now;
+use iterion_storekit::json::{json_field, to_json};
 
 use crate::db::PostgresStore;
-use iterion_storekit::clock::now;
-
-use crate::rows::{RUN_COLS, classify, decode_run, enum_str, json_field, to_json};
+use crate::rows::{RUN_COLS, classify, decode_run, enum_str};
 
 /// Insert a `queued` run row (also `create_run`'s body).
 pub(crate) async fn insert_run(

@@ -1,6 +1,6 @@
 //! One reading of a PostgreSQL error (`classify`: transient or not), and
-//! rows to records and back: the run row's columns, events, JSON fields
-//! (with the depth a payload may have) and enum words. Knows the schema's
+//! rows to records and back: the run row's columns, events and enum words
+//! (JSON columns and the payload depth are storekit's). Knows the schema's
 //! columns, not the store's pool.
 
 use tokio_postgres::Row;
@@ -9,8 +9,7 @@ use iterion_core::StoreError;
 use iterion_core::event::EventRecord;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{Failure, RunRecord};
-
-pub(crate) use iterion_storekit::json::{decode_err, json_field, to_json};
+use iterion_storekit::json::{decode_err, json_field};
 
 /// Quote an identifier we validated ourselves.
 pub(crate) fn ident(name: &str) -> String {

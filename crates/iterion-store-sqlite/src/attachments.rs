@@ -9,8 +9,9 @@ use iterion_core::attachment::{AttachmentFile, AttachmentName, AttachmentPut, At
 use iterion_core::id::RunId;
 use iterion_core::store::RunFilePath;
 use iterion_core::{ByteStream, StoreError};
+use iterion_storekit::clock::now;
 
-use crate::clock::{from_micros, micros, now};
+use crate::clock::{from_micros, micros};
 use crate::db::SqliteStore;
 use crate::rows::{entry_known, run_exists};
 use crate::{files, schema};

@@ -4,8 +4,6 @@
 use iterion_core::StoreError;
 use time::OffsetDateTime;
 
-pub(crate) use iterion_storekit::clock::now;
-
 pub(crate) fn micros(t: OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1000) as i64
 }

@@ -34,14 +34,15 @@ use iterion_core::store::{
     Reopen, RunFilePath, RunFileRecord, RunRecord, StoreStream, Submission, Transition,
 };
 use iterion_core::{ByteStream, RunStore, StoreError};
+use iterion_storekit::clock::now;
+use iterion_storekit::json::{decode_err, json_field, to_json};
 use iterion_storekit::page::Window;
 use iterion_storekit::payload::check_depth;
 
-use crate::clock::{from_micros, micros, now};
+use crate::clock::{from_micros, micros};
 pub use crate::db::{DB_FILE, SqliteStore};
 use crate::rows::{
-    RUN_COLS, RawRun, decode_err, decode_event, entry_known, event_row, json_field, load, node_str,
-    raw_run, run_exists, to_json,
+    RUN_COLS, RawRun, decode_event, entry_known, event_row, load, node_str, raw_run, run_exists,
 };
 
 #[async_trait]

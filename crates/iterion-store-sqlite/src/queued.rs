@@ -9,10 +9,12 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use iterion_core::id::RunId;
 use iterion_core::store::{Claim, NewRun, RunRecord, Submission};
 use iterion_core::{RunStatus, StoreError};
+use iterion_storekit::clock::now;
+use iterion_storekit::json::{decode_err, json_field, to_json};
 
-use crate::clock::{micros, now};
+use crate::clock::micros;
 use crate::db::SqliteStore;
-use crate::rows::{RawRun, decode_err, json_field, load, to_json, trust_str};
+use crate::rows::{RawRun, load, trust_str};
 use crate::schema;
 
 /// Insert a `queued` run row (also `create_run`'s body).

@@ -1,6 +1,6 @@
 //! Rows to records and back: the run row's columns and decoding, event
-//! rows, JSON fields (with the depth a payload may have) and the existence
-//! checks the file and attachment reads ask first. Knows the schema's
+//! rows, and the existence checks the file and attachment reads ask first
+//! (JSON columns and the payload depth are storekit's). Knows the schema's
 //! columns, not the store's connection.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -9,11 +9,10 @@ use iterion_core::StoreError;
 use iterion_core::event::EventRecord;
 use iterion_core::id::{NodeId, RunId};
 use iterion_core::store::{Failure, RunRecord};
+use iterion_storekit::json::{decode_err, json_field};
 
 use crate::clock::from_micros;
 use crate::schema;
-
-pub(crate) use iterion_storekit::json::{decode_err, json_field, to_json};
 
 pub(crate) fn run_exists(conn: &Connection, id: &str, loc: &str) -> Result<bool, StoreError> {
     conn.query_row("SELECT 1 FROM runs WHERE id = ?1", [id], |_| Ok(()))

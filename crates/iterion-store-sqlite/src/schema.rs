@@ -165,7 +165,7 @@ pub fn prepare(conn: &mut Connection, location: &str) -> Result<(), StoreError> 
             supported: SUPPORTED_VERSION,
         });
     }
-    let now = crate::clock::micros(crate::clock::now());
+    let now = crate::clock::micros(iterion_storekit::clock::now());
     for (idx, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let v = idx as i64 + 1;
         tx.execute_batch(sql).map_err(map)?;
