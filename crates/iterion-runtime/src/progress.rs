@@ -356,40 +356,25 @@ impl RunProgress {
     ) -> Result<Self, ProgressError> {
         let mut p = Self::new();
         for e in events.into_iter().filter(|e| e.kind == "run_checkpoint") {
-            let (version, step) = match e.payload() {
-                Payload::Known(kind) => match *kind {
-                    EventKind::RunCheckpoint { version, step } => (version, step),
-                    other => {
-                        return Err(ProgressError::BadStep {
-                            seq: e.seq,
-                            message: format!("read back as {}", other.name()),
-                        });
-                    }
-                },
-                Payload::Malformed { error, .. } => {
-                    return Err(ProgressError::BadStep {
-                        seq: e.seq,
-                        message: format!("not a checkpoint's shape: {error}"),
-                    });
-                }
-                Payload::Unknown { kind, .. } => {
-                    return Err(ProgressError::BadStep {
-                        seq: e.seq,
-                        message: format!("{kind} is not an event this engine knows"),
-                    });
-                }
+            let bad = |message| ProgressError::BadStep {
+                seq: e.seq,
+                message,
             };
-            if version != PROGRESS_VERSION {
+            let payload = e.payload();
+            let Some(EventKind::RunCheckpoint { version, step }) = payload.known() else {
+                let why = match &payload {
+                    Payload::Malformed { error, .. } => error.clone(),
+                    other => format!("read back as {}", other.name()),
+                };
+                return Err(bad(format!("not a checkpoint's shape: {why}")));
+            };
+            if *version != PROGRESS_VERSION {
                 return Err(ProgressError::UnsupportedVersion {
                     seq: e.seq,
-                    version: u64::from(version),
+                    version: u64::from(*version),
                 });
             }
-            let step: ProgressStep =
-                serde_json::from_value(step).map_err(|err| ProgressError::BadStep {
-                    seq: e.seq,
-                    message: err.to_string(),
-                })?;
+            let step = ProgressStep::deserialize(step).map_err(|err| bad(err.to_string()))?;
             p.apply(&step)?;
         }
         Ok(p)
