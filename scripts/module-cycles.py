@@ -9,9 +9,9 @@ What counts: library and binary sources under `src/` (test modules,
 `#[cfg(test)] mod …`, are left out; tests import what they test). A
 name a module only imports (`crate::Name` through the root's `pub use`,
 `super::Name` through the parent's `use`) is followed to the file that
-defines it: a facade is not a party to a circle. A child naming its parent (`super::Type`) while
-the parent calls into the child *is* a circle: the type belongs in a file
-both can name. `--siblings` sets those child-to-ancestor references aside
+defines it: a facade is not a party to a circle. A child naming its
+parent's own item (`super::Type`) while the parent calls into the child
+*is* a circle: the item belongs in a file both can name. `--siblings` sets those child-to-ancestor references aside
 and reports only circles between files that do not contain one another
 (the looser measure: a module split into a parent and its children).
 
