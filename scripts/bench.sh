@@ -8,8 +8,6 @@ cd "$ITERION_ROOT"
 "$ITERION_ROOT/scripts/setup.sh"
 "$ITERION_ROOT/scripts/services.sh" docker podman postgres
 "$ITERION_ROOT/scripts/images.sh" docker podman
-ITERION_RUNNER_BIN=$("$ITERION_ROOT/scripts/build-static.sh")
-export ITERION_RUNNER_BIN
 
 benches=(
   "iterion-dsl parse"                 # parse+compile MB/s vs serde_json and a line scan

@@ -33,9 +33,14 @@ export ITERION_MCP_SERVERS_DIR="${ITERION_MCP_SERVERS_DIR:-/var/cache/iterion-mc
 # A shared target dir keeps CI incremental on one machine; absent, cargo builds from scratch.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/iterion-target}"
 
-# The static iterion (the claw runner inside containers) is built by
-# scripts/build-static.sh next to the ordinary build, under target/<triple>/.
-export ITERION_STATIC_TARGET="${ITERION_STATIC_TARGET:-x86_64-unknown-linux-gnu}"
+# The ordinary build is static (.cargo/config.toml: build.target plus
+# +crt-static), so artifacts land under target/<triple>/. The config names
+# x86_64; an aarch64 machine builds its own triple.
+if [[ $(uname -m) == aarch64 ]]; then
+  export CARGO_BUILD_TARGET="${CARGO_BUILD_TARGET:-aarch64-unknown-linux-gnu}"
+fi
+ITERION_TARGET_TRIPLE="${CARGO_BUILD_TARGET:-x86_64-unknown-linux-gnu}"
+export ITERION_TARGET_TRIPLE
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -12,7 +12,7 @@ cd "$ITERION_ROOT"
 
 log "building iterion"
 cargo build --locked --release -p iterion-cli
-bin="$CARGO_TARGET_DIR/release/iterion"
+bin="$CARGO_TARGET_DIR/$ITERION_TARGET_TRIPLE/release/iterion"
 
 export DOCKER_HOST="$ITERION_TEST_DOCKER_HOST"
 export ITERION_STORE="${ITERION_STORE:-$ITERION_ROOT/.iterion}"

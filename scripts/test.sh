@@ -9,9 +9,6 @@ cd "$ITERION_ROOT"
 "$ITERION_ROOT/scripts/setup.sh"
 "$ITERION_ROOT/scripts/services.sh" docker podman postgres
 "$ITERION_ROOT/scripts/images.sh" docker podman
-# Agent tests run the claw runner inside containers: the static binary.
-ITERION_RUNNER_BIN=$("$ITERION_ROOT/scripts/build-static.sh")
-export ITERION_RUNNER_BIN
 
 log "cargo test (target dir $CARGO_TARGET_DIR)"
 export INSTA_UPDATE=no

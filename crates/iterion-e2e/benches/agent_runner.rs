@@ -14,7 +14,7 @@
 //! The box is a busybox container on dockerd with the static runner bound
 //! in and egress forced through the real proxy, as a run gets it. Target:
 //! ≤ 5 ms per in-box tool call (p50). Needs `scripts/test.sh`'s engines
-//! and a static runner (`ITERION_RUNNER_BIN`, or it is built).
+//! and the static `iterion` as the README builds it (built once if needed).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 

@@ -1,5 +1,5 @@
-//! The binaries agent tests run for real: the static `iterion` (the claw
-//! runner inside containers) and the Claude Code CLI installed by
+//! The binaries agent tests run for real: `iterion` as the README builds
+//! it (static: the claw runner inside containers) and the Claude Code CLI installed by
 //! `scripts/setup.sh`. A missing one fails the test with the command that
 //! provides it; nothing is skipped.
 
@@ -16,35 +16,21 @@ pub fn workspace_root() -> PathBuf {
         .expect("workspace root")
 }
 
-/// The target triple of the static build (the only one rustc has here).
-pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
-
-/// A statically linked `iterion` (runs in any image, busybox included).
-///
-/// `ITERION_RUNNER_BIN` wins (scripts/test.sh builds it once and exports
-/// it); otherwise it is built here, once per test process, exactly as
-/// `scripts/build-static.sh` does: `--target` keeps build scripts and
-/// proc-macros (host units) out of `+crt-static` and puts the artifact in
-/// `target/<triple>/`, so the workspace's ordinary dev build is untouched.
+/// The `iterion` binary the README builds: `cargo build -p iterion-cli`,
+/// which the repository's `.cargo/config.toml` links statically, so the
+/// same file is the CLI, the claw runner inside any image (busybox
+/// included) and the guard probe. Built once per test process exactly as a
+/// user builds it (no extra flags, no second target) and located through
+/// cargo's own report of the artifact, so the profile, the target triple
+/// and the target dir are the ones cargo used. (RUSTFLAGS set in the
+/// environment replaces the repository's flags and gives a dynamic binary:
+/// runs then refuse at admission, saying so.)
 pub fn static_iterion() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Ok(p) = std::env::var("ITERION_RUNNER_BIN")
-            && !p.is_empty()
-        {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "ITERION_RUNNER_BIN={} does not exist: run scripts/build-static.sh",
-                p.display()
-            );
-            return p;
-        }
         let root = workspace_root();
-        let target_dir =
-            std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from);
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let status = std::process::Command::new(cargo)
+        let out = std::process::Command::new(cargo)
             .current_dir(&root)
             .args([
                 "build",
@@ -53,19 +39,21 @@ pub fn static_iterion() -> PathBuf {
                 "iterion-cli",
                 "--bin",
                 "iterion",
-                "--target",
-                STATIC_TARGET,
+                "--message-format=json-render-diagnostics",
             ])
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env("CARGO_TARGET_DIR", &target_dir)
-            .status()
-            .expect("run cargo to build the static iterion");
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run cargo to build iterion");
         assert!(
-            status.success(),
-            "building the static iterion failed (see cargo's output above)"
+            out.status.success(),
+            "building iterion failed (see cargo's output above)"
         );
-        let bin = target_dir.join(STATIC_TARGET).join("debug").join("iterion");
+        let bin = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "iterion")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reported no executable for the iterion binary");
         assert!(bin.is_file(), "{} was not produced", bin.display());
         bin
     })

@@ -108,11 +108,24 @@ mod tests {
 
     #[test]
     fn dynamic_binaries_are_not_runner_candidates() {
-        // The test binary itself is dynamically linked (PT_INTERP present).
-        let me = std::env::current_exe().expect("exe");
-        assert!(!is_static_executable(&me));
+        // Debian's /bin/sh (dash) is dynamically linked (PT_INTERP present).
+        assert!(!is_static_executable(Path::new("/bin/sh")));
         assert!(!is_static_executable(Path::new("/nonexistent")));
         assert!(!elf_has_no_interpreter(b"#!/bin/sh\n"));
+    }
+
+    #[test]
+    fn the_ordinary_build_is_static() {
+        // The repository's .cargo/config.toml links every target of the
+        // workspace with +crt-static, this test binary included: the same
+        // build gives the `iterion` a user runs, which must start inside
+        // any image (issue 32).
+        let me = std::env::current_exe().expect("exe");
+        assert!(
+            is_static_executable(&me),
+            "{} is dynamically linked: the build did not use .cargo/config.toml's +crt-static (RUSTFLAGS set in the environment replaces it)",
+            me.display()
+        );
     }
 
     #[test]
