@@ -1,5 +1,7 @@
 //! Real `git` in temporary repositories (upstream's worktree_test.go intent).
 
+use std::process::Command;
+
 use super::*;
 
 fn sh_git(dir: &Path, args: &[&str]) -> String {

@@ -238,7 +238,13 @@ impl SandboxHost {
             .chain(&repo.worktree_git_guards)
             .map(String::as_str)
             .collect();
-        let host = HostSnapshot::capture(&self.env.snapshot, &git_paths);
+        let host = HostSnapshot::capture(&self.env.snapshot, &git_paths, &|key| {
+            let cwd = std::env::current_dir().ok()?;
+            crate::hostgit::HostGit::discover(&cwd)
+                .read(&["config", "--get", key])
+                .ok()
+                .filter(|v| !v.is_empty())
+        });
         let binds = run_settings(
             |k| self.local_env.get(k).cloned(),
             std::iter::empty(),
