@@ -366,8 +366,11 @@ impl HostGit {
                 ],
                 &fixed,
             )
-            .map_err(|e| HostGitError::Config {
-                detail: e.to_string(),
+            .map_err(|e| match e {
+                spawn @ HostGitError::Spawn { .. } => spawn,
+                other => HostGitError::Config {
+                    detail: other.to_string(),
+                },
             })?;
         let mut out = fixed;
         for key in listed.stdout.split(|b| *b == 0).filter(|k| !k.is_empty()) {
