@@ -130,7 +130,6 @@ impl Root {
         .map_err(io)?;
         let written = std::fs::File::from(fd)
             .write_all(bytes)
-            .map_err(std::io::Error::from)
             .and_then(|()| {
                 rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io)
             });
@@ -262,7 +261,7 @@ mod tests {
         assert!(root.read("f", 9).is_err(), "over the cap");
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &real.join("fifo"),
+            real.join("fifo"),
             FileType::Fifo,
             Mode::from_raw_mode(0o600),
             0,
