@@ -1,7 +1,7 @@
 //! What a sandbox container may do beyond its limits: its capability set,
 //! its seccomp profile under the host-root guard and, when its egress is
 //! confined, IPv6 off inside it. One home, read by the container create and
-//! by `doctor` (the README lists the same set).
+//! by `doctor` (docs/threat-model.md lists the same set).
 //!
 //! Why not the engine's default set (issue 19, item 2): dockerd keeps
 //! `NET_RAW` (a container hand-built IPv6 frames over `AF_PACKET` to the

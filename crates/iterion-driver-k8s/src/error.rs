@@ -49,7 +49,7 @@ pub enum K8sError {
     },
     /// RBAC denied a verb the driver needs.
     #[error(
-        "RBAC denied {verb} {resource} in namespace {namespace}: {message} (grant the runner's service account the verbs listed in the iterion README)"
+        "RBAC denied {verb} {resource} in namespace {namespace}: {message} (grant the runner's service account the verbs listed in iterion's docs/kubernetes.md)"
     )]
     Forbidden {
         /// API verb.

@@ -71,7 +71,7 @@ pub struct IdentityDecision {
     pub reason: &'static str,
 }
 
-/// What a guard does, in the words `doctor` and the README use (`binds`:
+/// What a guard does, in the words `doctor` and docs/host-binds.md use (`binds`:
 /// whether the engine binds host paths at all).
 pub fn protection(guard: HostRootGuard, binds: bool) -> &'static str {
     match (guard, binds) {

@@ -244,7 +244,7 @@ impl RunExecutor for CliExecutor {
                     launch_settings: job.submission.settings.clone(),
                     attachments: Vec::new(),
                     // Cloud runs work in the runner's checkout: no
-                    // operator branch to promote onto (README, worktrees).
+                    // operator branch to promote onto (docs/worktrees.md).
                     worktree: None,
                 };
                 session

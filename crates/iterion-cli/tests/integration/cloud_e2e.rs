@@ -5,7 +5,7 @@
 //! `iterion sandbox doctor` says why.
 //!
 //! Does not prove: a run on a real cluster (none can be installed here;
-//! see the README's Kubernetes section).
+//! see docs/kubernetes.md).
 
 use crate::support::{Engine, Sandbox, slim};
 

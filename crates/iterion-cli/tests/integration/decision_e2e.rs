@@ -1,6 +1,6 @@
 //! Issue 16 item 1, done when: `doctor --strict` and `iterion run` cannot
 //! disagree because they share the decision. The precedence matrix — the
-//! four tiers of the README's "Which sandbox a run gets" (`--sandbox`,
+//! four tiers of docs/sandbox.md's "Which sandbox a run gets" (`--sandbox`,
 //! `ITERION_SANDBOX_OVERRIDE`, the workflow block with or without an image,
 //! `ITERION_SANDBOX_DEFAULT`, the built-in `auto`) × an engine reachable or
 //! not × `--trust` — goes through `doctor --strict --json` and a real

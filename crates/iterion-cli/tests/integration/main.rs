@@ -12,6 +12,7 @@ mod builtins_e2e;
 mod cloud_e2e;
 mod cloud_support;
 mod decision_e2e;
+mod docs_e2e;
 mod egress_e2e;
 mod engine_tools_e2e;
 mod graph_e2e;

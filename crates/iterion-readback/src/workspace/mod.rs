@@ -13,7 +13,7 @@
 //! does, from the driver's [`Capabilities::workspace_export`]) nor emit
 //! events (the runtime appends the one [`ExportReport::events`] holds).
 //!
-//! **The export rule** (documented in the README): the host workspace ends
+//! **The export rule** (documented in docs/workspaces.md): the host workspace ends
 //! as the run's final workspace, except where that would lose something.
 //! - a member the run did not touch (same size, mode, mtime and link as
 //!   copied) is not written;

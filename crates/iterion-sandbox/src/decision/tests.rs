@@ -201,7 +201,7 @@ enum Block {
     AutoNoImage,
 }
 
-/// The README's "Which sandbox a run gets" × block × ITERION_SANDBOX_DEFAULT
+/// docs/sandbox.md's "Which sandbox a run gets" × block × ITERION_SANDBOX_DEFAULT
 /// × engine reachable × trust, against an independent statement of the
 /// rules: the verdict, its code and the driver.
 #[test]
