@@ -367,7 +367,7 @@ impl HostGit {
                 &fixed,
             )
             .map_err(|e| match e {
-                spawn @ HostGitError::Spawn { .. } => spawn,
+                kept @ (HostGitError::Spawn { .. } | HostGitError::Deadline { .. }) => kept,
                 other => HostGitError::Config {
                     detail: other.to_string(),
                 },

@@ -128,11 +128,9 @@ impl Root {
             beneath(),
         )
         .map_err(io)?;
-        let written = std::fs::File::from(fd)
-            .write_all(bytes)
-            .and_then(|()| {
-                rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io)
-            });
+        let written = std::fs::File::from(fd).write_all(bytes).and_then(|()| {
+            rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io)
+        });
         if written.is_err() {
             let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
         }
