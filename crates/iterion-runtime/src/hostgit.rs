@@ -87,24 +87,26 @@
 //! - **Submodules** (a `.gitmodules` and `.git/modules/<x>` the box wrote,
 //!   each with its own config): never entered — `submodule.recurse=false`,
 //!   `status --ignore-submodules=all`.
-//! - **Replace refs and grafts** (`refs/replace/*`, `info/grafts`):
-//!   `GIT_NO_REPLACE_OBJECTS=1`, so the host judges the real commits.
+//! - **Replace refs** (`refs/replace/*`): `GIT_NO_REPLACE_OBJECTS=1`, so
+//!   the host judges the real commits.
 //!
-//! What no sandbox can reach and is therefore kept: the operator's own
-//! environment beyond the few variables below (cleared: a stray
+//! What no sandbox can reach is not taken wholesale either: of the
+//! operator's environment only [`KEPT_ENV`] passes (a stray
 //! `GIT_SSH_COMMAND` or `GIT_CONFIG_PARAMETERS` of the operator's shell
-//! does not ride along either), the system config (`GIT_CONFIG_NOSYSTEM=1`:
-//! nothing the promotion needs lives there). The operator's global config
-//! is read — it holds the identity of the squash commit, `core.autocrlf`
-//! and the like — but it is one of the files the box may have written
+//! does not ride along), and the system config is not read
+//! (`GIT_CONFIG_NOSYSTEM=1`: nothing the promotion needs lives there). The
+//! operator's global config (`~/.gitconfig`, or `GIT_CONFIG_GLOBAL`) is
+//! read — it holds the identity of the squash commit, `core.autocrlf` and
+//! the like — but it is one of the files the box may have written
 //! (`host_state: auto` binds `~/.gitconfig` read-write), so everything
 //! above applies to its keys as well. Aliases never run: only the
 //! built-in subcommands of [`SUBCOMMANDS`] can be invoked, and a built-in
 //! cannot be aliased.
 //!
 //! Settings that cannot run anything but can still bend the outcome are
-//! fixed by the callers' explicit flags (`status --untracked-files=all`,
-//! `--porcelain`), not by trusting the config.
+//! fixed by the callers' explicit flags (`status --porcelain
+//! --untracked-files=normal`, whatever `status.showUntrackedFiles` says),
+//! not by trusting the config.
 
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt as _;
@@ -182,6 +184,7 @@ const KEPT_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "XDG_CONFIG_HOME",
+    "GIT_CONFIG_GLOBAL",
     "TZ",
     "TMPDIR",
     "USER",
