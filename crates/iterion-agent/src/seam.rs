@@ -97,9 +97,7 @@ impl AgentBackends {
     pub fn new(env: EnvSnapshot, runner_binary: Option<PathBuf>) -> Self {
         let facts = HostFacts::probe(&env);
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let board = Arc::new(crate::tools::board::BoardStore::new(
-            crate::tools::board::BoardStore::root_for(env.get("ITERION_STORE_DIR"), &cwd),
-        ));
+        let board = Arc::new(crate::tools::board::BoardStore::for_process(&env, &cwd));
         Self {
             env,
             facts,

@@ -351,6 +351,62 @@ pub fn board_capabilities(properties: &BTreeMap<String, serde_json::Value>) -> V
         .unwrap_or_default()
 }
 
+/// The board directory a process uses when `ITERION_STORE_DIR` is unset
+/// and the directory iterion runs in is `cwd`, before issue 31 item 2:
+/// inside the workspace, where a sandbox writes. Only ever read to import
+/// it once ([`board_root`] is where the board lives now).
+pub const LEGACY_BOARD_DIR: &str = ".iterion/dispatcher";
+
+/// Where a process's board lives (issue 31 item 2): never, by default,
+/// in the workspace a sandbox writes. `store_dir` (`ITERION_STORE_DIR`,
+/// upstream's name) when set — the operator's choice, shared by every
+/// process that names it; a relative one is under `cwd`. Otherwise
+/// `<state home>/iterion/boards/<key>`: the state home is `state_home`
+/// (`XDG_STATE_HOME`) or `<home>/.local/state`, and the key names the
+/// directory iterion runs in — its last component and 16 hex digits of
+/// its path's SHA-256 — so two projects never share a board unless
+/// configured to. `None`: no absolute state home or home to put it in.
+/// The one home of this decision: the agent's board opens it, the
+/// sandbox decision masks it from binds that would expose it.
+pub fn board_root(
+    store_dir: Option<&str>,
+    state_home: Option<&str>,
+    home: Option<&str>,
+    cwd: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    use sha2::{Digest as _, Sha256};
+    if let Some(dir) = store_dir.filter(|d| !d.is_empty()) {
+        return Some(cwd.join(dir));
+    }
+    fn absolute(v: Option<&str>) -> Option<&str> {
+        v.filter(|v| v.starts_with('/'))
+    }
+    let state = match (absolute(state_home), absolute(home)) {
+        (Some(s), _) => std::path::PathBuf::from(s),
+        (None, Some(h)) => std::path::Path::new(h).join(".local").join("state"),
+        (None, None) => return None,
+    };
+    let name: String = cwd
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .take(40)
+        .collect();
+    let name = name.trim_start_matches('.');
+    let digest = Sha256::digest(cwd.as_os_str().as_encoded_bytes());
+    let key = format!(
+        "{}-{}",
+        if name.is_empty() { "root" } else { name },
+        &hex::encode(digest)[..16]
+    );
+    Some(state.join("iterion").join("boards").join(key))
+}
+
 /// What a run's listeners serve.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListenerNeeds {
@@ -604,5 +660,63 @@ mod tests {
         assert_eq!(SessionMode::parse("inherit"), Some(SessionMode::Inherit));
         assert_eq!(SessionMode::parse("fresh"), Some(SessionMode::Fresh));
         assert_eq!(SessionMode::parse("Inherit"), None);
+    }
+
+    #[test]
+    fn the_board_lives_outside_the_workspace_one_per_project_unless_configured() {
+        use std::path::{Path, PathBuf};
+        let a = Path::new("/work/proj-a");
+        let b = Path::new("/other/proj-a");
+        let root = |store, state, home, cwd| board_root(store, state, home, cwd);
+        let ra = root(None, None, Some("/home/op"), a).expect("a");
+        let rb = root(None, None, Some("/home/op"), b).expect("b");
+        assert!(
+            ra.to_string_lossy()
+                .starts_with("/home/op/.local/state/iterion/boards/proj-a-"),
+            "{ra:?}"
+        );
+        assert_ne!(ra, rb, "same name, another project: another board");
+        assert_eq!(ra, root(None, None, Some("/home/op"), a).expect("again"));
+        assert!(!ra.starts_with(a), "never inside the workspace");
+        assert_eq!(
+            root(None, Some("/state"), Some("/home/op"), a)
+                .expect("xdg")
+                .parent(),
+            Some(Path::new("/state/iterion/boards"))
+        );
+        // A relative XDG_STATE_HOME is ignored, as the spec says.
+        assert!(
+            root(None, Some("rel"), Some("/home/op"), a)
+                .expect("home")
+                .starts_with("/home/op/.local/state")
+        );
+        assert_eq!(root(None, None, None, a), None);
+        assert_eq!(root(None, Some("rel"), Some("rel"), a), None);
+        // Configured: exactly there, shared by whoever names it.
+        assert_eq!(
+            root(Some("/srv/board"), None, None, a),
+            Some(PathBuf::from("/srv/board"))
+        );
+        assert_eq!(root(Some("b"), None, None, a), Some(a.join("b")));
+        assert_eq!(
+            root(Some(""), None, Some("/h"), a),
+            root(None, None, Some("/h"), a)
+        );
+        // Odd names are spelled safely; the root directory still gets one.
+        let odd = root(None, None, Some("/h"), Path::new("/x/a b:c")).expect("odd");
+        assert!(
+            odd.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("a_b_c-")),
+            "{odd:?}"
+        );
+        let slash = root(None, None, Some("/h"), Path::new("/")).expect("root");
+        assert!(
+            slash
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("root-")),
+            "{slash:?}"
+        );
     }
 }

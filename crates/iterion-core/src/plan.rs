@@ -204,7 +204,9 @@ pub enum MountOrigin {
     /// A per-run secret file.
     SecretFile,
     /// An empty read-only directory laid over an iterion area (the run
-    /// store) that another bind would expose to the sandbox.
+    /// store) that another bind would expose to the sandbox, or over the
+    /// `hooks` a worktree's repository lacks (so the box cannot create
+    /// one).
     Mask,
     /// The `iterion` binary the claw runner execs, read-only at
     /// `/usr/local/bin/iterion` (facts §6.5).

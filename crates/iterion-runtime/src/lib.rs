@@ -37,6 +37,7 @@ pub mod engine;
 pub mod events;
 mod exec;
 pub mod graph;
+pub mod hostgit;
 pub mod human;
 pub mod interrupt;
 pub mod owner;

@@ -22,11 +22,13 @@
 //! from its `HEAD`, where `git gc` looks), and removal itself is git's
 //! plain `worktree remove`, which refuses a dirty tree.
 //!
-//! `git` is run as a program with an argument vector (never a shell), in
-//! the C locale so its messages can be matched, in its own process group
-//! so a signal aimed at iterion cannot cut a commit in half, with the
-//! environment variables that would point it at another repository
-//! removed, and with `--` before every name that came from outside.
+//! `git` is run through [`crate::hostgit`], the one home of host-side git
+//! (issue 31 item 1): no hook, filter, driver, pager, editor, signer or
+//! transport of the repository's or the box's choosing runs, every
+//! command but the first look at the repository is pinned to the
+//! directories recorded at setup (a `.git` file or `commondir` the box
+//! rewrote is never followed), each in its own process group under a
+//! deadline, with `--` before every name that came from outside.
 //!
 //! [`end_of_run`] is the engine's one call, at the end of every run that
 //! has a worktree, before the terminal event: a finished run is finalized
@@ -39,14 +41,13 @@
 //! from [`RunWorktree::git_dir`]).
 
 use std::ffi::OsStr;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use iterion_core::{EventKind, RunStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::events::Emitter;
+use crate::hostgit::{HostGit, HostGitError, PinnedRepo};
 
 /// Default storage branch prefix (upstream naming).
 pub const BRANCH_PREFIX: &str = "iterion/run/";
@@ -129,6 +130,11 @@ pub struct RunWorktree {
     pub git_dir: String,
     /// The worktree's own part of it (`<git_dir>/worktrees/<name>`).
     pub admin_dir: String,
+    /// The operator's checkout's own git directory (`git_dir` itself for
+    /// a main checkout; absent in records made before it was kept, which
+    /// then mean `git_dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_git_dir: Option<String>,
     /// What the worktree's `.git` file said when it was made: the host
     /// runs git in the worktree only while it still says exactly that (the
     /// box can rewrite it to point at a repository it wrote).
@@ -285,31 +291,46 @@ pub fn setup(req: &WorktreeRequest<'_>) -> Result<RunWorktree, WorktreeError> {
         why,
     })?;
     let ws = req.workspace;
-    let top = git_in(ws, ["rev-parse", "--show-toplevel"]).map_err(|e| match e {
-        WorktreeError::Git { detail, .. } => WorktreeError::NotARepo {
+    // The one look at the repository that finds it the usual way: its
+    // directories, which every later command is pinned to.
+    let found = HostGit::discover(ws)
+        .read(&[
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--absolute-git-dir",
+            "--git-common-dir",
+        ])
+        .map_err(|e| match WorktreeError::from(e) {
+            WorktreeError::Git { detail, .. } => WorktreeError::NotARepo {
+                path: ws.display().to_string(),
+                detail,
+            },
+            other => other,
+        })?;
+    let lines: Vec<&str> = found.lines().collect();
+    let [top, own_git_dir, common] = lines[..] else {
+        return Err(WorktreeError::NotARepo {
             path: ws.display().to_string(),
-            detail,
-        },
-        other => other,
-    })?;
+            detail: format!("unexpected answer from git rev-parse: {found:?}"),
+        });
+    };
     let repo_root = PathBuf::from(top);
-    let git_dir = PathBuf::from(git_in(
-        &repo_root,
-        ["rev-parse", "--path-format=absolute", "--git-common-dir"],
-    )?);
-    let base_commit = git_in(
-        &repo_root,
-        ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
-    )
-    .map_err(|_| WorktreeError::NoCommit {
-        repo: repo_root.display().to_string(),
-    })?;
-    let original_branch = current_branch(&repo_root);
-    let dirty = !git_in(
-        &repo_root,
-        ["status", "--porcelain", "--untracked-files=no"],
-    )?
-    .is_empty();
+    let git_dir = PathBuf::from(common);
+    let repo = HostGit::pinned(PinnedRepo {
+        git_dir: PathBuf::from(own_git_dir),
+        common_dir: git_dir.clone(),
+        work_tree: repo_root.clone(),
+    });
+    let base_commit = repo
+        .read(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+        .map_err(|_| WorktreeError::NoCommit {
+            repo: repo_root.display().to_string(),
+        })?;
+    let original_branch = current_branch(&repo);
+    let dirty = !repo
+        .read(&["status", "--porcelain", "--untracked-files=no"])?
+        .is_empty();
 
     let parent = req.root.join("worktrees");
     std::fs::create_dir_all(&parent).map_err(|source| WorktreeError::Io {
@@ -326,18 +347,16 @@ pub fn setup(req: &WorktreeRequest<'_>) -> Result<RunWorktree, WorktreeError> {
             path: path.display().to_string(),
         });
     }
-    git(
-        &repo_root,
-        [
-            OsStr::new("worktree"),
-            OsStr::new("add"),
-            OsStr::new("--detach"),
-            OsStr::new("--"),
-            path.as_os_str(),
-            OsStr::new(&base_commit),
-        ],
-    )?;
-    let admin_dir = git_in(&path, ["rev-parse", "--absolute-git-dir"])?;
+    repo.run(&[
+        OsStr::new("worktree"),
+        OsStr::new("add"),
+        OsStr::new("--detach"),
+        OsStr::new("--"),
+        path.as_os_str(),
+        OsStr::new(&base_commit),
+    ])?;
+    // The `.git` file git has just written: read once, to pin the rest.
+    let admin_dir = HostGit::discover(&path).read(&["rev-parse", "--absolute-git-dir"])?;
     let dotgit = read_dotgit(&path).map_err(|source| WorktreeError::Io {
         operation: format!("read {}/.git", path.display()),
         source,
@@ -347,6 +366,7 @@ pub fn setup(req: &WorktreeRequest<'_>) -> Result<RunWorktree, WorktreeError> {
         repo_root: repo_root.display().to_string(),
         git_dir: git_dir.display().to_string(),
         admin_dir,
+        repo_git_dir: Some(own_git_dir.to_owned()),
         dotgit,
         base_commit,
         original_branch,
@@ -373,6 +393,25 @@ fn read_dotgit(worktree: &Path) -> std::io::Result<String> {
 }
 
 impl RunWorktree {
+    /// git on the operator's checkout, pinned to the directories recorded
+    /// at setup.
+    fn repo_git(&self) -> HostGit {
+        HostGit::pinned(PinnedRepo {
+            git_dir: PathBuf::from(self.repo_git_dir.as_deref().unwrap_or(&self.git_dir)),
+            common_dir: PathBuf::from(&self.git_dir),
+            work_tree: PathBuf::from(&self.repo_root),
+        })
+    }
+
+    /// git on the run's worktree, pinned the same way.
+    fn worktree_git(&self) -> HostGit {
+        HostGit::pinned(PinnedRepo {
+            git_dir: PathBuf::from(&self.admin_dir),
+            common_dir: PathBuf::from(&self.git_dir),
+            work_tree: PathBuf::from(&self.path),
+        })
+    }
+
     /// The worktree's `.git` still points where it did when it was made:
     /// only then does the host run git in it.
     fn pointer_intact(&self) -> Result<(), String> {
@@ -391,15 +430,13 @@ impl RunWorktree {
                 path: self.path.clone(),
                 detail,
             })?;
-        let path = Path::new(&self.path);
-        let common = git_in(
-            path,
-            ["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )
-        .map_err(|e| WorktreeError::NotARepo {
-            path: self.path.clone(),
-            detail: e.to_string(),
-        })?;
+        // Found the usual way on purpose: this checks what is on disk.
+        let common = HostGit::discover(Path::new(&self.path))
+            .read(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
+            .map_err(|e| WorktreeError::NotARepo {
+                path: self.path.clone(),
+                detail: e.to_string(),
+            })?;
         if Path::new(&common) != Path::new(&self.git_dir) {
             return Err(WorktreeError::NotARepo {
                 path: self.path.clone(),
@@ -414,24 +451,15 @@ impl RunWorktree {
 /// only while its `HEAD` is still the base and it holds nothing, so a
 /// worktree with anything in it is never lost. Returns whether it went.
 pub fn discard_unused(wt: &RunWorktree) -> bool {
-    let path = Path::new(&wt.path);
     if wt.pointer_intact().is_err() {
         return false;
     }
-    let unused = git_in(path, ["rev-parse", "--verify", "HEAD^{commit}"])
+    let git = wt.worktree_git();
+    let unused = git
+        .read(&["rev-parse", "--verify", "HEAD^{commit}"])
         .is_ok_and(|h| h == wt.base_commit)
-        && git_in(path, ["status", "--porcelain"]).is_ok_and(|s| s.is_empty());
-    unused
-        && git(
-            Path::new(&wt.repo_root),
-            [
-                OsStr::new("worktree"),
-                OsStr::new("remove"),
-                OsStr::new("--"),
-                path.as_os_str(),
-            ],
-        )
-        .is_ok()
+        && untracked_or_changed(&git).is_ok_and(|dirty| !dirty);
+    unused && remove_worktree(wt).is_ok()
 }
 
 /// How the end's merge went.
@@ -543,8 +571,7 @@ pub(crate) async fn end_of_run(wt: &RunWorktree, status: &RunStatus, events: &Em
 /// Promote a finished run's commits and remove its worktree when nothing
 /// would be lost by it.
 pub fn finalize(wt: &RunWorktree) -> Finalized {
-    let repo = Path::new(&wt.repo_root);
-    let path = Path::new(&wt.path);
+    let repo = wt.repo_git();
     let mut out = Finalized {
         final_commit: None,
         final_branch: None,
@@ -562,7 +589,8 @@ pub fn finalize(wt: &RunWorktree) -> Finalized {
         out.uncommitted = true;
         return out;
     }
-    let head = match git_in(path, ["rev-parse", "--verify", "HEAD^{commit}"]) {
+    let git = wt.worktree_git();
+    let head = match git.read(&["rev-parse", "--verify", "HEAD^{commit}"]) {
         Ok(h) => h,
         Err(e) => {
             out.reason = Some(format!("cannot read the worktree's HEAD: {e}"));
@@ -571,32 +599,42 @@ pub fn finalize(wt: &RunWorktree) -> Finalized {
     };
     // A failure to read the status counts as uncommitted work: the
     // worktree is then kept.
-    out.uncommitted = git_in(path, ["status", "--porcelain"]).map_or(true, |s| !s.is_empty());
+    out.uncommitted = untracked_or_changed(&git).unwrap_or(true);
     if head == wt.base_commit {
         out.reason = Some("no commits".into());
     } else {
         out.final_commit = Some(head.clone());
-        promote(wt, repo, &head, &mut out);
+        promote(wt, &repo, &head, &mut out);
     }
     // The commits must be on a branch before the worktree (whose HEAD is
     // their only other root) goes.
     let commits_safe = out.final_commit.is_none() || out.final_branch.is_some();
     if commits_safe && !out.uncommitted {
-        out.removed = git(
-            repo,
-            [
-                OsStr::new("worktree"),
-                OsStr::new("remove"),
-                OsStr::new("--"),
-                path.as_os_str(),
-            ],
-        )
-        .is_ok();
+        out.removed = remove_worktree(wt).is_ok();
     }
     out
 }
 
-fn promote(wt: &RunWorktree, repo: &Path, head: &str, out: &mut Finalized) {
+/// The worktree holds a change no commit has, untracked files included
+/// (whatever `status.showUntrackedFiles` says).
+fn untracked_or_changed(git: &HostGit) -> Result<bool, HostGitError> {
+    git.read(&["status", "--porcelain", "--untracked-files=normal"])
+        .map(|s| !s.is_empty())
+}
+
+/// git's plain `worktree remove` (it refuses a dirty tree).
+fn remove_worktree(wt: &RunWorktree) -> Result<(), HostGitError> {
+    wt.repo_git()
+        .run(&[
+            OsStr::new("worktree"),
+            OsStr::new("remove"),
+            OsStr::new("--"),
+            OsStr::new(&wt.path),
+        ])
+        .map(drop)
+}
+
+fn promote(wt: &RunWorktree, repo: &HostGit, head: &str, out: &mut Finalized) {
     let wanted = wt
         .promote
         .branch_name
@@ -664,19 +702,19 @@ fn promote(wt: &RunWorktree, repo: &Path, head: &str, out: &mut Finalized) {
 
 /// Create `name` at `sha`; a taken name retries `name-1` … `name-16`, so a
 /// branch the operator owns is never moved.
-fn create_branch_safely(repo: &Path, name: &str, sha: &str) -> Result<String, WorktreeError> {
+fn create_branch_safely(repo: &HostGit, name: &str, sha: &str) -> Result<String, WorktreeError> {
     let mut last = None;
     for i in 0..=16 {
         let candidate = match i {
             0 => name.to_owned(),
             n => format!("{name}-{n}"),
         };
-        match git_in(repo, ["branch", "--", &candidate, sha]) {
+        match repo.run(&["branch", "--", &candidate, sha]) {
             Ok(_) => return Ok(candidate),
-            Err(WorktreeError::Git { detail, .. }) if detail.contains("already exists") => {
+            Err(HostGitError::Failed { detail, .. }) if detail.contains("already exists") => {
                 last = Some(detail);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
     Err(WorktreeError::Git {
@@ -688,7 +726,7 @@ fn create_branch_safely(repo: &Path, name: &str, sha: &str) -> Result<String, Wo
 /// The merge touches the operator's checkout: only the branch checked out
 /// at start, still checked out, with no uncommitted tracked change (an
 /// unreadable status counts as dirty).
-fn guard_target(repo: &Path, target: &str, original: Option<&str>) -> Result<(), String> {
+fn guard_target(repo: &HostGit, target: &str, original: Option<&str>) -> Result<(), String> {
     let current = current_branch(repo);
     if let Some(orig) = original
         && current.as_deref() != Some(orig)
@@ -704,38 +742,44 @@ fn guard_target(repo: &Path, target: &str, original: Option<&str>) -> Result<(),
             current.as_deref().unwrap_or("(detached)")
         ));
     }
-    match git_in(repo, ["status", "--porcelain", "--untracked-files=no"]) {
+    match repo.read(&["status", "--porcelain", "--untracked-files=no"]) {
         Ok(s) if s.is_empty() => Ok(()),
         Ok(_) => Err("the main working tree has uncommitted changes".into()),
         Err(e) => Err(format!("git status failed before the merge: {e}")),
     }
 }
 
-fn fast_forward(repo: &Path, target: &str, branch: &str, head: &str) -> Result<String, String> {
+fn fast_forward(repo: &HostGit, target: &str, branch: &str, head: &str) -> Result<String, String> {
     let target_ref = format!("refs/heads/{target}");
-    if git_in(repo, ["merge-base", "--is-ancestor", &target_ref, head]).is_err() {
+    if repo
+        .run(&["merge-base", "--is-ancestor", &target_ref, head])
+        .is_err()
+    {
         return Err(format!(
             "not a fast-forward: {target:?} has commits the run does not"
         ));
     }
-    git_in(repo, ["merge", "--ff-only", "--no-edit", branch]).map_err(|e| e.to_string())?;
+    repo.run(&["merge", "--ff-only", "--no-edit", branch])
+        .map_err(|e| e.to_string())?;
     Ok(head.to_owned())
 }
 
-fn squash(repo: &Path, branch: &str, message: &str) -> Result<String, String> {
-    let before = git_in(repo, ["rev-parse", "HEAD"]).map_err(|e| e.to_string())?;
-    if let Err(e) = git_in(repo, ["merge", "--squash", branch]) {
-        let _ = git_in(repo, ["reset", "--merge"]);
+fn squash(repo: &HostGit, branch: &str, message: &str) -> Result<String, String> {
+    let before = repo
+        .read(&["rev-parse", "HEAD"])
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = repo.run(&["merge", "--squash", branch]) {
+        let _ = repo.run(&["reset", "--merge"]);
         return Err(e.to_string());
     }
-    match git_in(repo, ["commit", "--no-edit", "-m", message]) {
-        Ok(_) => git_in(repo, ["rev-parse", "HEAD"]).map_err(|e| e.to_string()),
+    match repo.run(&["commit", "--no-edit", "-m", message]) {
+        Ok(_) => repo.read(&["rev-parse", "HEAD"]).map_err(|e| e.to_string()),
         // The run's changes were already there: the target stays put.
-        Err(WorktreeError::Git { detail, .. }) if detail.contains("nothing to commit") => {
+        Err(HostGitError::Failed { detail, .. }) if detail.contains("nothing to commit") => {
             Ok(before)
         }
         Err(e) => {
-            let _ = git_in(repo, ["reset", "--merge"]);
+            let _ = repo.run(&["reset", "--merge"]);
             Err(e.to_string())
         }
     }
@@ -743,12 +787,14 @@ fn squash(repo: &Path, branch: &str, message: &str) -> Result<String, String> {
 
 /// One commit: its whole message. Several: the first subject, then one
 /// `- <short> <subject>` line per commit (upstream's shape).
-fn squash_message(repo: &Path, wt: &RunWorktree, head: &str) -> String {
+fn squash_message(repo: &HostGit, wt: &RunWorktree, head: &str) -> String {
     let range = format!("{}..{head}", wt.base_commit);
-    let log = git_in(repo, ["log", "--reverse", "--format=%h %s", &range]).unwrap_or_default();
+    let log = repo
+        .read(&["log", "--reverse", "--format=%h %s", &range])
+        .unwrap_or_default();
     let commits: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
     if commits.len() == 1
-        && let Ok(full) = git_in(repo, ["log", "-1", "--format=%B", head])
+        && let Ok(full) = repo.read(&["log", "-1", "--format=%B", head])
         && !full.is_empty()
     {
         return format!("{full}\n");
@@ -771,63 +817,36 @@ fn squash_message(repo: &Path, wt: &RunWorktree, head: &str) -> String {
     msg
 }
 
-fn current_branch(repo: &Path) -> Option<String> {
-    git_in(repo, ["symbolic-ref", "--quiet", "--short", "HEAD"])
+fn current_branch(repo: &HostGit) -> Option<String> {
+    repo.read(&["symbolic-ref", "--quiet", "--short", "HEAD"])
         .ok()
         .filter(|b| !b.is_empty())
 }
 
-/// `git -C dir ARGS…`, trimmed stdout.
-fn git_in<const N: usize>(dir: &Path, args: [&str; N]) -> Result<String, WorktreeError> {
-    let out = git(dir, args.map(OsStr::new))?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-fn git<const N: usize>(dir: &Path, args: [&OsStr; N]) -> Result<Output, WorktreeError> {
-    let mut cmd = Command::new("git");
-    // No fsmonitor program on the host, whatever a config says.
-    cmd.arg("-c").arg("core.fsmonitor=false");
-    cmd.arg("-C").arg(dir).args(args);
-    // Messages in English (matched above), no prompt, and none of the
-    // variables that would aim git at another repository or index.
-    cmd.env("LC_ALL", "C")
-        .env("LANG", "C")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_COMMON_DIR")
-        .env_remove("GIT_OBJECT_DIRECTORY")
-        .stdin(Stdio::null())
-        // Its own process group: a SIGINT/SIGTERM to iterion's group must
-        // not stop a commit half-written.
-        .process_group(0);
-    let out = cmd.output().map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
-            WorktreeError::GitMissing { source }
+impl From<HostGitError> for WorktreeError {
+    fn from(e: HostGitError) -> Self {
+        match e {
+            HostGitError::Spawn { kind, detail } => match kind {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                    Self::GitMissing {
+                        source: std::io::Error::new(kind, detail),
+                    }
+                }
+                _ => Self::Io {
+                    operation: "run git".into(),
+                    source: std::io::Error::new(kind, detail),
+                },
+            },
+            HostGitError::Failed { operation, detail } => Self::Git { operation, detail },
+            other @ (HostGitError::Refused { .. }
+            | HostGitError::Config { .. }
+            | HostGitError::Pointer { .. }
+            | HostGitError::Deadline { .. }) => Self::Git {
+                operation: other.code().to_owned(),
+                detail: other.to_string(),
+            },
         }
-        _ => WorktreeError::Io {
-            operation: "run git".into(),
-            source,
-        },
-    })?;
-    if out.status.success() {
-        return Ok(out);
     }
-    let operation = args
-        .iter()
-        .take(2)
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let detail = format!("{} {}", stderr.trim(), stdout.trim())
-        .trim()
-        .chars()
-        .take(2000)
-        .collect();
-    Err(WorktreeError::Git { operation, detail })
 }
 
 #[cfg(test)]

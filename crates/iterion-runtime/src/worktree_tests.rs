@@ -1,5 +1,7 @@
 //! Real `git` in temporary repositories (upstream's worktree_test.go intent).
 
+use std::process::Command;
+
 use super::*;
 
 fn sh_git(dir: &Path, args: &[&str]) -> String {
@@ -406,4 +408,131 @@ fn only_an_unused_worktree_is_discarded() {
     let wt = setup_with(&r, PromoteOptions::default());
     assert!(discard_unused(&wt));
     assert!(!Path::new(&wt.path).exists());
+}
+
+/// A hook script leaving `marker` when it runs.
+fn plant_hook(path: &Path, marker: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).expect("hook");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+const PROMOTION_HOOKS: &[&str] = &[
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-merge-commit",
+    "post-merge",
+    "post-checkout",
+    "post-index-change",
+    "reference-transaction",
+];
+
+/// Issue 31 item 1 (a): a repository with no `.git/hooks` (`git init
+/// --template=`); what a box with the shared `.git` read-write does when
+/// nothing is bound over the absent directory: create it, fill it. The
+/// promotion (squash and fast-forward) runs none of it.
+#[test]
+fn hooks_a_box_created_in_a_hookless_repository_never_run_at_promotion() {
+    for strategy in [MergeStrategy::Squash, MergeStrategy::Merge] {
+        let r = repo();
+        std::fs::remove_dir_all(r.root.join(".git/hooks")).expect("hookless");
+        let wt = setup_with(
+            &r,
+            PromoteOptions {
+                strategy,
+                ..PromoteOptions::default()
+            },
+        );
+        commit_in(&wt, "b.txt", "add b");
+        let ran = r._tmp.path().join("ran");
+        for h in PROMOTION_HOOKS {
+            plant_hook(&r.root.join(".git/hooks").join(h), &ran.join(h));
+        }
+        std::fs::create_dir(&ran).expect("mkdir");
+        let f = finalize(&wt);
+        assert_eq!(f.merge_status, MergeStatus::Merged, "{strategy:?}: {f:?}");
+        assert!(f.removed, "{f:?}");
+        let left: Vec<_> = std::fs::read_dir(&ran).expect("ls").flatten().collect();
+        assert!(left.is_empty(), "{strategy:?}: hooks ran: {left:?}");
+    }
+}
+
+/// Issue 31 item 1 (b): `core.hooksPath=.githooks` (the husky pattern);
+/// the run commits new hooks there, the promotion checks them out into
+/// the operator's checkout and commits: none of them runs.
+#[test]
+fn hooks_the_run_committed_under_core_hooks_path_never_run_at_promotion() {
+    for strategy in [MergeStrategy::Squash, MergeStrategy::Merge] {
+        let r = repo();
+        sh_git(&r.root, &["config", "core.hooksPath", ".githooks"]);
+        let wt = setup_with(
+            &r,
+            PromoteOptions {
+                strategy,
+                ..PromoteOptions::default()
+            },
+        );
+        let p = Path::new(&wt.path);
+        let ran = r._tmp.path().join("ran");
+        std::fs::create_dir(&ran).expect("mkdir");
+        for h in PROMOTION_HOOKS {
+            plant_hook(&p.join(".githooks").join(h), &ran.join(h));
+        }
+        // The box's own git: its hooks are its business.
+        sh_git(p, &["-c", "core.hooksPath=/dev/null", "add", ".githooks"]);
+        sh_git(
+            p,
+            &[
+                "-c",
+                "core.hooksPath=/dev/null",
+                "commit",
+                "-q",
+                "-m",
+                "hooks",
+            ],
+        );
+        let f = finalize(&wt);
+        assert_eq!(f.merge_status, MergeStatus::Merged, "{strategy:?}: {f:?}");
+        assert!(
+            r.root.join(".githooks/pre-commit").is_file(),
+            "the hooks reached the operator's checkout"
+        );
+        let left: Vec<_> = std::fs::read_dir(&ran).expect("ls").flatten().collect();
+        assert!(left.is_empty(), "{strategy:?}: hooks ran: {left:?}");
+    }
+}
+
+/// A `commondir` the box planted in the shared git directory would lead
+/// the host's git to refs, config and hooks of a directory it made: the
+/// promotion is refused before git runs, the commits stay reachable from
+/// the kept worktree.
+#[test]
+fn a_planted_commondir_refuses_the_promotion_and_keeps_the_worktree() {
+    let r = repo();
+    let wt = setup_with(&r, PromoteOptions::default());
+    let head = commit_in(&wt, "b.txt", "add b");
+    let evil = r.root.join(".git/evil");
+    sh_git(
+        &r.root,
+        &["clone", "-q", "--bare", ".", &evil.display().to_string()],
+    );
+    let ran = r._tmp.path().join("ran-evil");
+    plant_hook(&evil.join("hooks/reference-transaction"), &ran);
+    plant_hook(&evil.join("hooks/pre-commit"), &ran);
+    std::fs::write(r.root.join(".git/commondir"), "evil\n").expect("plant");
+    let base = std::fs::read_to_string(r.root.join(".git/refs/heads/main")).expect("main");
+    let f = finalize(&wt);
+    let (reason, words) = f.branch_failed.clone().expect("no branch");
+    assert_eq!(reason, "git_branch_failed");
+    assert!(words.contains("commondir"), "{words}");
+    assert!(!f.removed, "{f:?}");
+    assert!(!ran.exists(), "a planted hook ran");
+    assert_eq!(
+        std::fs::read_to_string(r.root.join(".git/refs/heads/main")).expect("main"),
+        base
+    );
+    assert_eq!(sh_git(Path::new(&wt.path), &["rev-parse", "HEAD"]), head);
 }

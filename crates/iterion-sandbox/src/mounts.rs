@@ -98,23 +98,18 @@ impl HostSnapshot {
     }
 
     /// Snapshot the real host: env, uid/gid (owner of `/proc/self`), git
-    /// identity (`git config`, env first), and which candidates and
-    /// `extra_paths` exist. The one impure function of this module.
-    pub fn capture(env: &EnvSnapshot, extra_paths: &[&str]) -> Self {
+    /// identity (env first, then `git_config`, the caller's reader of the
+    /// host's git configuration: the runtime's one home of host-side git),
+    /// and which candidates and `extra_paths` exist. The one impure
+    /// function of this module.
+    pub fn capture(
+        env: &EnvSnapshot,
+        extra_paths: &[&str],
+        git_config: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
         let (uid, gid) = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((0, 0));
-        let git_config = |key: &str| {
-            std::process::Command::new("git")
-                .args(["config", "--get", key])
-                .env("LC_ALL", "C")
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .and_then(|o| String::from_utf8(o.stdout).ok())
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-        };
         let var = |k: &str| std::env::var(k).ok().filter(|s| !s.is_empty());
         let mut snap = Self {
             home: env.home.clone().filter(|h| h.starts_with('/')),
@@ -156,6 +151,11 @@ pub struct PlanInputs<'a> {
     /// What of that `.git` is bound read-only over it (its `config` and
     /// `hooks`, when they exist).
     pub worktree_git_guards: &'a [String],
+    /// What of that `.git` is absent and gets `mask_dir` bound over it
+    /// (its `hooks`, when the repository has none).
+    pub worktree_git_masks: &'a [String],
+    /// The run's empty read-only directory (masks bind it).
+    pub mask_dir: Option<&'a str>,
     /// Host scratch dir of the run.
     pub scratch_dir: Option<&'a str>,
     /// Host attachments dir of the run.
@@ -363,6 +363,24 @@ pub fn plan_launch(
             .filter(|g| path_is_under(g, &git) && *g != git)
         {
             mounts.push(bind(&guard, &guard, true, MountOrigin::WorktreeGitGuard));
+        }
+        // An absent `hooks` is no guard at all: the box would create it
+        // and fill it. An empty read-only directory stands in its place.
+        for target in inputs
+            .worktree_git_masks
+            .iter()
+            .map(|t| normalize_lexical(t))
+            .filter(|t| path_is_under(t, &git) && *t != git)
+        {
+            let Some(mask) = inputs.mask_dir else {
+                return Err(PolicyError::InvalidSpec {
+                    reason: format!(
+                        "{target} is absent and there is no empty directory to bind \
+                         read-only over it"
+                    ),
+                });
+            };
+            mounts.push(bind(mask, &target, true, MountOrigin::Mask));
         }
     }
     let build = match &spec.build {

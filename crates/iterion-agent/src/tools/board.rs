@@ -4,16 +4,32 @@
 //! `mcp__iterion_board__<tool>` on the wire), each unlocked by one
 //! capability, over a store on the host.
 //!
-//! The store is upstream's layout under its root — `ITERION_STORE_DIR`
-//! when set, else `.iterion/dispatcher` under the directory iterion runs
-//! in: `board.json` (the states; upstream's default board when missing),
-//! `issues/<id>.json` one issue each, `events.jsonl` one line per change.
+//! The store is upstream's layout — `board.json` (the states; upstream's
+//! default board when missing), `issues/<id>.json` one issue each,
+//! `events.jsonl` one line per change — under a root that is never, by
+//! default, in the workspace a sandbox writes (issue 31 item 2: a link the
+//! box planted there led `list_issues` and `create_issue` to host files):
+//! `ITERION_STORE_DIR` when set, else one directory per project under
+//! iterion's state directory ([`iterion_core::agent::board_root`]). Every
+//! file is opened beneath that root without following a link
+//! ([`files`]); an issue id is `native:` and lowercase hex (dashes allowed,
+//! as upstream's UUIDs) before it names a file, and a file whose name or
+//! content is not such an issue is not one. A board upstream kept in the
+//! workspace (`.iterion/dispatcher`) is imported once into a fresh root,
+//! by the same opens (links and malformed files are skipped and counted),
+//! and left where it is; `imported.json` in the root says what came from
+//! where.
+//!
 //! Writes go through a temporary file and a rename; one process-wide lock
 //! orders them. A capability not granted is refused before anything is
 //! read; every other failure is an error result the model can read.
 
+mod files;
+
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+use iterion_core::agent::{LEGACY_BOARD_DIR, board_root};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -141,34 +157,85 @@ fn default_board() -> Board {
     }
 }
 
+/// Bytes one issue or `board.json` may hold.
+const FILE_CAP: usize = 1 << 20;
+
+/// Bytes of a legacy `events.jsonl` imported.
+const EVENTS_CAP: usize = 16 << 20;
+
+/// The id scheme: `native:` then lowercase hex, dashes allowed (upstream's
+/// UUIDs), at most 64 of them. The one check before an id names a file.
+fn valid_id(id: &str) -> bool {
+    id.strip_prefix("native:").is_some_and(valid_tail)
+}
+
+fn valid_tail(tail: &str) -> bool {
+    !tail.is_empty()
+        && tail.len() <= 64
+        && tail
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')
+}
+
+/// An issue's file name (upstream's encoding: ':' is not portable).
+fn file_of(id: &str) -> Option<String> {
+    valid_id(id).then(|| format!("{}.json", id.replace(':', "__")))
+}
+
+/// The issue id a file name encodes, when it encodes one.
+fn id_of(file: &str) -> Option<String> {
+    let tail = file.strip_prefix("native__")?.strip_suffix(".json")?;
+    valid_tail(tail).then(|| format!("native:{tail}"))
+}
+
 /// The board's store.
 #[derive(Debug)]
 pub struct BoardStore {
-    root: PathBuf,
+    /// Where it lives, or why it has nowhere to.
+    root: Result<PathBuf, String>,
+    /// The directory whose legacy `.iterion/dispatcher` is imported once.
+    legacy: Option<PathBuf>,
+    /// The root's real path, fixed at first use.
+    real: OnceLock<PathBuf>,
+    /// The legacy board was looked at (once per process).
+    imported: OnceLock<()>,
     lock: Mutex<()>,
 }
 
 impl BoardStore {
-    /// The store under `root` (made on first use).
+    /// The store under `root` (made on first use), with nothing to import.
     pub fn new(root: PathBuf) -> Self {
         Self {
-            root,
+            root: Ok(root),
+            legacy: None,
+            real: OnceLock::new(),
+            imported: OnceLock::new(),
             lock: Mutex::new(()),
         }
     }
 
-    /// The store a process uses: `ITERION_STORE_DIR`, else
-    /// `.iterion/dispatcher` under `cwd` (upstream).
-    pub fn root_for(store_dir: Option<&str>, cwd: &Path) -> PathBuf {
-        match store_dir.filter(|d| !d.is_empty()) {
-            Some(d) => PathBuf::from(d),
-            None => cwd.join(".iterion").join("dispatcher"),
+    /// The store a process running in `cwd` uses
+    /// ([`iterion_core::agent::board_root`]), importing `cwd`'s legacy
+    /// board once when the root is the default one.
+    pub fn for_process(env: &crate::env::EnvSnapshot, cwd: &Path) -> Self {
+        let configured = env.get("ITERION_STORE_DIR");
+        let root = board_root(configured, env.get("XDG_STATE_HOME"), env.get("HOME"), cwd)
+            .ok_or_else(|| {
+                "the board has no directory: set ITERION_STORE_DIR, XDG_STATE_HOME or HOME"
+                    .to_owned()
+            });
+        Self {
+            root,
+            legacy: configured.is_none().then(|| cwd.to_path_buf()),
+            real: OnceLock::new(),
+            imported: OnceLock::new(),
+            lock: Mutex::new(()),
         }
     }
 
-    /// Its root.
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// Its root, when it has one.
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref().ok()
     }
 
     /// Run tool `name` (bare, as on the wire after the server prefix)
@@ -185,21 +252,22 @@ impl BoardStore {
             ));
         }
         let _held = self.lock.lock().map_err(|_| "the board lock is poisoned")?;
-        let board = self.board().map_err(|e| format!("board.json: {e}"))?;
+        let dir = self.open().map_err(|e| format!("the board: {e}"))?;
+        let board = dir.board().map_err(|e| format!("board.json: {e}"))?;
         let out = match name {
-            "create_issue" => self.create(&board, input)?,
-            "get_issue" => self.get(&self.resolve(str_arg(input, "id")?)?)?,
-            "list_issues" => self.list(input)?,
+            "create_issue" => dir.create(&board, input)?,
+            "get_issue" => dir.get(&dir.resolve(str_arg(input, "id")?)?)?,
+            "list_issues" => dir.list(input)?,
             "transition_issue" => {
-                let id = self.resolve(str_arg(input, "id")?)?;
+                let id = dir.resolve(str_arg(input, "id")?)?;
                 let to = str_arg(input, "to")?;
                 if !board.states.iter().any(|s| s.name == to) {
                     return Err(format!("unknown state {to:?}"));
                 }
-                self.update(&id, "issue_moved", |i| i["state"] = json!(to))?
+                dir.update(&id, "issue_moved", |i| i["state"] = json!(to))?
             }
             "close_issue" => {
-                let id = self.resolve(str_arg(input, "id")?)?;
+                let id = dir.resolve(str_arg(input, "id")?)?;
                 let to = match input
                     .get("to")
                     .and_then(Value::as_str)
@@ -219,16 +287,16 @@ impl BoardStore {
                         .map(|s| s.name.clone())
                         .ok_or("the board has no terminal state; name one in `to`")?,
                 };
-                self.update(&id, "issue_moved", |i| i["state"] = json!(to))?
+                dir.update(&id, "issue_moved", |i| i["state"] = json!(to))?
             }
             "assign_issue" => {
-                let id = self.resolve(str_arg(input, "id")?)?;
+                let id = dir.resolve(str_arg(input, "id")?)?;
                 let who = input
                     .get("assignee")
                     .and_then(Value::as_str)
                     .ok_or("assignee is required")?
                     .to_owned();
-                self.update(&id, "issue_updated", |i| {
+                dir.update(&id, "issue_updated", |i| {
                     if who.is_empty() {
                         if let Some(o) = i.as_object_mut() {
                             o.remove("assignee");
@@ -239,53 +307,71 @@ impl BoardStore {
                 })?
             }
             "set_labels" => {
-                let id = self.resolve(str_arg(input, "id")?)?;
+                let id = dir.resolve(str_arg(input, "id")?)?;
                 let labels = strings(input, "labels")?;
-                self.update(&id, "issue_updated", |i| i["labels"] = json!(labels))?
+                dir.update(&id, "issue_updated", |i| i["labels"] = json!(labels))?
             }
             _ => return Err(format!("the board has no tool {name:?}")),
         };
         Ok(out.to_string())
     }
 
+    /// The root, open (made, resolved and the legacy board imported on
+    /// first use).
+    fn open(&self) -> std::io::Result<BoardDir> {
+        let root = self
+            .root
+            .as_ref()
+            .map_err(|why| std::io::Error::other(why.clone()))?;
+        let real = match self.real.get() {
+            Some(real) => real.clone(),
+            None => {
+                let real = files::create(root)?;
+                self.real.get_or_init(|| real).clone()
+            }
+        };
+        let dir = BoardDir {
+            root: files::Root::open(&real)?,
+        };
+        if let Some(cwd) = &self.legacy
+            && self.imported.set(()).is_ok()
+        {
+            dir.import_legacy(cwd);
+        }
+        Ok(dir)
+    }
+}
+
+/// One open board root.
+struct BoardDir {
+    root: files::Root,
+}
+
+impl BoardDir {
     fn board(&self) -> std::io::Result<Board> {
-        let p = self.root.join("board.json");
-        match std::fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b).map_err(std::io::Error::other),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        match self.root.read("board.json", FILE_CAP)? {
+            Some(b) => serde_json::from_slice(&b).map_err(std::io::Error::other),
+            None => {
                 let b = default_board();
-                write_atomic(&p, &serde_json::to_vec_pretty(&b)?)?;
+                self.root
+                    .write("board.json", &serde_json::to_vec_pretty(&b)?)?;
                 Ok(b)
             }
-            Err(e) => Err(e),
         }
     }
 
-    fn issue_path(&self, id: &str) -> PathBuf {
-        // Upstream's encoding: ':' is not portable in a file name.
-        self.root
-            .join("issues")
-            .join(format!("{}.json", id.replace(':', "__")))
-    }
-
+    /// Every issue: each file whose name encodes an id and whose content
+    /// is an issue of that id; anything else under `issues/` (a link, a
+    /// FIFO, a stray file) is skipped and logged, never read through.
     fn all(&self) -> Result<Vec<Value>, String> {
-        let dir = self.root.join("issues");
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        let Some(dir) = self
+            .root
+            .dir("issues", false)
+            .map_err(|e| format!("issues: {e}"))?
+        else {
+            return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for e in entries.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("json") {
-                continue;
-            }
-            let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            out.push(
-                serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?,
-            );
-        }
+        let mut out = read_issues(&dir).map_err(|e| format!("issues: {e}"))?.0;
         out.sort_by(|a: &Value, b: &Value| {
             a["created_at"]
                 .as_str()
@@ -295,22 +381,30 @@ impl BoardStore {
         Ok(out)
     }
 
-    /// An id or a prefix of exactly one (with or without `native:`).
+    /// An id or a prefix of exactly one (with or without `native:`); what
+    /// is not spelled as an id is refused before anything is looked up.
     fn resolve(&self, prefix: &str) -> Result<String, String> {
+        let tail = prefix.strip_prefix("native:").unwrap_or(prefix);
+        if !valid_tail(tail) {
+            return Err(format!(
+                "{prefix:?} is not an issue id (native: and lowercase hex)"
+            ));
+        }
         let ids: Vec<String> = self
             .all()?
             .iter()
             .filter_map(|i| i["id"].as_str().map(str::to_owned))
             .collect();
-        if ids.iter().any(|i| i == prefix) {
-            return Ok(prefix.to_owned());
-        }
         let hits: Vec<&String> = ids
             .iter()
-            .filter(|i| {
-                i.starts_with(prefix) || i.trim_start_matches("native:").starts_with(prefix)
-            })
+            .filter(|i| i.trim_start_matches("native:").starts_with(tail))
             .collect();
+        if let Some(exact) = hits
+            .iter()
+            .find(|i| i.trim_start_matches("native:") == tail)
+        {
+            return Ok((*exact).clone());
+        }
         match hits.as_slice() {
             [one] => Ok((*one).clone()),
             [] => Err(format!("no issue {prefix:?}")),
@@ -319,8 +413,23 @@ impl BoardStore {
     }
 
     fn get(&self, id: &str) -> Result<Value, String> {
-        let text = std::fs::read(self.issue_path(id)).map_err(|_| format!("no issue {id:?}"))?;
-        serde_json::from_slice(&text).map_err(|e| format!("issue {id}: {e}"))
+        let file = file_of(id).ok_or_else(|| format!("no issue {id:?}"))?;
+        let missing = || format!("no issue {id:?}");
+        let dir = self
+            .root
+            .dir("issues", false)
+            .map_err(|e| format!("issues: {e}"))?
+            .ok_or_else(missing)?;
+        let bytes = dir
+            .read(&file, FILE_CAP)
+            .map_err(|e| format!("issue {id}: {e}"))?
+            .ok_or_else(missing)?;
+        let issue: Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("issue {id}: {e}"))?;
+        if issue["id"] != id {
+            return Err(format!("issue {id}: its file holds another id"));
+        }
+        Ok(issue)
     }
 
     fn create(&self, board: &Board, input: &Value) -> Result<Value, String> {
@@ -423,26 +532,128 @@ impl BoardStore {
 
     fn write(&self, issue: &Value) -> Result<(), String> {
         let id = issue["id"].as_str().unwrap_or_default();
-        let path = self.issue_path(id);
+        let file = file_of(id).ok_or_else(|| format!("{id:?} is not an issue id"))?;
         let bytes = serde_json::to_vec_pretty(issue).map_err(|e| e.to_string())?;
-        write_atomic(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+        self.root
+            .dir("issues", true)
+            .and_then(|d| d.ok_or_else(|| std::io::Error::other("issues: not made")))
+            .and_then(|d| d.write(&file, &bytes))
+            .map_err(|e| format!("issue {id}: {e}"))
     }
 
     /// The change log; a failure to append loses no issue (logged only).
     fn event(&self, kind: &str, issue: &Value) {
-        use std::io::Write;
         let line =
             json!({"type": kind, "issue_id": issue["id"], "state": issue["state"], "at": now()});
-        let path = self.root.join("events.jsonl");
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| writeln!(f, "{line}"));
-        if let Err(e) = appended {
-            tracing::warn!("board event log {}: {e}", path.display());
+        if let Err(e) = self
+            .root
+            .append("events.jsonl", format!("{line}\n").as_bytes())
+        {
+            tracing::warn!("board event log: {e}");
         }
     }
+
+    /// Import `cwd`'s legacy board once into this (fresh) root: the same
+    /// opens (a link anywhere is not followed), only well-formed issues,
+    /// `board.json` and a bounded `events.jsonl`; the old directory is
+    /// left as it is. `imported.json` records it (and marks it done); a
+    /// root that already holds a board is never touched.
+    fn import_legacy(&self, cwd: &Path) {
+        let fresh = ["imported.json", "board.json", "issues", "events.jsonl"]
+            .iter()
+            .all(|n| matches!(self.root.exists(n), Ok(false)));
+        if !fresh {
+            return;
+        }
+        let legacy = cwd.join(LEGACY_BOARD_DIR);
+        // Beneath the directory iterion runs in, no link followed: a
+        // `.iterion` or `dispatcher` that is a link is refused, not read.
+        let from = match files::Root::open(cwd).and_then(|c| c.dir(LEGACY_BOARD_DIR, false)) {
+            Ok(None) => return,
+            Ok(Some(from)) => Ok(from),
+            Err(e) => Err(e),
+        };
+        let report = match from.and_then(|from| import_from(&from, self)) {
+            Ok(mut report) => {
+                report["from"] = json!(legacy.display().to_string());
+                report
+            }
+            Err(e) => json!({
+                "from": legacy.display().to_string(),
+                "at": now(),
+                "error": e.to_string(),
+            }),
+        };
+        tracing::warn!(
+            "the board moved out of the workspace (issue 31 item 2): imported {} once; it stays there unused: {report}",
+            legacy.display()
+        );
+        let _ = self.root.write(
+            "imported.json",
+            &serde_json::to_vec_pretty(&report).unwrap_or_default(),
+        );
+    }
+}
+
+/// Every issue of `dir` and the names skipped.
+fn read_issues(dir: &files::Root) -> std::io::Result<(Vec<Value>, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for name in dir.names()? {
+        let Some(id) = id_of(&name) else {
+            if !name.starts_with('.') {
+                skipped.push(name);
+            }
+            continue;
+        };
+        let issue = dir
+            .read(&name, FILE_CAP)
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .filter(|i| i["id"] == id.as_str());
+        match issue {
+            Some(i) => out.push(i),
+            None => {
+                tracing::warn!("board: {name} is not an issue of id {id}; skipped");
+                skipped.push(name);
+            }
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// Copy the legacy board `from` into `into`, with the board's own opens.
+fn import_from(from: &files::Root, into: &BoardDir) -> std::io::Result<Value> {
+    let mut skipped = Vec::new();
+    if let Ok(Some(board)) = from.read("board.json", FILE_CAP)
+        && serde_json::from_slice::<Board>(&board).is_ok()
+    {
+        into.root.write("board.json", &board)?;
+    } else {
+        skipped.push("board.json".to_owned());
+    }
+    let mut imported = 0;
+    if let Ok(Some(dir)) = from.dir("issues", false) {
+        let (issues, rest) = read_issues(&dir)?;
+        skipped.extend(rest.into_iter().map(|n| format!("issues/{n}")));
+        for issue in issues {
+            into.write(&issue).map_err(std::io::Error::other)?;
+            imported += 1;
+        }
+    } else {
+        skipped.push("issues".to_owned());
+    }
+    match from.read("events.jsonl", EVENTS_CAP) {
+        Ok(Some(events)) => into.root.write("events.jsonl", &events)?,
+        Ok(None) => {}
+        Err(_) => skipped.push("events.jsonl".to_owned()),
+    }
+    Ok(json!({
+        "at": now(),
+        "issues": imported,
+        "skipped": skipped,
+    }))
 }
 
 fn str_arg<'v>(input: &'v Value, key: &str) -> Result<&'v str, String> {
@@ -479,15 +690,6 @@ fn new_id() -> String {
     let mut b = [0u8; 16];
     rand::rng().fill_bytes(&mut b);
     hex::encode(b)
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -586,5 +788,272 @@ mod tests {
                 .call(&all, "create_issue", &json!({"title": " "}))
                 .is_err()
         );
+    }
+
+    fn all_caps() -> Vec<String> {
+        caps(&[
+            "board.read",
+            "board.create",
+            "board.move",
+            "board.close",
+            "board.label",
+            "board.assign",
+        ])
+    }
+
+    /// A host directory and file the board must never read or write.
+    fn host_targets(tmp: &Path) -> (PathBuf, PathBuf) {
+        let host = tmp.join("host-dir");
+        std::fs::create_dir(&host).unwrap();
+        std::fs::write(
+            host.join("config.json"),
+            "{\"id\": \"native:ab\", \"auths\": \"HOST-SECRET\"}",
+        )
+        .unwrap();
+        std::fs::write(
+            host.join("native__ab.json"),
+            "{\"id\": \"native:ab\", \"title\": \"HOST-SECRET\"}",
+        )
+        .unwrap();
+        let file = tmp.join("host-file");
+        std::fs::write(&file, "host\n").unwrap();
+        (host, file)
+    }
+
+    fn untouched(host: &Path, file: &Path) {
+        let mut names: Vec<String> = std::fs::read_dir(host)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["config.json", "native__ab.json"],
+            "made in the host dir"
+        );
+        assert_eq!(std::fs::read_to_string(file).unwrap(), "host\n");
+    }
+
+    /// Issue 31 item 2: `issues` and `events.jsonl` planted as links to a
+    /// host directory and file. Nothing of the directory reaches the model,
+    /// nothing is created in it, the file is not appended to.
+    #[test]
+    fn links_planted_in_the_store_lead_nowhere() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, file) = host_targets(tmp.path());
+        let root = tmp.path().join("board");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&host, root.join("issues")).unwrap();
+        std::os::unix::fs::symlink(&file, root.join("events.jsonl")).unwrap();
+        let store = BoardStore::new(root.clone());
+        let all = all_caps();
+        let listed = store.call(&all, "list_issues", &json!({}));
+        assert!(
+            listed.as_ref().is_err_and(|e| e.contains("symbolic link")),
+            "{listed:?}"
+        );
+        let created = store.call(&all, "create_issue", &json!({"title": "x"}));
+        assert!(created.is_err(), "{created:?}");
+        let got = store.call(&all, "get_issue", &json!({"id": "native:ab"}));
+        assert!(
+            got.as_ref().is_err_and(|e| !e.contains("HOST-SECRET")),
+            "{got:?}"
+        );
+        untouched(&host, &file);
+
+        // `issues` real, `events.jsonl` still a link: the issue is made,
+        // the host file is not appended to.
+        std::fs::remove_file(root.join("issues")).unwrap();
+        let made: Value = serde_json::from_str(
+            &store
+                .call(&all, "create_issue", &json!({"title": "kept"}))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(made["title"], "kept");
+        assert!(root.join("events.jsonl").is_symlink());
+        untouched(&host, &file);
+    }
+
+    /// Ids are `native:` and lowercase hex before they name a file: a
+    /// traversal id is refused, and an issue file whose content claims
+    /// another id (planted) is not an issue.
+    #[test]
+    fn ids_are_validated_before_they_name_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("board");
+        let store = BoardStore::new(root.clone());
+        let all = all_caps();
+        store
+            .call(&all, "create_issue", &json!({"title": "real"}))
+            .unwrap();
+        std::fs::write(
+            tmp.path().join("x.json"),
+            "{\"id\": \"../../x\", \"title\": \"HOST-SECRET\"}",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("issues/native__ab.json"),
+            "{\"id\": \"../../x\", \"title\": \"planted\"}",
+        )
+        .unwrap();
+        std::fs::write(root.join("issues/notes.json"), "{\"id\": \"native:cd\"}").unwrap();
+        for bad in [
+            "../../x",
+            "../x.json",
+            "/etc/passwd",
+            "native:../x",
+            "native:AB",
+            "x y",
+        ] {
+            for tool in ["get_issue", "transition_issue", "set_labels"] {
+                let out = store.call(&all, tool, &json!({"id": bad, "to": "done", "labels": []}));
+                assert!(
+                    out.as_ref()
+                        .is_err_and(|e| e.contains("not an issue id") && !e.contains("SECRET")),
+                    "{tool} {bad}: {out:?}"
+                );
+            }
+        }
+        let listed: Value =
+            serde_json::from_str(&store.call(&all, "list_issues", &json!({})).unwrap()).unwrap();
+        let titles: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["title"].as_str())
+            .collect();
+        assert_eq!(titles, ["real"], "planted files are not issues");
+        assert!(store.call(&all, "get_issue", &json!({"id": "ab"})).is_err());
+        assert!(store.call(&all, "get_issue", &json!({"id": "cd"})).is_err());
+    }
+
+    fn env(state: &Path) -> crate::env::EnvSnapshot {
+        crate::env::EnvSnapshot::new().with("XDG_STATE_HOME", state.display().to_string())
+    }
+
+    /// The default root is outside the workspace, one per project; the
+    /// legacy `.iterion/dispatcher` is imported once with the same opens
+    /// and left where it is.
+    #[test]
+    fn the_default_board_leaves_the_workspace_and_imports_the_old_one_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        let ws = tmp.path().join("ws");
+        let old = ws.join(".iterion/dispatcher");
+        let old_store = BoardStore::new(old.clone());
+        let all = all_caps();
+        for t in ["one", "two"] {
+            old_store
+                .call(&all, "create_issue", &json!({"title": t}))
+                .unwrap();
+        }
+        let (host, file) = host_targets(tmp.path());
+        std::os::unix::fs::symlink(
+            host.join("native__ab.json"),
+            old.join("issues/native__ee.json"),
+        )
+        .unwrap();
+        std::fs::write(old.join("issues/stray.txt"), "x").unwrap();
+        let before = std::fs::read_to_string(old.join("events.jsonl")).unwrap();
+
+        let store = BoardStore::for_process(&env(&state), &ws);
+        let root = store.root().unwrap().to_path_buf();
+        assert!(root.starts_with(state.join("iterion/boards")), "{root:?}");
+        assert!(!root.starts_with(&ws));
+        let listed: Value =
+            serde_json::from_str(&store.call(&all, "list_issues", &json!({})).unwrap()).unwrap();
+        let mut titles: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["title"].as_str())
+            .collect();
+        titles.sort();
+        assert_eq!(titles, ["one", "two"]);
+        let report: Value =
+            serde_json::from_slice(&std::fs::read(root.join("imported.json")).unwrap()).unwrap();
+        assert_eq!(report["issues"], 2, "{report}");
+        let skipped = report["skipped"].to_string();
+        assert!(
+            skipped.contains("native__ee.json") && skipped.contains("stray.txt"),
+            "{report}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("events.jsonl")).unwrap(),
+            before
+        );
+        // Once: a new issue and a new process do not import again.
+        store
+            .call(&all, "create_issue", &json!({"title": "three"}))
+            .unwrap();
+        let again = BoardStore::for_process(&env(&state), &ws);
+        let listed: Value =
+            serde_json::from_str(&again.call(&all, "list_issues", &json!({})).unwrap()).unwrap();
+        assert_eq!(listed.as_array().unwrap().len(), 3);
+        assert_eq!(
+            std::fs::read_to_string(old.join("events.jsonl")).unwrap(),
+            before,
+            "the old board is left as it was"
+        );
+        // Another project: another board.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        let elsewhere = BoardStore::for_process(&env(&state), &other);
+        assert_ne!(elsewhere.root(), store.root());
+        // Configured: exactly there, nothing imported.
+        let shared = tmp.path().join("shared");
+        let configured = BoardStore::for_process(
+            &env(&state).with("ITERION_STORE_DIR", shared.display().to_string()),
+            &ws,
+        );
+        assert_eq!(configured.root(), Some(shared.as_path()));
+        let listed: Value =
+            serde_json::from_str(&configured.call(&all, "list_issues", &json!({})).unwrap())
+                .unwrap();
+        assert_eq!(listed, json!([]));
+        untouched(&host, &file);
+    }
+
+    /// A legacy board reached through a link (`.iterion/dispatcher` or
+    /// its `issues` planted as links to host places) is not read.
+    #[test]
+    fn a_legacy_board_behind_a_link_is_not_imported() {
+        for planted in ["dispatcher", "issues"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (host, file) = host_targets(tmp.path());
+            let ws = tmp.path().join("ws");
+            std::fs::create_dir_all(ws.join(".iterion")).unwrap();
+            match planted {
+                "dispatcher" => {
+                    std::os::unix::fs::symlink(&host, ws.join(".iterion/dispatcher")).unwrap();
+                }
+                _ => {
+                    std::fs::create_dir(ws.join(".iterion/dispatcher")).unwrap();
+                    std::os::unix::fs::symlink(&host, ws.join(".iterion/dispatcher/issues"))
+                        .unwrap();
+                    std::os::unix::fs::symlink(&file, ws.join(".iterion/dispatcher/events.jsonl"))
+                        .unwrap();
+                }
+            }
+            let store = BoardStore::for_process(&env(&tmp.path().join("state")), &ws);
+            let all = all_caps();
+            let listed = store.call(&all, "list_issues", &json!({})).unwrap();
+            assert_eq!(listed, "[]", "{planted}");
+            assert!(!listed.contains("HOST-SECRET"));
+            let report: Value = serde_json::from_slice(
+                &std::fs::read(store.root().unwrap().join("imported.json")).unwrap(),
+            )
+            .unwrap();
+            assert!(
+                report["error"].is_string() || report["skipped"].to_string().contains("issues"),
+                "{planted}: {report}"
+            );
+            store
+                .call(&all, "create_issue", &json!({"title": "new"}))
+                .unwrap();
+            untouched(&host, &file);
+        }
     }
 }

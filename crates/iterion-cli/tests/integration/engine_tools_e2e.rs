@@ -339,6 +339,214 @@ fn podman_claude_code_board_through_the_listener() {
     claude_code_board(Engine::Podman);
 }
 
+// ---- issue 31 item 2: the board never follows what the box planted ----
+
+/// Where the board's store is, relative to the workspace the box writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BoardAt {
+    /// The default: outside the workspace; the box plants its links where
+    /// the board used to be (`.iterion/dispatcher`), which is imported
+    /// once — without following them.
+    Default,
+    /// `ITERION_STORE_DIR` inside the workspace, made by the box: the
+    /// links are there, and every open refuses them.
+    ConfiguredInWorkspace,
+    /// The same directory, existing when the run starts: masked from the
+    /// box like the run store, so it cannot plant anything.
+    ConfiguredExisting,
+}
+
+/// A host directory holding `*.json` files (one shaped as an issue) and a
+/// host file: what the box's links point at.
+fn host_targets(sb: &crate::support::Sandbox) -> (PathBuf, PathBuf) {
+    let dir = sb.dir.path().join("host-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"auths": "HOST-SECRET"}"#).unwrap();
+    std::fs::write(
+        dir.join("native__ab.json"),
+        r#"{"id": "native:ab", "title": "HOST-SECRET"}"#,
+    )
+    .unwrap();
+    let file = sb.dir.path().join("host-file");
+    std::fs::write(&file, "host\n").unwrap();
+    (dir, file)
+}
+
+fn board_links(engine: Engine, at: BoardAt) {
+    let prov = Provider::start(vec![
+        Turn::tool("mcp__iterion_board__list_issues", json!({})),
+        Turn::tool(
+            "mcp__iterion_board__get_issue",
+            json!({"id": "../../host-dir/config"}),
+        ),
+        Turn::tool(
+            "mcp__iterion_board__create_issue",
+            json!({"title": "After the plant"}),
+        ),
+        Turn::text("{\"planted\": \"n/a\"}"),
+    ]);
+    let sb = prov.sandbox(engine);
+    let state = sb.dir.path().join("state");
+    let (host_dir, host_file) = host_targets(&sb);
+    let ws = sb.workspace();
+    let (sb, planted_in) = match at {
+        BoardAt::Default => (
+            sb.with_env("XDG_STATE_HOME", &state.display().to_string()),
+            ".iterion/dispatcher",
+        ),
+        BoardAt::ConfiguredInWorkspace | BoardAt::ConfiguredExisting => {
+            if at == BoardAt::ConfiguredExisting {
+                std::fs::create_dir_all(ws.join("board")).unwrap();
+            }
+            (
+                sb.with_env("ITERION_STORE_DIR", &ws.join("board").display().to_string()),
+                "board",
+            )
+        }
+    };
+    sb.write(
+        "plant.sh",
+        &format!(
+            "p=no\n\
+             if mkdir -p '{planted_in}' 2>/dev/null \\\n\
+               && ln -s '{dir}' '{planted_in}/issues' 2>/dev/null \\\n\
+               && ln -s '{file}' '{planted_in}/events.jsonl' 2>/dev/null; then p=yes; fi\n\
+             printf '{{\"planted\":\"%s\"}}' \"$p\"\n",
+            dir = host_dir.display(),
+            file = host_file.display(),
+        ),
+    );
+    let text = format!(
+        r#"
+schema out:
+  planted: string
+
+tool plant:
+  command: `sh plant.sh`
+  output: out
+
+agent planner:
+  model: "anthropic/claude-sonnet-4-6"
+  user: "File the work."
+  output: out
+  capabilities: [board.create, board.read]
+  tool_max_steps: 5
+
+workflow board:
+{sandbox}  entry: plant
+  plant -> planner
+  planner -> done
+"#,
+        sandbox = sandbox_block(Some(engine), &busybox()),
+    );
+    let file = sb.write("board.iter", &text);
+    let (_, run_id, events) = crate::support::run_to_finish(&sb, &file, &[]);
+    let planted = of_type(&events, "node_finished")
+        .into_iter()
+        .find(|e| e["node_id"] == "plant")
+        .map(|e| e["data"]["output"]["planted"].clone())
+        .unwrap();
+    assert_eq!(
+        planted,
+        if at == BoardAt::ConfiguredExisting {
+            "no"
+        } else {
+            "yes"
+        },
+        "{engine:?} {at:?}"
+    );
+    // Nothing of the host directory reached the model, nothing was made
+    // in it, the host file was not appended to.
+    // The last request carries the whole conversation: each result once.
+    let results = prov
+        .p
+        .model_calls()
+        .last()
+        .map(|c| c.tool_results())
+        .unwrap_or_default();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        results.iter().all(|r| !r.contains("HOST-SECRET")),
+        "{engine:?} {at:?}: {results:?}"
+    );
+    assert!(
+        results[1].contains("not an issue id"),
+        "{engine:?} {at:?}: {results:?}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&host_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["config.json", "native__ab.json"],
+        "{engine:?} {at:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&host_file).unwrap(), "host\n");
+    let issues_in = |root: &Path| -> Vec<Value> {
+        std::fs::read_dir(root.join("issues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.path().is_symlink())
+                    .map(|e| serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    match at {
+        BoardAt::Default => {
+            // The board is in the state directory, one per project; the
+            // old place is imported once, its links skipped.
+            let boards: Vec<PathBuf> = std::fs::read_dir(state.join("iterion/boards"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            assert_eq!(boards.len(), 1, "{boards:?}");
+            let issues = issues_in(&boards[0]);
+            assert_eq!(issues.len(), 1, "{issues:?}");
+            assert_eq!(issues[0]["title"], "After the plant");
+            assert!(results[2].contains("After the plant"), "{results:?}");
+            let report = std::fs::read_to_string(boards[0].join("imported.json")).unwrap();
+            assert!(report.contains("issues"), "{report}");
+        }
+        BoardAt::ConfiguredInWorkspace => {
+            // Every open refuses the links: the tools answer errors.
+            assert!(results[0].contains("symbolic link"), "{results:?}");
+            assert!(results[2].contains("symbolic link"), "{results:?}");
+        }
+        BoardAt::ConfiguredExisting => {
+            assert!(results[2].contains("After the plant"), "{results:?}");
+            assert_eq!(issues_in(&ws.join("board")).len(), 1);
+        }
+    }
+    assert!(leftovers(engine, &run_id).is_empty());
+}
+
+#[test]
+fn dockerd_board_links_planted_in_the_workspace_reach_no_host_file() {
+    for at in [
+        BoardAt::Default,
+        BoardAt::ConfiguredInWorkspace,
+        BoardAt::ConfiguredExisting,
+    ] {
+        board_links(Engine::Docker, at);
+    }
+}
+
+#[test]
+fn podman_board_links_planted_in_the_workspace_reach_no_host_file() {
+    for at in [
+        BoardAt::Default,
+        BoardAt::ConfiguredInWorkspace,
+        BoardAt::ConfiguredExisting,
+    ] {
+        board_links(Engine::Podman, at);
+    }
+}
+
 fn servers_dir() -> PathBuf {
     PathBuf::from(
         std::env::var("ITERION_MCP_SERVERS_DIR")

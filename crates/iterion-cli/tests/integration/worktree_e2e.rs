@@ -546,3 +546,294 @@ fn podman_a_branch_git_refuses_is_reported_and_the_commits_kept() {
     );
     assert_eq!(git(&ws, &["rev-parse", "main"]), base);
 }
+
+// ---- issue 31 item 1: the host runs nothing the box wrote ---------------
+//
+// Each attack is performed by the sandboxed tool itself, through the real
+// `.git` bind, on dockerd and Podman; a hook or program it plants would
+// `touch` a file in a host directory the box cannot see (`pwned/`), so
+// any file there is the host having run it.
+
+/// Every hook the promotion's `merge`, `commit` and ref updates could run.
+const HOOKS: &str = "pre-commit prepare-commit-msg commit-msg post-commit pre-merge-commit \
+                     post-merge post-checkout post-index-change reference-transaction";
+
+/// The host directory a planted program would touch.
+fn pwned(sb: &Sandbox) -> PathBuf {
+    let dir = sb.dir.path().join("pwned");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+fn nothing_ran(sb: &Sandbox) {
+    let ran: Vec<String> = std::fs::read_dir(pwned(sb))
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        ran,
+        Vec::<String>::new(),
+        "{:?}: the host ran these",
+        sb.engine
+    );
+}
+
+/// The run's commit, then `attack` (shell, `$gd` the shared git dir,
+/// `$MARK` the host's `pwned/`), whose outcome is the node's `guard`.
+fn attack_script(sb: &Sandbox, attack: &str) -> String {
+    format!(
+        "set -e\n\
+         MARK='{mark}'\n\
+         HOOKS='{HOOKS}'\n\
+         echo made > made.txt\n\
+         git add made.txt\n\
+         git -c core.hooksPath=/dev/null -c user.name=run -c user.email=run@example.invalid \
+           commit -q -m 'run: made'\n\
+         gd=$(git rev-parse --path-format=absolute --git-common-dir)\n\
+         g=refused\n\
+         {attack}\n\
+         printf '{{\"said\":\"%s\",\"guard\":\"%s\"}}' \"$(git rev-parse HEAD)\" \"$g\"\n",
+        mark = pwned(sb).display(),
+    )
+}
+
+/// A repository `git init --template=` made: no `.git/hooks` at all.
+fn hookless_repo(sb: &Sandbox, script: &str) -> PathBuf {
+    let ws = sb.workspace();
+    git(&ws, &["init", "-q", "--template=", "-b", "main"]);
+    assert!(!ws.join(".git/hooks").exists());
+    git(&ws, &["config", "user.name", "Op"]);
+    git(&ws, &["config", "user.email", "op@example.invalid"]);
+    git(&ws, &["config", "commit.gpgsign", "false"]);
+    sb.write("script.sh", script);
+    let file = sb.write("w.iter", &workflow(OK));
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-q", "-m", "base"]);
+    file
+}
+
+#[test]
+fn dockerd_hooks_the_box_plants_in_a_hookless_repository_never_run_on_the_host() {
+    hookless(Engine::Docker);
+}
+
+#[test]
+fn podman_hooks_the_box_plants_in_a_hookless_repository_never_run_on_the_host() {
+    hookless(Engine::Podman);
+}
+
+/// Attack (a): with no `.git/hooks`, nothing was bound read-only there;
+/// the box creates the directory and every hook. Now the run's empty
+/// read-only directory is bound over it (the box's writes fail), and the
+/// host's git would not run a hook anyway.
+fn hookless(engine: Engine) {
+    let sb = Sandbox::new(engine);
+    let script = attack_script(
+        &sb,
+        "for h in $HOOKS; do\n\
+           if (mkdir -p \"$gd/hooks\" && printf '#!/bin/sh\\ntouch %s/%s\\n' \"$MARK\" \"$h\" \
+               > \"$gd/hooks/$h\" && chmod +x \"$gd/hooks/$h\") 2>/dev/null; then g=planted; fi\n\
+         done",
+    );
+    let file = hookless_repo(&sb, &script);
+    let ws = sb.workspace();
+    let (_, events) = finished(&sb, &file, &[]);
+    let work = node_output(&events, "work");
+    assert_eq!(work["guard"], "refused", "{engine:?}: {work}");
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(fin["merge_status"], "merged", "{engine:?}: {fin}");
+    assert_eq!(git(&ws, &["log", "-1", "--format=%s", "main"]), "run: made");
+    let planted: Vec<_> = std::fs::read_dir(ws.join(".git/hooks"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(planted.is_empty(), "{engine:?}: {planted:?}");
+    nothing_ran(&sb);
+}
+
+#[test]
+fn dockerd_hooks_the_run_commits_under_core_hooks_path_never_run_on_the_host() {
+    hooks_path(Engine::Docker, "squash");
+    hooks_path(Engine::Docker, "merge");
+}
+
+#[test]
+fn podman_hooks_the_run_commits_under_core_hooks_path_never_run_on_the_host() {
+    hooks_path(Engine::Podman, "squash");
+    hooks_path(Engine::Podman, "merge");
+}
+
+/// Attack (b), the husky pattern: the operator's repository says
+/// `core.hooksPath=.githooks`; the run commits new hooks there, and the
+/// promotion checks them out into the operator's checkout right before
+/// its commit (squash) or as its merge (fast-forward).
+fn hooks_path(engine: Engine, strategy: &str) {
+    let sb = Sandbox::new(engine);
+    let script = attack_script(
+        &sb,
+        "mkdir -p .githooks\n\
+         for h in $HOOKS; do\n\
+           printf '#!/bin/sh\\ntouch %s/%s\\n' \"$MARK\" \"$h\" > .githooks/$h\n\
+           chmod +x .githooks/$h\n\
+         done\n\
+         git -c core.hooksPath=/dev/null add .githooks\n\
+         git -c core.hooksPath=/dev/null -c user.name=run -c user.email=run@example.invalid \
+           commit -q -m 'run: hooks'\n\
+         g=committed",
+    );
+    let file = repo(&sb, &script, OK);
+    let ws = sb.workspace();
+    git(&ws, &["config", "core.hooksPath", ".githooks"]);
+    let (_, events) = finished(&sb, &file, &["--merge-strategy", strategy]);
+    assert_eq!(node_output(&events, "work")["guard"], "committed");
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(
+        fin["merge_status"], "merged",
+        "{engine:?} {strategy}: {fin}"
+    );
+    assert!(
+        ws.join(".githooks/pre-commit").is_file(),
+        "{engine:?} {strategy}: the hooks reached the operator's checkout"
+    );
+    nothing_ran(&sb);
+}
+
+#[test]
+fn dockerd_config_the_box_plants_runs_nothing_on_the_host() {
+    planted_config(Engine::Docker);
+}
+
+#[test]
+fn podman_config_the_box_plants_runs_nothing_on_the_host() {
+    planted_config(Engine::Podman);
+}
+
+/// The operator's repository has `extensions.worktreeConfig` (sparse
+/// checkouts set it): git then reads `.git/config.worktree` for the main
+/// checkout, a file the box can write. It plants every code-running key
+/// it can name there, an include of a file it also wrote, hooks in a
+/// directory of its own, and the attributes that select its filters.
+fn planted_config(engine: Engine) {
+    let sb = Sandbox::new(engine);
+    let script = attack_script(
+        &sb,
+        "mkdir -p \"$gd/box-hooks\" \"$gd/info\"\n\
+         for h in $HOOKS gpg; do\n\
+           printf '#!/bin/sh\\ntouch %s/%s\\n' \"$MARK\" \"$h\" > \"$gd/box-hooks/$h\"\n\
+           chmod +x \"$gd/box-hooks/$h\"\n\
+         done\n\
+         cat > \"$gd/box.cfg\" <<EOF\n\
+         [core]\n\
+         \tfsmonitor = \"touch $MARK/included-fsmonitor; false\"\n\
+         [filter \"inc\"]\n\
+         \tclean = touch $MARK/included-clean; cat\n\
+         \tsmudge = touch $MARK/included-smudge; cat\n\
+         EOF\n\
+         cat > \"$gd/config.worktree\" <<EOF\n\
+         [core]\n\
+         \tfsmonitor = \"touch $MARK/fsmonitor; false\"\n\
+         \thooksPath = $gd/box-hooks\n\
+         [include]\n\
+         \tpath = $gd/box.cfg\n\
+         [filter \"evil\"]\n\
+         \tclean = touch $MARK/clean; cat\n\
+         \tsmudge = touch $MARK/smudge; cat\n\
+         \tprocess = touch $MARK/process\n\
+         \trequired = true\n\
+         [commit]\n\
+         \tgpgSign = true\n\
+         [gpg]\n\
+         \tprogram = $gd/box-hooks/gpg\n\
+         [log]\n\
+         \tshowSignature = true\n\
+         [credential]\n\
+         \thelper = \"!touch $MARK/credential\"\n\
+         EOF\n\
+         printf 'made.txt filter=evil\\n*.iter filter=inc\\n' > \"$gd/info/attributes\"\n\
+         g=planted",
+    );
+    let file = repo(&sb, &script, OK);
+    let ws = sb.workspace();
+    git(&ws, &["config", "extensions.worktreeConfig", "true"]);
+    let (_, events) = finished(&sb, &file, &[]);
+    assert_eq!(node_output(&events, "work")["guard"], "planted");
+    assert!(
+        ws.join(".git/config.worktree").is_file(),
+        "the attack landed"
+    );
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(fin["merge_status"], "merged", "{engine:?}: {fin}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).expect("merged"),
+        "made\n"
+    );
+    nothing_ran(&sb);
+}
+
+#[test]
+fn dockerd_a_commondir_the_box_plants_refuses_the_promotion() {
+    planted_commondir(Engine::Docker);
+}
+
+#[test]
+fn podman_a_commondir_the_box_plants_refuses_the_promotion() {
+    planted_commondir(Engine::Podman);
+}
+
+/// The box makes a repository of its own inside the shared `.git`, with
+/// hooks, and points `.git/commondir` at it: git finding the operator's
+/// repository would read that one's config, hooks and refs. The host
+/// refuses to run git there; the run's commit stays in the kept worktree,
+/// `main` is untouched.
+fn planted_commondir(engine: Engine) {
+    let sb = Sandbox::new(engine);
+    let script = attack_script(
+        &sb,
+        "git clone -q --bare \"$gd\" \"$gd/evil\"\n\
+         git -C \"$gd/evil\" config core.bare false\n\
+         for h in $HOOKS; do\n\
+           printf '#!/bin/sh\\ntouch %s/%s\\n' \"$MARK\" \"$h\" > \"$gd/evil/hooks/$h\"\n\
+           chmod +x \"$gd/evil/hooks/$h\"\n\
+         done\n\
+         echo evil > \"$gd/commondir\"\n\
+         g=planted",
+    );
+    let file = repo(&sb, &script, OK);
+    let ws = sb.workspace();
+    let base = std::fs::read_to_string(ws.join(".git/refs/heads/main")).expect("main");
+    let (id, events) = finished(&sb, &file, &[]);
+    assert_eq!(node_output(&events, "work")["guard"], "planted");
+    let failed = &one(&events, "worktree_branch_failed")["data"];
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("commondir")),
+        "{engine:?}: {failed}"
+    );
+    let fin = &one(&events, "worktree_finalized")["data"];
+    assert_eq!(fin["removed"], false, "{fin}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/refs/heads/main")).expect("main"),
+        base
+    );
+    let commit = said(&events, "work");
+    let kept = worktree_path(&sb, &id);
+    let head = Command::new("git")
+        .arg("-C")
+        .arg(&kept)
+        .args(["rev-parse", "HEAD"])
+        .env("GIT_DIR", ws.join(".git/worktrees").join(&id))
+        .env("GIT_COMMON_DIR", ws.join(".git"))
+        .output()
+        .expect("git");
+    assert_eq!(String::from_utf8_lossy(&head.stdout).trim(), commit);
+    nothing_ran(&sb);
+}
+
+fn node_output<'a>(events: &'a [Value], node: &str) -> &'a Value {
+    &of_type(events, "node_finished")
+        .into_iter()
+        .rev()
+        .find(|e| e["node_id"] == node)
+        .unwrap_or_else(|| panic!("no output of {node}: {events:?}"))["data"]["output"]
+}

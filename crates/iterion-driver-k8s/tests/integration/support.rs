@@ -55,6 +55,8 @@ pub fn policy_plan_with(spec: &Spec, workspace: &str, extra: Vec<Mount>) -> Laun
             workspace,
             worktree_git_dir: None,
             worktree_git_guards: &[],
+            worktree_git_masks: &[],
+            mask_dir: None,
             scratch_dir: None,
             attachments_dir: None,
             run_files_dir: Some(run_files),

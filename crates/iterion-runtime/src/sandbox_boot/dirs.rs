@@ -28,6 +28,23 @@ pub fn private_state_dirs(state_dir: &Path, env: &BTreeMap<String, String>) -> V
     dirs
 }
 
+/// The board's directory ([`iterion_core::agent::board_root`], for the
+/// directory this process runs in), when it exists: private like the run
+/// store, so a bind that would expose it gets it masked and a declared
+/// bind inside it is refused (issue 31 item 2). Not a managed root: no
+/// bind source of iterion's own lies there.
+pub fn board_dir(env: &BTreeMap<String, String>) -> Option<PathBuf> {
+    let get = |k: &str| env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+    let cwd = std::env::current_dir().ok()?;
+    iterion_core::agent::board_root(
+        get("ITERION_STORE_DIR"),
+        get("XDG_STATE_HOME"),
+        get("HOME"),
+        &cwd,
+    )
+    .filter(|d| d.is_dir())
+}
+
 /// Every directory whose children are per-run host directories the reaper
 /// judges: the state dirs under `state_dir` and this user's file-secret
 /// dirs (when a memory filesystem for them exists).

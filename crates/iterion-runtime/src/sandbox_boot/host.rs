@@ -22,7 +22,7 @@ use iterion_sandbox::host::{DriverOffer, HostKind};
 use iterion_sandbox::mounts::HostSnapshot;
 use iterion_sandbox::precedence::SandboxFlags;
 
-use super::dirs::{RunDirs, private_state_dirs};
+use super::dirs::{RunDirs, board_dir, private_state_dirs};
 use super::handoff::Decided;
 use crate::secrets::{resolve as resolve_secrets, secrets_root};
 
@@ -238,13 +238,31 @@ impl SandboxHost {
             .chain(&repo.worktree_git_guards)
             .map(String::as_str)
             .collect();
-        let host = HostSnapshot::capture(&self.env.snapshot, &git_paths);
+        let host = HostSnapshot::capture(&self.env.snapshot, &git_paths, &|key| {
+            let cwd = std::env::current_dir().ok()?;
+            crate::hostgit::HostGit::discover(&cwd)
+                .read(&["config", "--get", key])
+                .ok()
+                .filter(|v| !v.is_empty())
+        });
+        let state_dirs = private_state_dirs(&self.state_dir, &self.local_env);
+        // The board's directory is private too, unless an area already
+        // private holds it (its mask hides the board with it).
+        let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let board = board_dir(&self.local_env).map(|b| real(&b)).filter(|b| {
+            !self
+                .store_dir
+                .iter()
+                .chain(&state_dirs)
+                .any(|area| b.starts_with(real(area)))
+        });
         let binds = run_settings(
             |k| self.local_env.get(k).cloned(),
             std::iter::empty(),
             self.store_dir.as_deref(),
-            &private_state_dirs(&self.state_dir, &self.local_env),
-        );
+            &state_dirs,
+        )
+        .with_private(board.map(|d| d.to_string_lossy().into_owned()));
         let decision = decide(&DecisionRequest {
             run_id: run.run_id.as_str(),
             trust: run.trust,

@@ -66,6 +66,10 @@ pub struct RepoSnapshot {
     pub worktree_git_dir: Option<String>,
     /// Its `config` and `hooks` that exist: bound read-only over it.
     pub worktree_git_guards: Vec<String>,
+    /// Its `hooks` when the repository has none (`git init --template=`):
+    /// an empty read-only directory is bound there, so the box cannot
+    /// create one the host's git would run (issue 31 item 1).
+    pub worktree_git_masks: Vec<String>,
 }
 
 impl RepoSnapshot {
@@ -89,6 +93,7 @@ impl RepoSnapshot {
                 .then(|| devbox.to_string_lossy().into_owned()),
             worktree_git_dir: None,
             worktree_git_guards: Vec::new(),
+            worktree_git_masks: Vec::new(),
         }
     }
 
@@ -98,7 +103,9 @@ impl RepoSnapshot {
     /// of it the host's git executes or follows, kept read-only: the
     /// repository's `config` and `hooks`, and the worktree's `commondir`
     /// and `gitdir` pointers (rewritten, they would lead the host's git to
-    /// a config the box wrote).
+    /// a config the box wrote). A `hooks` directory the repository lacks
+    /// is noted to be masked instead: absent, the guard would be skipped
+    /// and the box could create it.
     pub fn with_worktree_git_dir(
         mut self,
         git_dir: Option<&Path>,
@@ -121,6 +128,13 @@ impl RepoSnapshot {
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
         };
+        self.worktree_git_masks = git_dir
+            .filter(|d| d.is_dir())
+            .map(|d| d.join("hooks"))
+            .filter(|h| std::fs::symlink_metadata(h).is_err())
+            .map(|h| h.to_string_lossy().into_owned())
+            .into_iter()
+            .collect();
         self
     }
 }

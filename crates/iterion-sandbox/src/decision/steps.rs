@@ -229,6 +229,8 @@ impl Decider<'_, '_> {
                 workspace: &req.repo.workspace,
                 worktree_git_dir: req.repo.worktree_git_dir.as_deref(),
                 worktree_git_guards: &req.repo.worktree_git_guards,
+                worktree_git_masks: &req.repo.worktree_git_masks,
+                mask_dir: Some(&paths.mask),
                 scratch_dir: None,
                 attachments_dir: paths.attachments.as_deref(),
                 run_files_dir: Some(&paths.run_files),

@@ -122,6 +122,7 @@ impl Fixture {
                 devbox_json: None,
                 worktree_git_dir: None,
                 worktree_git_guards: Vec::new(),
+                worktree_git_masks: Vec::new(),
             },
             host: HostSnapshot {
                 uid: 1000,
@@ -719,6 +720,59 @@ fn bound_secrets_are_placeholders_only_where_the_proxy_can_serve_them() {
     let d = f.decide();
     assert_eq!(d.verdict_kind(), "degraded");
     assert!(kinds(&d.events).contains(&"sandbox_secret_egress_unavailable"));
+}
+
+/// A repository without `.git/hooks` (`git init --template=`): the guard
+/// cannot bind what is absent, so the run's empty read-only directory is
+/// bound there instead and the box cannot create a hook the host's git
+/// would run (issue 31 item 1).
+#[test]
+fn an_absent_hooks_dir_of_a_worktrees_repository_is_masked_read_only() {
+    const GIT: &str = "/root/proj/.git";
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    f.repo.worktree_git_dir = Some(GIT.into());
+    f.repo.worktree_git_guards = vec![format!("{GIT}/config")];
+    f.repo.worktree_git_masks = vec![format!("{GIT}/hooks")];
+    let config = format!("{GIT}/config");
+    f.fs = Table(vec![WS, GIT, Box::leak(config.clone().into_boxed_str())]);
+    f.host.existing.insert(GIT.into());
+    f.host.existing.insert(config);
+    let d = f.decide();
+    let Verdict::Sandbox(plan) = &d.verdict else {
+        panic!("sandbox expected: {d:#?}")
+    };
+    let hooks = format!("{GIT}/hooks");
+    let mask = plan
+        .launch
+        .mounts
+        .iter()
+        .find(|m| m.target == hooks)
+        .expect("a bind over the absent hooks");
+    assert_eq!(mask.origin, MountOrigin::Mask);
+    assert!(mask.readonly, "{mask:?}");
+    assert_eq!(
+        mask.source.as_deref(),
+        Some(f.paths.mask.as_str()),
+        "the run's empty directory"
+    );
+    let git_at = plan
+        .launch
+        .mounts
+        .iter()
+        .position(|m| m.origin == MountOrigin::WorktreeGit)
+        .expect("the .git bind");
+    let mask_at = plan
+        .launch
+        .mounts
+        .iter()
+        .position(|m| m.target == hooks)
+        .expect("the mask");
+    assert!(git_at < mask_at, "laid over the .git bind, not under it");
 }
 
 /// `worktree: auto` (facts §6.5): the repository's shared `.git` is bound

@@ -50,6 +50,8 @@ fn inputs<'a>(spec: &'a Spec, host_state: HostState) -> PlanInputs<'a> {
         workspace: WS,
         worktree_git_dir: Some("/home/dev/work/main/.git"),
         worktree_git_guards: &[],
+        worktree_git_masks: &[],
+        mask_dir: None,
         scratch_dir: Some("/store/runs/r1/scratch"),
         attachments_dir: Some("/store/runs/r1/attachments"),
         run_files_dir: Some("/store/runs/r1/artifact-files"),

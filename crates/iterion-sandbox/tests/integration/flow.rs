@@ -228,7 +228,7 @@ fn capture_sees_real_candidates() {
         ..EnvSnapshot::default()
     };
     let extra = extra.to_string_lossy().into_owned();
-    let snap = HostSnapshot::capture(&env, &[&extra]);
+    let snap = HostSnapshot::capture(&env, &[&extra], &|_| None);
     assert!(snap.exists(&home.join(".claude").to_string_lossy()));
     assert!(snap.exists(&extra));
     assert!(!snap.exists(&home.join(".codex").to_string_lossy()));
