@@ -365,3 +365,104 @@ fn dockerd_human_nodes_answered_by_a_model_in_the_box() {
 fn podman_human_nodes_answered_by_a_model_in_the_box() {
     run_human_llm(Engine::Podman, true);
 }
+
+const AWS_KEY_ID: &str = "AKIDE2EBEDROCK";
+const AWS_SECRET: &str = "e2e/bedrock+secret-never-shown";
+const AWS_TOKEN: &str = "e2e-session-token";
+const BEDROCK_MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
+
+/// `bedrock/<model-id>` on claw (upstream claw's `providers/bedrock`):
+/// SigV4 from the AWS variables, to `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` —
+/// here the scripted provider on loopback (or the host's address, for
+/// the box). Each request's signature is checked by
+/// `iterion_testkit::sigv4`, written from AWS's algorithm, not by the
+/// signer the engine uses.
+fn run_bedrock(engine: Engine, sandboxed: bool) {
+    let prov = Provider::start(vec![
+        Turn::tool("bash", json!({"command": "echo on-bedrock"})),
+        Turn::text("{\"summary\": \"signed\"}"),
+    ]);
+    let sb = Sandbox::new(engine)
+        .with_env("AWS_REGION", "eu-west-3")
+        .with_env("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
+        .with_env("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+        .with_env("AWS_SESSION_TOKEN", AWS_TOKEN)
+        .with_env("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", &prov.url())
+        .with_env(
+            "ITERION_BIN",
+            &iterion_testkit::agent::static_iterion()
+                .display()
+                .to_string(),
+        );
+    let sandbox = if sandboxed {
+        format!(
+            "  sandbox:\n    image: \"{}\"\n    host_state: none\n    network:\n      mode: allowlist\n      rules: [\"{}\"]\n",
+            slim(),
+            host_ip()
+        )
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "schema out:\n  summary: string\n\nagent a:\n  model: \"bedrock/{BEDROCK_MODEL}\"\n  backend: \"claw\"\n  user: \"Say where you run.\"\n  output: out\n  tools: [bash]\n\nworkflow on_bedrock:\n  entry: a\n{sandbox}  a -> done\n"
+    );
+    let file = sb.write("bedrock.iter", &text);
+    let extra: &[&str] = if sandboxed {
+        &[]
+    } else {
+        &["--sandbox", "none"]
+    };
+    let (_, _, events) = run_to_finish(&sb, &file, extra);
+    assert_eq!(output_of(&events, "a")[0]["summary"], "signed");
+    let calls = prov.p.model_calls();
+    assert_eq!(calls.len(), 2, "{engine:?}");
+    for c in &calls {
+        assert_eq!(
+            c.path,
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke"
+        );
+        assert_eq!(c.body["anthropic_version"], "bedrock-2023-05-31");
+        assert!(c.body.get("model").is_none(), "the model is in the URL");
+        let v = iterion_testkit::sigv4::verify(c, AWS_SECRET, "eu-west-3", "bedrock")
+            .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+        assert_eq!(v.access_key_id, AWS_KEY_ID);
+        assert_eq!(c.header("x-amz-security-token"), Some(AWS_TOKEN));
+        // The check is not vacuous: another secret does not verify.
+        assert!(
+            iterion_testkit::sigv4::verify(c, "another-secret", "eu-west-3", "bedrock").is_err()
+        );
+        assert!(!c.raw.contains(AWS_SECRET));
+    }
+    assert!(calls[1].tool_results().join("\n").contains("on-bedrock"));
+    let all = serde_json::to_string(&events).unwrap();
+    assert!(!all.contains(AWS_SECRET), "the secret key in the events");
+
+    // A Bedrock API key is preferred over SigV4 (as the AWS SDK does).
+    let prov = Provider::start(vec![Turn::text("{\"summary\": \"bearer\"}")]);
+    let sb = sb
+        .with_env("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-e2e")
+        .with_env("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", &prov.url());
+    let text = text.replace("  tools: [bash]\n", "");
+    let file = sb.write("bearer.iter", &text);
+    run_to_finish(&sb, &file, extra);
+    let calls = prov.p.model_calls();
+    assert_eq!(
+        calls[0].header("authorization"),
+        Some("Bearer bedrock-api-key-e2e")
+    );
+}
+
+#[test]
+fn bedrock_signs_with_sigv4_on_the_host() {
+    run_bedrock(Engine::Docker, false);
+}
+
+#[test]
+fn dockerd_bedrock_signs_with_sigv4_in_the_box() {
+    run_bedrock(Engine::Docker, true);
+}
+
+#[test]
+fn podman_bedrock_signs_with_sigv4_in_the_box() {
+    run_bedrock(Engine::Podman, true);
+}
