@@ -32,9 +32,13 @@ pub const PROVIDER_CREDENTIAL_VARS: &[&str] = &[
     "MISTRAL_API_KEY",
     "BEDROCK_REGION",
     "AWS_REGION",
+    "AWS_DEFAULT_REGION",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+    "AWS_ENDPOINT_URL",
 ];
 
 /// Credentials only the claude CLI may use (a subscription token, a
@@ -48,6 +52,9 @@ const NON_SECRET_VARS: &[&str] = &[
     "AZURE_OPENAI_ENDPOINT",
     "BEDROCK_REGION",
     "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+    "AWS_ENDPOINT_URL",
     "CLAUDE_CONFIG_DIR",
 ];
 
@@ -72,11 +79,12 @@ impl ProviderCredentials {
     /// "unset"). The one place that decides which host variables may
     /// reach an agent.
     pub fn collect(env: &EnvSnapshot) -> Self {
-        let vars = PROVIDER_CREDENTIAL_VARS
+        let mut vars: BTreeMap<String, String> = PROVIDER_CREDENTIAL_VARS
             .iter()
             .chain(CLAUDE_CODE_ONLY_VARS)
             .filter_map(|name| env.get(name).map(|v| ((*name).to_owned(), v.to_owned())))
             .collect();
+        crate::provider::bedrock::profile_into(env, &mut vars);
         Self { vars }
     }
 
@@ -115,6 +123,35 @@ impl ProviderCredentials {
                         "anthropic",
                         &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"],
                     ));
+                }
+                Ok(out)
+            }
+            Provider::Bedrock => {
+                let out = pick(&[
+                    "AWS_REGION",
+                    "AWS_DEFAULT_REGION",
+                    "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN",
+                    "AWS_BEARER_TOKEN_BEDROCK",
+                    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+                    "AWS_ENDPOINT_URL",
+                ]);
+                let keys = out.contains_key("AWS_ACCESS_KEY_ID")
+                    && out.contains_key("AWS_SECRET_ACCESS_KEY");
+                if !keys && !out.contains_key("AWS_BEARER_TOKEN_BEDROCK") {
+                    return Err(missing(
+                        "bedrock",
+                        &[
+                            "AWS_ACCESS_KEY_ID",
+                            "AWS_SECRET_ACCESS_KEY",
+                            "AWS_PROFILE",
+                            "AWS_BEARER_TOKEN_BEDROCK",
+                        ],
+                    ));
+                }
+                if !out.contains_key("AWS_REGION") && !out.contains_key("AWS_DEFAULT_REGION") {
+                    return Err(missing("bedrock", &["AWS_REGION", "AWS_DEFAULT_REGION"]));
                 }
                 Ok(out)
             }

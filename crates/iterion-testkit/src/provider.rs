@@ -87,7 +87,14 @@ impl RecordedRequest {
         self.method == "POST"
             && (self.path.starts_with("/v1/messages?")
                 || self.path == "/v1/messages"
-                || self.path.ends_with("/chat/completions"))
+                || self.path.ends_with("/chat/completions")
+                || self.is_bedrock_invoke())
+    }
+
+    /// A Bedrock `InvokeModel` (`POST /model/<id>/invoke`): answered in
+    /// the Anthropic Messages format, whole.
+    pub fn is_bedrock_invoke(&self) -> bool {
+        self.path.starts_with("/model/") && self.path.ends_with("/invoke")
     }
 
     /// The tool results this request carries (content texts).
@@ -317,7 +324,8 @@ fn respond(
     body: &Value,
     id: u64,
 ) -> Response<Full<Bytes>> {
-    let anthropic = path.starts_with("/v1/messages");
+    let anthropic = path.starts_with("/v1/messages")
+        || (path.starts_with("/model/") && path.ends_with("/invoke"));
     if !is_model {
         return json_response(
             StatusCode::NOT_FOUND,

@@ -426,6 +426,19 @@ fn admit_agents(
             );
         }
     }
+    // A human node a model answers makes one structured claw call.
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_llm_human(workflow, n))
+    {
+        let properties = iterion_runtime::agents::llm_human_properties(node);
+        if let Err(e) = agents.admit(&node.id, &properties, None, &[]) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
     Ok(())
 }
 

@@ -35,6 +35,16 @@ fn entry_value(l: &Line) -> Option<PValue> {
     parse_value(l.toks.get(2..)?).ok()
 }
 
+/// The text of the workflow's own `key: value` line (`default_backend:`).
+pub(crate) fn workflow_text(wline: &Line, key: &str) -> Option<String> {
+    wline
+        .children
+        .iter()
+        .find(|l| entry_name(l) == Some(key))
+        .and_then(entry_value)
+        .and_then(|v| v.text().map(str::to_owned))
+}
+
 /// The entries of the workflow's own `KEY:` block.
 pub(crate) fn workflow_entries<'a>(wline: &'a Line, key: &str) -> &'a [Line] {
     wline
