@@ -36,6 +36,7 @@ mod store_schema_e2e;
 mod studio_e2e;
 mod support;
 mod tools_e2e;
+mod upstream_corpus;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;
