@@ -144,6 +144,9 @@ struct State {
     turns: VecDeque<Turn>,
     requests: Vec<RecordedRequest>,
     ids: u64,
+    /// Once the script is played, answer every model call from the
+    /// request itself (see [`auto_turn`]).
+    auto: bool,
 }
 
 /// The running provider; stops when dropped.
@@ -172,6 +175,18 @@ impl ScriptedProvider {
     /// Listen on `addr` with this script.
     pub async fn start_on(addr: SocketAddr, turns: Vec<Turn>) -> Self {
         Self::serve(addr, turns, None).await
+    }
+
+    /// Listen on `addr` as a model that needs no script: each model call
+    /// is answered from the request alone (see [`auto_turn`]) — the first
+    /// call of a conversation that offers a shell tool calls it once, every
+    /// other call answers with the requested output schema filled in. This
+    /// is how a whole corpus of workflows is run without writing a script
+    /// per node.
+    pub async fn start_auto_on(addr: SocketAddr) -> Self {
+        let p = Self::serve(addr, Vec::new(), None).await;
+        p.state.lock().unwrap().auto = true;
+        p
     }
 
     /// Listen on `addr` over TLS with `config` (HTTP/1.1): a provider
@@ -309,7 +324,14 @@ async fn handle(
         let mut s = state.lock().unwrap();
         s.ids += 1;
         let id = s.ids;
-        (if is_model { s.turns.pop_front() } else { None }, id)
+        let turn = if is_model {
+            s.turns
+                .pop_front()
+                .or_else(|| s.auto.then(|| auto_turn(&body)))
+        } else {
+            None
+        };
+        (turn, id)
     };
     let response = respond(turn, is_model, &path, &body, id);
     recorded.service = received.elapsed();
@@ -420,6 +442,200 @@ fn blocks(turn: &Turn, req: &Value, id: u64) -> Vec<Out> {
             }
         }
         Turn::Garbage | Turn::Status(..) => Vec::new(),
+    }
+}
+
+/// The command the automatic model runs through the shell tool.
+pub const AUTO_SHELL_COMMAND: &str = "echo scripted-shell-call";
+
+/// The automatic model's answer to one request: call the offered shell
+/// tool (`bash`, `Bash`, `shell`) once per conversation, unless the request
+/// forces another tool or forbids tools; otherwise answer with the output
+/// schema filled in ([`fill_schema`]), found as the forced tool's input
+/// schema, the CLI's `StructuredOutput` tool, an OpenAI `json_schema`
+/// response format, or a JSON schema quoted in the system prompt after
+/// "matching this schema:"; with no schema at all, a short text.
+pub fn auto_turn(req: &Value) -> Turn {
+    let tools: Vec<&Value> = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|ts| ts.iter().collect())
+        .unwrap_or_default();
+    let tool_name = |t: &Value| -> Option<String> {
+        t.get("name")
+            .or_else(|| t.pointer("/function/name"))
+            .and_then(Value::as_str)
+            .map(ToOwned::to_owned)
+    };
+    let tool_schema = |t: &Value| -> Option<Value> {
+        t.get("input_schema")
+            .or_else(|| t.pointer("/function/parameters"))
+            .cloned()
+    };
+    let forced = req
+        .pointer("/tool_choice/name")
+        .or_else(|| req.pointer("/tool_choice/function/name"))
+        .and_then(Value::as_str);
+    let tools_forbidden = req.get("tool_choice").and_then(Value::as_str) == Some("none");
+    // The CLI sends the result of its `StructuredOutput` call back and
+    // waits for the turn to end.
+    if assistant_called(req, "StructuredOutput") {
+        return Turn::Text("done".to_owned());
+    }
+    let already_called = messages_carry_tool_results(req);
+    if let Some(shell) = tools
+        .iter()
+        .filter_map(|t| tool_name(t))
+        .find(|n| matches!(n.as_str(), "bash" | "Bash" | "shell"))
+        .filter(|_| forced.is_none() && !tools_forbidden && !already_called)
+    {
+        let mut input = json!({"command": AUTO_SHELL_COMMAND});
+        if shell == "Bash" {
+            input["description"] = json!("scripted shell call");
+        }
+        return Turn::ToolCalls(vec![(shell, input)]);
+    }
+    let by_name = |n: &str| {
+        tools
+            .iter()
+            .find(|t| tool_name(t).as_deref() == Some(n))
+            .and_then(|t| tool_schema(t))
+    };
+    let schema = forced
+        .and_then(by_name)
+        .or_else(|| by_name("StructuredOutput"))
+        .or_else(|| req.pointer("/response_format/json_schema/schema").cloned())
+        .or_else(|| schema_in_prompt(req));
+    match schema {
+        Some(s) => Turn::Answer(fill_schema(&s)),
+        None => Turn::Text("done".to_owned()),
+    }
+}
+
+fn assistant_called(req: &Value, tool: &str) -> bool {
+    req.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .flat_map(|m| {
+            m.get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .any(|b| {
+            b.get("type").and_then(Value::as_str) == Some("tool_use")
+                && b.get("name").and_then(Value::as_str) == Some(tool)
+        })
+}
+
+fn messages_carry_tool_results(req: &Value) -> bool {
+    req.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|m| {
+            m.get("role").and_then(Value::as_str) == Some("tool")
+                || m.get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        })
+}
+
+/// A JSON schema quoted in the system prompt (string or text blocks, or an
+/// OpenAI system message) after "matching this schema:".
+fn schema_in_prompt(req: &Value) -> Option<Value> {
+    let mut texts: Vec<String> = Vec::new();
+    match req.get("system") {
+        Some(Value::String(s)) => texts.push(s.clone()),
+        Some(Value::Array(parts)) => texts.extend(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str).map(ToOwned::to_owned)),
+        ),
+        _ => {}
+    }
+    for m in req
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(s) = m.get("content").and_then(Value::as_str) {
+            texts.push(s.to_owned());
+        }
+    }
+    texts.iter().find_map(|t| {
+        let at = t.find("matching this schema:")? + "matching this schema:".len();
+        let rest = t[at..].trim_start();
+        serde_json::Deserializer::from_str(rest)
+            .into_iter::<Value>()
+            .next()?
+            .ok()
+    })
+}
+
+/// A value that satisfies `schema` (the subset of JSON Schema the engine
+/// emits): objects get every property, strings the first `enum` value or
+/// a placeholder, numbers their minimum (or 1), booleans `true` — a judge's
+/// `approved`, so review loops end — except `needs_human_input`, which is
+/// `false` so an `llm_or_human` node answers itself; arrays one item.
+pub fn fill_schema(schema: &Value) -> Value {
+    fill(schema, "")
+}
+
+fn fill(schema: &Value, key: &str) -> Value {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    for k in ["anyOf", "oneOf"] {
+        if let Some(first) = schema.get(k).and_then(Value::as_array).and_then(|a| {
+            a.iter()
+                .find(|s| s.get("type").and_then(Value::as_str) != Some("null"))
+        }) {
+            return fill(first, key);
+        }
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null")
+            .to_owned(),
+        _ if schema.get("properties").is_some() => "object".to_owned(),
+        _ => "string".to_owned(),
+    };
+    match ty.as_str() {
+        "object" => {
+            let mut out = serde_json::Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, s) in props {
+                    out.insert(k.clone(), fill(s, k));
+                }
+            }
+            Value::Object(out)
+        }
+        "array" => {
+            let item = schema.get("items").cloned().unwrap_or(json!({}));
+            json!([fill(&item, key)])
+        }
+        "boolean" => json!(key != "needs_human_input"),
+        "integer" => schema.get("minimum").cloned().unwrap_or_else(|| json!(1)),
+        "number" => schema.get("minimum").cloned().unwrap_or_else(|| json!(1.0)),
+        "null" => Value::Null,
+        _ => json!(format!("scripted {key}")),
     }
 }
 
@@ -611,4 +827,48 @@ fn sse_response(text: String) -> Response<Full<Bytes>> {
         .header("cache-control", "no-cache")
         .body(Full::new(Bytes::from(text)))
         .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_calls_the_shell_once_then_fills_the_schema_from_the_prompt() {
+        let schema = json!({"type": "object", "properties": {
+            "approved": {"type": "boolean"},
+            "needs_human_input": {"type": "boolean"},
+            "route": {"type": "string", "enum": ["b", "a"]},
+            "n": {"type": "integer", "minimum": 3},
+            "items": {"type": "array", "items": {"type": "string"}},
+        }});
+        let system =
+            format!("Work.\n\nOUTPUT FORMAT: ... matching this schema:\n{schema}\nNo markdown.");
+        let first = json!({"system": system, "tools": [{"name": "read_file"}, {"name": "bash"}],
+            "messages": [{"role": "user", "content": "go"}]});
+        assert_eq!(
+            auto_turn(&first),
+            Turn::tool("bash", json!({"command": AUTO_SHELL_COMMAND}))
+        );
+        let second = json!({"system": system, "tools": [{"name": "bash"}],
+            "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]});
+        assert_eq!(
+            auto_turn(&second),
+            Turn::Answer(
+                json!({"approved": true, "needs_human_input": false, "route": "b", "n": 3, "items": ["scripted items"]})
+            )
+        );
+    }
+
+    #[test]
+    fn auto_answers_a_forced_tool_or_an_openai_response_format() {
+        let forced = json!({"tools": [{"name": "bash", "input_schema": {}},
+            {"name": "structured_output", "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}}}],
+            "tool_choice": {"type": "tool", "name": "structured_output"}, "messages": []});
+        assert_eq!(auto_turn(&forced), Turn::Answer(json!({"x": 1.0})));
+        let openai = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "o",
+            "schema": {"type": "object", "properties": {"s": {"type": ["string", "null"]}}}}}, "messages": []});
+        assert_eq!(auto_turn(&openai), Turn::Answer(json!({"s": "scripted s"})));
+        assert_eq!(auto_turn(&json!({"messages": []})), Turn::text("done"));
+    }
 }

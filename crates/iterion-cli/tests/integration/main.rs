@@ -37,6 +37,8 @@ mod studio_e2e;
 mod support;
 mod tools_e2e;
 mod upstream_agents_e2e;
+mod upstream_corpus;
+mod upstream_patterns;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;
