@@ -9,7 +9,8 @@
 //! on a loop edge (C017). Owns no rendering: the engine's template
 //! module does that at run time.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::VecDeque;
 
 use iterion_core::NodeId;
 use serde_json::Value;
