@@ -827,6 +827,28 @@ mod tests {
     }
 
     #[test]
+    fn columns_count_chars_not_bytes() {
+        let mut d = Sink::default();
+        let l = lex(
+            "k: \"日本\" naïve x ## é\np: `ü` y\n",
+            "t.iter",
+            &mut d,
+        );
+        assert!(d.kept.is_empty(), "{:?}", d.kept);
+        let at = |t: Tok| {
+            l.toks
+                .iter()
+                .find(|s| s.tok == t)
+                .map(|s| (s.pos.line, s.pos.column))
+        };
+        assert_eq!(at(Tok::Str("日本".into(), StrKind::Quoted)), Some((1, 4)));
+        assert_eq!(at(Tok::Word("naïve".into())), Some((1, 9)));
+        assert_eq!(at(Tok::Word("x".into())), Some((1, 15)));
+        assert_eq!(at(Tok::Str("ü".into(), StrKind::Raw)), Some((2, 4)));
+        assert_eq!(at(Tok::Word("y".into())), Some((2, 8)));
+    }
+
+    #[test]
     fn single_hash_is_an_error() {
         let (_, d) = toks("# hi\n");
         assert_eq!(d.len(), 1);
