@@ -829,11 +829,7 @@ mod tests {
     #[test]
     fn columns_count_chars_not_bytes() {
         let mut d = Sink::default();
-        let l = lex(
-            "k: \"日本\" naïve x ## é\np: `ü` y\n",
-            "t.iter",
-            &mut d,
-        );
+        let l = lex("k: \"日本\" naïve x ## é\np: `ü` y\n", "t.iter", &mut d);
         assert!(d.kept.is_empty(), "{:?}", d.kept);
         let at = |t: Tok| {
             l.toks
