@@ -8,7 +8,8 @@
 //! unknown and C082 board capability under a sandbox, both warnings).
 //! Owns no graph rule.
 
-use std::collections::{BTreeMap, HashSet};
+use foldhash::{HashSet, HashSetExt};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 

@@ -23,7 +23,8 @@ mod secrets;
 mod tools;
 mod workflow;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::BTreeMap;
 
 use crate::diag::{Severity, codes};
 use crate::ir::{NodeKind, Pos, Schema, SecretDecl, VarDecl, Workflow};
