@@ -587,6 +587,38 @@ fn resolve_model(
     }
 }
 
+/// Who answers a node's `ask_user`: its interaction model under
+/// `interaction: llm` / `llm_or_human` (the engine puts the effective
+/// word and the rendered `interaction_prompt:` in the request's
+/// properties), else the engine's human asker.
+fn interaction_asker(
+    request: &AgentRequest,
+    env: &EnvSnapshot,
+    human: Option<Arc<dyn seam::AskHuman>>,
+) -> Option<Arc<dyn seam::AskHuman>> {
+    let text = |k: &str| {
+        request
+            .properties
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let or_human = match text("interaction").as_deref() {
+        Some("llm") => false,
+        Some("llm_or_human") => true,
+        _ => return human,
+    };
+    Some(Arc::new(crate::interaction::LlmAsker {
+        env: env.clone(),
+        node: request.node.to_string(),
+        model: text("interaction_model").filter(|m| !m.is_empty()),
+        system: text("interaction_prompt"),
+        human,
+        or_human,
+        rounds: std::sync::atomic::AtomicU32::new(0),
+    }))
+}
+
 /// This crate's events, as the engine's drafts.
 struct Forward<'a>(&'a dyn AgentEvents);
 
@@ -661,9 +693,10 @@ impl seam::AgentRunner for AgentBackends {
         // node's token with it, which kills its tools and processes.
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
+        let ask = interaction_asker(&request, &self.env, cx.ask.clone());
         let launcher = match backend {
             BackendName::Claw => self
-                .node_launcher(&request, &mut task, &cx.run_log, cx.ask.clone())
+                .node_launcher(&request, &mut task, &cx.run_log, ask.clone())
                 .await
                 .map_err(|e| {
                     sink.emit(EventKind::DelegateError {
@@ -680,7 +713,7 @@ impl seam::AgentRunner for AgentBackends {
         };
         let cli = match backend {
             BackendName::ClaudeCode => self
-                .cli_mcp(&request, &mut task, &run_log, sandboxed, cx.ask.clone())
+                .cli_mcp(&request, &mut task, &run_log, sandboxed, ask.clone())
                 .await
                 .map_err(|e| to_seam(e, backend.as_str()))?,
             _ => None,

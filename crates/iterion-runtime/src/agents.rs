@@ -275,6 +275,26 @@ pub(crate) fn build_request(
             .filter_map(|n| workflow.mcp_servers.get(n).cloned())
             .collect(),
     };
+    let mut request = request;
+    // Who answers `ask_user` (upstream `resume.go`): the effective
+    // `interaction:` word, the interaction model and its rendered prompt,
+    // for the agent runner.
+    if matches!(node.kind, NodeKind::Agent | NodeKind::Judge) {
+        for key in ["interaction", "interaction_model"] {
+            if let Some(v) = node
+                .properties
+                .get(key)
+                .or_else(|| workflow.properties.get(key))
+            {
+                request.properties.insert(key.to_owned(), v.clone());
+            }
+        }
+        if let Some(p) = render("interaction_prompt")? {
+            request
+                .properties
+                .insert("interaction_prompt".to_owned(), Value::String(p));
+        }
+    }
     Ok((request, schema))
 }
 

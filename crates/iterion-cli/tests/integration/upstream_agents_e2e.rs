@@ -466,3 +466,66 @@ fn dockerd_bedrock_signs_with_sigv4_in_the_box() {
 fn podman_bedrock_signs_with_sigv4_in_the_box() {
     run_bedrock(Engine::Podman, true);
 }
+
+/// An agent whose `interaction: llm` (the workflow's) has its `ask_user`
+/// answered by its `interaction_model:` with `interaction_prompt:` as the
+/// system prompt (upstream `ExecuteHumanLLMForInteraction`,
+/// `pkg/runtime/resume.go`): no pause, the answer is the tool's result.
+fn run_agent_interaction(engine: Engine, sandboxed: bool) {
+    let prov = Provider::start(vec![
+        Turn::tool(
+            "ask_user",
+            json!({"question": "Which branch should I use?"}),
+        ),
+        Turn::text("{\"answer\": \"main\"}"),
+        Turn::text("{\"summary\": \"used the answer\"}"),
+    ]);
+    let sb = prov.sandbox(engine);
+    let sandbox = if sandboxed {
+        format!(
+            "  sandbox:\n    image: \"{}\"\n    host_state: none\n    network:\n      mode: allowlist\n      rules: [\"{}\"]\n",
+            slim(),
+            host_ip()
+        )
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "schema out:\n  summary: string\n\nprompt operator:\n  You answer for the operator, briefly.\n\nagent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  backend: \"claw\"\n  user: \"Pick a branch, asking if unsure.\"\n  output: out\n  interaction_model: \"openai/gpt-4o-mini\"\n  interaction_prompt: operator\n\nworkflow answered:\n  entry: a\n  interaction: llm\n{sandbox}  a -> done\n"
+    );
+    let file = sb.write("interaction.iter", &text);
+    let extra: &[&str] = if sandboxed {
+        &[]
+    } else {
+        &["--sandbox", "none"]
+    };
+    let (_, _, events) = run_to_finish(&sb, &file, extra);
+    assert!(of_type(&events, "human_input_requested").is_empty());
+    assert_eq!(output_of(&events, "a")[0]["summary"], "used the answer");
+    let calls = prov.p.model_calls();
+    assert_eq!(calls.len(), 3, "{engine:?}");
+    // The interaction model was asked on its own wire, with its prompt.
+    assert!(
+        calls[1].path.ends_with("/chat/completions"),
+        "{}",
+        calls[1].path
+    );
+    assert!(calls[1].raw.contains("Which branch should I use?"));
+    assert!(calls[1].raw.contains("You answer for the operator"));
+    assert!(calls[2].tool_results().join("\n").contains("main"));
+}
+
+#[test]
+fn agent_questions_answered_by_the_interaction_model_on_the_host() {
+    run_agent_interaction(Engine::Docker, false);
+}
+
+#[test]
+fn dockerd_agent_questions_answered_by_the_interaction_model_in_the_box() {
+    run_agent_interaction(Engine::Docker, true);
+}
+
+#[test]
+fn podman_agent_questions_answered_by_the_interaction_model_in_the_box() {
+    run_agent_interaction(Engine::Podman, true);
+}
