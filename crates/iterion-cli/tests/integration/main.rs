@@ -24,6 +24,7 @@ mod output_e2e;
 mod provider_keys_e2e;
 mod queue_chaos_e2e;
 mod queue_e2e;
+mod queue_takeover_e2e;
 mod queue_trust_e2e;
 mod readback_e2e;
 mod resume_e2e;
