@@ -31,6 +31,7 @@ mod resume_e2e;
 mod run_e2e;
 mod run_flags_e2e;
 mod runner_refusal_e2e;
+mod runtime_semantics_e2e;
 mod secret_egress_e2e;
 mod secrets_e2e;
 mod setup_e2e;
