@@ -314,53 +314,45 @@ fn missing(provider: &str, variables: &[&str]) -> AgentError {
 }
 
 /// Replaces secret values in text that leaves an agent (events, errors,
-/// tool output forwarded to logs).
+/// tool output forwarded to logs): the one redactor of iterion,
+/// [`iterion_core::redact::Redactor`] (the value as written, case-changed,
+/// base64, hex, split over lines), over the values long enough to mask.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    secrets: Vec<String>,
+    inner: iterion_core::redact::Redactor,
+    count: usize,
 }
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redactor({} secrets)", self.secrets.len())
+        write!(f, "Redactor({} secrets)", self.count)
     }
 }
 
 /// What a redacted secret becomes.
-pub const REDACTED: &str = "***";
+pub use iterion_core::redact::REDACTED;
 
 impl Redactor {
     /// A redactor for these values. Values shorter than 6 bytes are left
     /// alone: replacing `abc` everywhere would mangle text and protect nothing.
     pub fn new(values: impl IntoIterator<Item = String>) -> Self {
         let mut secrets: Vec<String> = values.into_iter().filter(|v| v.len() >= 6).collect();
-        // Longest first, so a secret containing another is replaced whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.sort();
         secrets.dedup();
-        Self { secrets }
+        Self {
+            count: secrets.len(),
+            inner: iterion_core::redact::Redactor::new(secrets),
+        }
     }
 
-    /// `text` with every secret replaced by [`REDACTED`].
+    /// `text` with every secret (and its encodings) replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for s in &self.secrets {
-            if out.contains(s.as_str()) {
-                out = out.replace(s.as_str(), REDACTED);
-            }
-        }
-        out
+        self.inner.redact(text)
     }
 
     /// Redact every string inside a JSON value.
     pub fn redact_json(&self, value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::String(s) if self.secrets.iter().any(|x| s.contains(x.as_str())) => {
-                *s = self.redact(s);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
-            serde_json::Value::Object(map) => map.values_mut().for_each(|v| self.redact_json(v)),
-            _ => {}
-        }
+        self.inner.redact_json(value);
     }
 }
 
@@ -536,10 +528,10 @@ mod tests {
         let r = creds.redactor();
         assert_eq!(
             r.redact("key=sk-ant-api-secret at http://provider.test:8080"),
-            "key=*** at http://provider.test:8080"
+            "key=[REDACTED] at http://provider.test:8080"
         );
         let mut v = serde_json::json!({"a": ["x sk-ant-api-secret"], "b": 1});
         r.redact_json(&mut v);
-        assert_eq!(v["a"][0], "x ***");
+        assert_eq!(v["a"][0], "x [REDACTED]");
     }
 }

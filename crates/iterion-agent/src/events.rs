@@ -107,7 +107,7 @@ mod tests {
         let EventKind::ToolError { error, .. } = &got[0] else {
             panic!("kind")
         };
-        assert_eq!(error, "echo ***");
+        assert_eq!(error, "echo [REDACTED]");
     }
 
     #[test]

@@ -359,32 +359,55 @@ pub struct UnenforcedLimit {
 
 /// Splits exec output into lines per stream for the run log, masking the
 /// given secret values (a post_create that echoes `$HTTPS_PROXY` must not
-/// put the proxy token in the log).
-#[derive(Debug, Default)]
+/// put the proxy token in the log) with the one redactor,
+/// [`crate::redact::Redactor`]: the value as written, case-changed,
+/// base64, url-safe base64, hex, and split over two lines of one stream,
+/// exactly as the runtime masks a node's log (issue 31 #9).
+#[derive(Debug)]
 pub struct LineSplitter {
     out: Vec<u8>,
     err: Vec<u8>,
-    redact: Vec<String>,
+    /// One masker per stream: a value split over two lines of one stream
+    /// is masked on both.
+    masks: [crate::redact::LineRedactor<()>; 2],
+}
+
+impl Default for LineSplitter {
+    fn default() -> Self {
+        Self::redacting(Vec::new())
+    }
 }
 
 impl LineSplitter {
-    /// A splitter masking each of `secrets` (empty values ignored) as `***`.
+    /// A splitter masking each of `secrets` (empty values ignored) as
+    /// [`crate::redact::REDACTED`].
     pub fn redacting(secrets: Vec<String>) -> Self {
+        let redactor = crate::redact::Redactor::new(secrets);
         Self {
-            redact: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
-            ..Self::default()
+            out: Vec::new(),
+            err: Vec::new(),
+            masks: [redactor.lines(), redactor.lines()],
         }
     }
 
-    fn emit(&self, stream: OutputStream, raw: &[u8], sink: &mut dyn FnMut(OutputStream, &str)) {
-        let mut line = String::from_utf8_lossy(raw).into_owned();
-        for secret in &self.redact {
-            line = line.replace(secret.as_str(), "***");
+    fn slot(stream: OutputStream) -> usize {
+        match stream {
+            OutputStream::Stdout => 0,
+            _ => 1,
         }
-        sink(stream, line.trim_end_matches('\r'));
     }
 
-    /// Add a chunk of `stream`; every complete line goes to `sink`.
+    fn emit(&mut self, stream: OutputStream, raw: &[u8], sink: &mut dyn FnMut(OutputStream, &str)) {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let ready = self.masks[Self::slot(stream)].push(raw, ());
+        for (line, ()) in ready {
+            sink(stream, &String::from_utf8_lossy(&line));
+        }
+    }
+
+    /// Add a chunk of `stream`; every complete line goes to `sink` (a line
+    /// a secret may still continue into is held until the next one shows
+    /// it does not).
     pub fn push(
         &mut self,
         stream: OutputStream,
@@ -413,7 +436,8 @@ impl LineSplitter {
         } = buf;
     }
 
-    /// Emit what is left of both streams (a last line without newline).
+    /// Emit what is left of both streams (a last line without newline, and
+    /// lines held back by the masker).
     pub fn flush(&mut self, sink: &mut dyn FnMut(OutputStream, &str)) {
         let out = std::mem::take(&mut self.out);
         let err = std::mem::take(&mut self.err);
@@ -422,6 +446,11 @@ impl LineSplitter {
         }
         if !err.is_empty() {
             self.emit(OutputStream::Stderr, &err, sink);
+        }
+        for (slot, stream) in [(0, OutputStream::Stdout), (1, OutputStream::Stderr)] {
+            for (line, ()) in self.masks[slot].finish() {
+                sink(stream, &String::from_utf8_lossy(&line));
+            }
         }
     }
 }
@@ -928,10 +957,53 @@ mod tests {
             got,
             vec![
                 (OutputStream::Stdout, "a".to_owned()),
-                (OutputStream::Stderr, "x ***".to_owned()),
+                // Held until its stream ends: a masked form may still be
+                // under way at the end of the line (streams are not
+                // ordered against each other).
                 (OutputStream::Stdout, "bc".to_owned()),
+                (OutputStream::Stderr, "x [REDACTED]".to_owned()),
             ]
         );
+    }
+
+    /// The driver path masks the same forms as the node log (issue 31 #9):
+    /// base64, url-safe base64, hex, upper case, and a value split over
+    /// two lines, which exact matching let through.
+    #[test]
+    fn driver_lines_mask_encoded_forms_like_node_logs() {
+        use base64::Engine as _;
+        let secret = "pr0xy-t0ken-5ecret+/?";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(secret);
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+        let hexed = hex::encode(secret);
+        let (head, tail) = secret.split_at(9);
+        let printed = format!(
+            "b64 {b64}\nurl {url}\nhex {hexed}\nup {}\n{head}\n{tail}\n",
+            secret.to_uppercase()
+        );
+        let mut s = LineSplitter::redacting(vec![secret.to_owned()]);
+        let mut got = Vec::new();
+        let mut sink = |_: OutputStream, l: &str| got.push(l.to_owned());
+        // Fed a byte at a time: chunk boundaries change nothing.
+        for b in printed.as_bytes() {
+            s.push(OutputStream::Stdout, std::slice::from_ref(b), &mut sink);
+        }
+        s.flush(&mut sink);
+        let all = got.join("\n");
+        for form in [
+            secret,
+            &b64,
+            &url,
+            &hexed,
+            &secret.to_uppercase(),
+            head,
+            tail,
+        ] {
+            assert!(!all.contains(form), "{form:?} left in {all:?}");
+        }
+        // The same text through the node-log path reads the same.
+        let node = crate::redact::Redactor::new([secret]).redact(&printed);
+        assert_eq!(format!("{all}\n"), node);
     }
 
     /// Minimal executor so core stays free of a runtime dependency.

@@ -44,6 +44,7 @@ pub mod mode;
 pub mod net;
 pub mod path;
 pub mod plan;
+pub mod redact;
 pub mod size;
 pub mod spec;
 pub mod store;

@@ -195,7 +195,15 @@ impl Engine {
 
     /// The run's single event writer (and the live tap).
     pub(crate) fn writer(&self, run: &RunId) -> (crate::Emitter, tokio::task::JoinHandle<()>) {
-        spawn_writer(Arc::clone(&self.store), run.clone(), self.tap.clone())
+        spawn_writer(
+            Arc::clone(&self.store),
+            run.clone(),
+            self.tap.clone(),
+            crate::events::RunLogBounds {
+                bytes: self.settings.run_log_cap,
+                rows: self.settings.run_log_rows,
+            },
+        )
     }
 
     /// Execute one run to its terminal status. `Err` only when the run

@@ -6,8 +6,17 @@
 //! upstream of it (a node's log is capped by [`NodeLog`]; events are a few
 //! per node). A failed append is logged at warn and never breaks the run
 //! (facts §8).
+//!
+//! The run log is bounded twice (issue 31 #6): each node execution by
+//! [`NodeLog`] (bytes, and rows: past half of its row budget a node's lines
+//! are coalesced into rows of up to the longest line), and the whole run by
+//! the [`Emitter`]'s [`RunLogBounds`], checked before a line is queued, so
+//! neither the queue, the store nor a reader of the log grows with the
+//! number of lines a workload prints.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use iterion_core::driver::{DriverObserver, Progress};
 use iterion_core::store::NewLogLine;
@@ -28,11 +37,61 @@ enum Msg {
     Flush(oneshot::Sender<()>),
 }
 
+/// What the whole run may write to its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLogBounds {
+    /// Bytes of line text.
+    pub bytes: u64,
+    /// Rows.
+    pub rows: u64,
+}
+
+impl Default for RunLogBounds {
+    fn default() -> Self {
+        let s = crate::settings::EngineSettings::default();
+        Self {
+            bytes: s.run_log_cap,
+            rows: s.run_log_rows,
+        }
+    }
+}
+
+/// The run's log budget, shared by every clone of its [`Emitter`].
+#[derive(Debug, Default)]
+struct RunLogBudget {
+    bounds: RunLogBounds,
+    bytes: AtomicU64,
+    rows: AtomicU64,
+    hit: AtomicBool,
+}
+
+impl RunLogBudget {
+    /// Whether a line of `len` bytes still fits; what does not fit is not
+    /// taken from the budget (a later, shorter line may still fit).
+    fn take(&self, len: u64) -> bool {
+        let fits = |used: &AtomicU64, add: u64, cap: u64| {
+            used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(add).filter(|n| *n <= cap)
+            })
+            .is_ok()
+        };
+        if !fits(&self.rows, 1, self.bounds.rows) {
+            return false;
+        }
+        if !fits(&self.bytes, len, self.bounds.bytes) {
+            self.rows.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
 /// The sending side: cheap to clone, never blocks.
 #[derive(Clone)]
 pub struct Emitter {
     tx: mpsc::UnboundedSender<Msg>,
     redactor: Arc<std::sync::RwLock<Redactor>>,
+    budget: Arc<RunLogBudget>,
 }
 
 impl std::fmt::Debug for Emitter {
@@ -57,8 +116,32 @@ impl Emitter {
         self.send(Msg::Event(draft));
     }
 
-    /// Queue run-log lines.
-    pub fn logs(&self, lines: Vec<NewLogLine>) {
+    /// Queue run-log lines, as many as the run's log budget still holds.
+    /// The first line it refuses writes one system line and a
+    /// `sandbox_limit_reached` event (`limit: run_log`); later ones are
+    /// dropped silently.
+    pub fn logs(&self, mut lines: Vec<NewLogLine>) {
+        let before = lines.len();
+        lines.retain(|l| self.budget.take(l.line.len() as u64));
+        if lines.len() < before && !self.budget.hit.swap(true, Ordering::Relaxed) {
+            let RunLogBounds { bytes, rows } = self.budget.bounds;
+            let detail = format!(
+                "the run log holds at most {bytes} bytes and {rows} rows; \
+                 later lines of this run are dropped"
+            );
+            lines.push(NewLogLine {
+                stream: OutputStream::System.as_str().into(),
+                node_id: None,
+                line: format!("…{detail}"),
+            });
+            self.send(Msg::Logs(lines));
+            self.emit(EventKind::SandboxLimitReached {
+                limit: "run_log".into(),
+                bound: Some(bytes),
+                detail,
+            });
+            return;
+        }
         if !lines.is_empty() {
             self.send(Msg::Logs(lines));
         }
@@ -105,6 +188,7 @@ pub fn spawn_writer(
     store: Arc<dyn RunStore>,
     run: RunId,
     tap: Option<EventTap>,
+    bounds: RunLogBounds,
 ) -> (Emitter, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let redactor: Arc<std::sync::RwLock<Redactor>> = Arc::default();
@@ -166,7 +250,18 @@ pub fn spawn_writer(
             }
         }
     });
-    (Emitter { tx, redactor }, handle)
+    let budget = Arc::new(RunLogBudget {
+        bounds,
+        ..RunLogBudget::default()
+    });
+    (
+        Emitter {
+            tx,
+            redactor,
+            budget,
+        },
+        handle,
+    )
 }
 
 /// A [`DriverObserver`] that writes a driver's lines into the run log and
@@ -212,21 +307,44 @@ impl DriverObserver for RunObserver {
     }
 }
 
-/// Splits one node's output chunks into run-log lines, bounded.
+/// How long a coalesced row may wait for more lines before it is written
+/// (the log is followed live).
+const COALESCE_WAIT: Duration = Duration::from_secs(1);
+
+/// What one node execution may write to the run log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLogBounds {
+    /// Bytes of output; the rest is counted and reported.
+    pub bytes: u64,
+    /// Rows. Past half of them lines are coalesced; past all of them the
+    /// rest is counted and reported.
+    pub rows: u64,
+    /// Longest line (and longest coalesced row); longer lines are split.
+    pub max_line: usize,
+}
+
+/// Splits one node's output chunks into run-log rows, bounded.
 ///
-/// At most `cap` bytes of a node's output reach the log; the rest is
-/// counted and reported as one `…truncated N bytes` line, so a node printing
-/// 100 MB costs the log (and memory) `cap`, not 100 MB. A line longer than
-/// `max_line` is split.
+/// At most `bytes` of a node's output reach the log; the rest is counted
+/// and reported as one `…truncated N bytes` line, so a node printing 100 MB
+/// costs the log (and memory) the cap, not 100 MB. A line longer than
+/// `max_line` is split. Rows are bounded too: a row is one line until the
+/// node has written half of its row budget, then lines of one stream are
+/// coalesced (joined by `\n`) into rows of up to `max_line` bytes, written
+/// when full, when the stream changes, a second after the row began, or at
+/// the end; so 8 MiB of one-byte lines is a few hundred rows, not four
+/// million (issue 31 #6). Masking runs on lines, before coalescing.
 #[derive(Debug)]
 pub struct NodeLog {
     node: String,
     emitter: Emitter,
-    cap: u64,
-    max_line: usize,
+    bounds: NodeLogBounds,
     logged: u64,
     dropped: u64,
+    rows: u64,
     partial: [Vec<u8>; 2],
+    /// The row being coalesced: its stream slot, text, and when it began.
+    row: Option<(usize, Vec<u8>, Instant)>,
     batch: Vec<NewLogLine>,
     /// One masker per stream: a secret split over two lines of the same
     /// stream is masked on both.
@@ -235,15 +353,20 @@ pub struct NodeLog {
 
 impl NodeLog {
     /// A splitter for `node`.
-    pub fn new(node: &NodeId, emitter: Emitter, cap: u64, max_line: usize) -> Self {
+    pub fn new(node: &NodeId, emitter: Emitter, bounds: NodeLogBounds) -> Self {
         Self {
             node: node.to_string(),
             emitter,
-            cap,
-            max_line: max_line.max(1),
+            bounds: NodeLogBounds {
+                max_line: bounds.max_line.max(1),
+                rows: bounds.rows.max(2),
+                ..bounds
+            },
             logged: 0,
             dropped: 0,
+            rows: 0,
             partial: [Vec::new(), Vec::new()],
+            row: None,
             batch: Vec::new(),
             masks: [Redactor::default().lines(), Redactor::default().lines()],
         }
@@ -269,7 +392,7 @@ impl NodeLog {
 
     /// Feed one chunk.
     pub fn push(&mut self, chunk: &OutputChunk) {
-        let room = self.cap.saturating_sub(self.logged);
+        let room = self.bounds.bytes.saturating_sub(self.logged);
         let len = chunk.data.len() as u64;
         let keep = usize::try_from(room.min(len)).unwrap_or(usize::MAX);
         self.dropped += len - keep as u64;
@@ -282,12 +405,19 @@ impl NodeLog {
             data = &data[pos + 1..];
         }
         self.partial[slot].extend_from_slice(data);
-        while self.partial[slot].len() >= self.max_line {
-            let rest = self.partial[slot].split_off(self.max_line);
+        while self.partial[slot].len() >= self.bounds.max_line {
+            let rest = self.partial[slot].split_off(self.bounds.max_line);
             self.line(slot);
             self.partial[slot] = rest;
         }
-        // Hand complete lines over per chunk, not per batch: the log is
+        if self
+            .row
+            .as_ref()
+            .is_some_and(|(_, _, began)| began.elapsed() >= COALESCE_WAIT)
+        {
+            self.close_row();
+        }
+        // Hand complete rows over per chunk, not per batch: the log is
         // followed live, and the writer coalesces whatever queues up.
         self.emitter.logs(std::mem::take(&mut self.batch));
     }
@@ -303,12 +433,52 @@ impl NodeLog {
 
     fn emit_lines(&mut self, slot: usize, lines: Vec<(Vec<u8>, ())>) {
         for (bytes, ()) in lines {
-            self.batch.push(NewLogLine {
-                stream: Self::stream_name(slot).into(),
-                node_id: Some(self.node.clone()),
-                line: String::from_utf8_lossy(&bytes).into_owned(),
-            });
+            self.add(slot, bytes);
         }
+    }
+
+    /// One masked line: its own row while the node has rows to spare, else
+    /// appended to the row being coalesced.
+    fn add(&mut self, slot: usize, bytes: Vec<u8>) {
+        if self.rows >= self.bounds.rows {
+            self.dropped += bytes.len() as u64 + 1;
+            return;
+        }
+        if self.rows < self.bounds.rows / 2 {
+            self.row_out(slot, &bytes);
+            return;
+        }
+        if let Some((s, text, _)) = &self.row
+            && (*s != slot || text.len() + 1 + bytes.len() > self.bounds.max_line)
+        {
+            self.close_row();
+        }
+        match &mut self.row {
+            Some((_, text, _)) => {
+                text.push(b'\n');
+                text.extend_from_slice(&bytes);
+            }
+            None => self.row = Some((slot, bytes, Instant::now())),
+        }
+    }
+
+    fn close_row(&mut self) {
+        if let Some((slot, text, _)) = self.row.take() {
+            if self.rows >= self.bounds.rows {
+                self.dropped += text.len() as u64 + 1;
+                return;
+            }
+            self.row_out(slot, &text);
+        }
+    }
+
+    fn row_out(&mut self, slot: usize, bytes: &[u8]) {
+        self.rows += 1;
+        self.batch.push(NewLogLine {
+            stream: Self::stream_name(slot).into(),
+            node_id: Some(self.node.clone()),
+            line: String::from_utf8_lossy(bytes).into_owned(),
+        });
     }
 
     /// Flush partial lines and report truncation. Returns the bytes dropped.
@@ -320,13 +490,14 @@ impl NodeLog {
             let rest = self.masks[slot].finish();
             self.emit_lines(slot, rest);
         }
+        self.close_row();
         if self.dropped > 0 {
             self.batch.push(NewLogLine {
                 stream: OutputStream::System.as_str().into(),
                 node_id: Some(self.node.clone()),
                 line: format!(
-                    "…truncated {} bytes (node log cap {} bytes)",
-                    self.dropped, self.cap
+                    "…truncated {} bytes (node log cap {} bytes, {} rows)",
+                    self.dropped, self.bounds.bytes, self.bounds.rows
                 ),
             });
         }
@@ -353,8 +524,17 @@ mod tests {
         let emitter = Emitter {
             tx,
             redactor: Arc::default(),
+            budget: Arc::default(),
         };
-        let mut log = NodeLog::new(&NodeId::new("n"), emitter, 20, 6);
+        let mut log = NodeLog::new(
+            &NodeId::new("n"),
+            emitter,
+            NodeLogBounds {
+                bytes: 20,
+                rows: 100,
+                max_line: 6,
+            },
+        );
         log.push(&chunk(OutputStream::Stdout, "ab\ncdefghij"));
         log.push(&chunk(OutputStream::Stderr, "err\n"));
         log.push(&chunk(OutputStream::Stdout, "kl\nmnopqrstuvwxyz"));
@@ -375,8 +555,126 @@ mod tests {
                 "stderr:err",
                 "stdout:ijkl",
                 "stdout:mn",
-                "system:…truncated 12 bytes (node log cap 20 bytes)"
+                "system:…truncated 12 bytes (node log cap 20 bytes, 100 rows)"
             ]
         );
+    }
+
+    fn emitter(bounds: RunLogBounds) -> (Emitter, mpsc::UnboundedReceiver<Msg>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let budget = Arc::new(RunLogBudget {
+            bounds,
+            ..RunLogBudget::default()
+        });
+        let emitter = Emitter {
+            tx,
+            redactor: Arc::default(),
+            budget,
+        };
+        (emitter, rx)
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<Msg>) -> (Vec<NewLogLine>, Vec<EventDraft>) {
+        let (mut lines, mut events) = (Vec::new(), Vec::new());
+        while let Ok(msg) = rx.try_recv() {
+            match msg {
+                Msg::Logs(batch) => lines.extend(batch),
+                Msg::Event(e) => events.push(e),
+                Msg::Flush(_) => {}
+            }
+        }
+        (lines, events)
+    }
+
+    #[test]
+    fn one_byte_lines_are_coalesced_once_half_the_rows_are_used() {
+        // `yes | head -n 5000000`: 10 MB in 64 KiB chunks of "y\n".
+        let (emitter, mut rx) = emitter(RunLogBounds::default());
+        let bounds = NodeLogBounds {
+            bytes: 8 * 1024 * 1024,
+            rows: 1000,
+            max_line: 64 * 1024,
+        };
+        let mut log = NodeLog::new(&NodeId::new("yes"), emitter, bounds);
+        let piece = "y\n".repeat(32 * 1024);
+        for _ in 0..(10_000_000 / piece.len()) {
+            log.push(&chunk(OutputStream::Stdout, &piece));
+        }
+        let dropped = log.finish();
+        let (lines, _) = drain(&mut rx);
+        let (system, out): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.stream == "system");
+        // 500 single rows, then rows of up to 64 KiB: 8 MiB needs ~128.
+        assert!(
+            out.len() <= 500 + 8 * 1024 * 1024 / (64 * 1024) + 2,
+            "{}",
+            out.len()
+        );
+        assert!(out[..500].iter().all(|l| l.line == "y"));
+        assert!(out.iter().all(|l| l.line.len() <= 64 * 1024));
+        // Every byte up to the cap is in the log, lines intact.
+        let text: usize = out.iter().map(|l| l.line.len() + 1).sum();
+        assert_eq!(text as u64, 8 * 1024 * 1024);
+        assert!(out.iter().all(|l| l.line.split('\n').all(|y| y == "y")));
+        assert_eq!(
+            dropped,
+            10_000_000 / piece.len() as u64 * piece.len() as u64 - 8 * 1024 * 1024
+        );
+        assert_eq!(system.len(), 1);
+        assert!(
+            system[0].line.starts_with("…truncated "),
+            "{}",
+            system[0].line
+        );
+    }
+
+    #[test]
+    fn rows_past_the_node_row_cap_are_dropped_and_counted() {
+        // Alternating streams defeat coalescing: the row cap still holds.
+        let (emitter, mut rx) = emitter(RunLogBounds::default());
+        let bounds = NodeLogBounds {
+            bytes: 1 << 30,
+            rows: 10,
+            max_line: 1024,
+        };
+        let mut log = NodeLog::new(&NodeId::new("n"), emitter, bounds);
+        for i in 0..100 {
+            let stream = [OutputStream::Stdout, OutputStream::Stderr][i % 2];
+            log.push(&chunk(stream, "ab\n"));
+        }
+        assert_eq!(log.finish(), 90 * 3);
+        let (lines, _) = drain(&mut rx);
+        assert_eq!(lines.len(), 11);
+        assert_eq!(
+            lines[10].line,
+            "…truncated 270 bytes (node log cap 1073741824 bytes, 10 rows)"
+        );
+    }
+
+    #[test]
+    fn the_run_budget_drops_what_exceeds_it_once_announced() {
+        let (emitter, mut rx) = emitter(RunLogBounds { bytes: 10, rows: 3 });
+        let line = |s: &str| NewLogLine {
+            stream: "stdout".into(),
+            node_id: None,
+            line: s.into(),
+        };
+        emitter.logs(vec![line("12345"), line("1234567"), line("12345")]);
+        emitter.logs(vec![line("1"), line("2")]);
+        emitter.logs(vec![line("3")]);
+        let (lines, events) = drain(&mut rx);
+        let texts: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+        // The third line fits (10 bytes, 2 rows); the budget is then spent:
+        // one notice, and nothing after it.
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert_eq!(&texts[..2], ["12345", "12345"]);
+        assert!(
+            texts[2].contains("at most 10 bytes and 3 rows"),
+            "{}",
+            texts[2]
+        );
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, "sandbox_limit_reached");
+        assert_eq!(events[0].data["limit"], "run_log");
+        assert_eq!(events[0].data["bound"], 10);
     }
 }

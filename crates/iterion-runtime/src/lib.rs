@@ -44,7 +44,8 @@ pub mod owner;
 pub mod procs;
 pub mod progress;
 pub mod reap;
-pub mod redact;
+/// The one redactor, in `iterion-core` so drivers mask with it too.
+pub use iterion_core::redact;
 pub mod resume;
 pub mod routing;
 pub mod runfiles;

@@ -147,13 +147,17 @@ impl ResolvedSecrets {
     /// A redactor for these secrets and `extra` values (the agents'
     /// provider keys).
     pub fn redactor_with(&self, extra: &[String]) -> Redactor {
-        Redactor::new(
+        let redactor = Redactor::new(
             self.env
                 .values()
                 .chain(self.files.iter().map(|f| &f.value))
                 .chain(self.bound.iter().map(|b| b.value()))
                 .chain(extra),
-        )
+        );
+        if redactor.masks_everything() {
+            tracing::warn!("secret matcher could not be built; masking all output");
+        }
+        redactor
     }
 
     /// The same secrets with every bound one delivered as its placeholder,

@@ -11,6 +11,17 @@
 pub struct EngineSettings {
     /// Bytes of one node execution's output that reach the run log.
     pub node_log_cap: u64,
+    /// Rows one node execution may write to the run log. Past half of it
+    /// the node's lines are coalesced into rows of up to
+    /// [`EngineSettings::max_log_line`] bytes, so the byte cap is reached
+    /// long before this one unless the output is made to defeat
+    /// coalescing; past it the rest is dropped and counted (issue 31 #6).
+    pub node_log_rows: u64,
+    /// Bytes the whole run may write to the run log (every node, every
+    /// visit, driver and system lines).
+    pub run_log_cap: u64,
+    /// Rows the whole run may write to the run log.
+    pub run_log_rows: u64,
     /// Longest run-log line; longer lines are split.
     pub max_log_line: usize,
     /// Bytes of stdout kept for output parsing (the rest is only logged).
@@ -23,6 +34,9 @@ impl Default for EngineSettings {
     fn default() -> Self {
         Self {
             node_log_cap: 8 * 1024 * 1024,
+            node_log_rows: 4096,
+            run_log_cap: 256 * 1024 * 1024,
+            run_log_rows: 1_000_000,
             max_log_line: 64 * 1024,
             stdout_keep: 1024 * 1024,
             stderr_tail: 4 * 1024,

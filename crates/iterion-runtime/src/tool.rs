@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::bounds;
-use crate::events::NodeLog;
+use crate::events::{NodeLog, NodeLogBounds};
 use crate::exec::{NodeError, RunCx};
 use crate::progress::FrameId;
 use crate::redact::TailRedactor;
@@ -184,8 +184,11 @@ impl RunCx<'_> {
         let mut log = NodeLog::new(
             &node.id,
             self.events.clone(),
-            self.settings.node_log_cap,
-            self.settings.max_log_line,
+            NodeLogBounds {
+                bytes: self.settings.node_log_cap,
+                rows: self.settings.node_log_rows,
+                max_line: self.settings.max_log_line,
+            },
         )
         .with_redactor(secrets.redactor.clone());
         let limits = OutputLimits {

@@ -123,12 +123,28 @@ pub(crate) async fn show_logs(
             out.flush()?;
         }
     } else {
-        for l in store.logs_after(run, 0, 0).await.map_err(store_error)? {
-            writeln!(out, "{}", render_log(&l))?;
+        // Page by page from the store, never the whole log in memory: a
+        // run's log holds up to `run_log_cap` bytes (issue 31 #6).
+        let mut after = 0;
+        loop {
+            let page = store
+                .logs_after(run, after, LOG_PAGE)
+                .await
+                .map_err(store_error)?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            let mut buf = std::io::BufWriter::new(&mut *out);
+            for l in &page {
+                writeln!(buf, "{}", render_log(l))?;
+            }
+            buf.flush()?;
         }
     }
     Ok(Exit::Success)
 }
+
+/// Rows `iterion logs` reads from the store at a time.
+const LOG_PAGE: usize = 512;
 
 /// Left-aligned columns, two spaces apart, no trailing blanks. Cells are
 /// run-supplied (file and workflow names): control and bidi characters are
@@ -230,15 +246,25 @@ pub(crate) fn render_log(l: &LogLine) -> String {
         .as_ref()
         .map(|n| format!("[{n}] "))
         .unwrap_or_default();
-    // The line is the command's own output: escaped, so it can neither
-    // fake another line (`\r`) nor drive the terminal (ANSI).
-    format!(
-        "{}  {:<6}  {}{}",
+    let prefix = format!(
+        "{}  {:<6}  {}",
         human_time(l.timestamp),
         printable(&l.stream),
         printable(&node),
-        printable(&l.line)
-    )
+    );
+    // A row may hold several lines (a loud node's lines are coalesced):
+    // each is printed as its own line with the row's prefix. The line is
+    // the command's own output: escaped, so it can neither fake another
+    // line (`\r`) nor drive the terminal (ANSI).
+    let mut s = String::with_capacity(l.line.len() + prefix.len());
+    for (i, line) in l.line.split('\n').enumerate() {
+        if i > 0 {
+            s.push('\n');
+        }
+        s.push_str(&prefix);
+        s.push_str(&printable(line));
+    }
+    s
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod egress_e2e;
 mod engine_tools_e2e;
 mod graph_e2e;
 mod hostguard_e2e;
+mod log_flood_e2e;
 mod manifests_e2e;
 mod mcp_e2e;
 mod one_parser;

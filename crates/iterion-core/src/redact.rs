@@ -18,8 +18,15 @@
 //! match still in progress could reach (at most the longest variant's
 //! length of text).
 //!
-//! It does not decide which values are secret (the secrets module does)
-//! nor where text goes (the engine and the event writer do).
+//! It is the one redactor of iterion (issue 31 #9): the runtime's node
+//! logs, event payloads and stderr tails, and a driver's own exec output
+//! ([`crate::driver::LineSplitter`], e.g. a `post_create` echoing the proxy
+//! URL) all mask through it, so a value masked on one path is masked in the
+//! same forms on every other.
+//!
+//! It does not decide which values are secret (the runtime's secrets
+//! module does) nor where text goes (the engine, the event writer and the
+//! drivers do).
 
 use std::sync::Arc;
 
@@ -173,17 +180,21 @@ impl Redactor {
             },
             // Only megabytes of secrets exceed the automaton's limits: the
             // run's output is then masked whole rather than left open.
-            Err(e) => {
-                tracing::warn!(error = %e, "secret matcher could not be built; masking all output");
-                Inner {
-                    machine: None,
-                    max_len: 0,
-                }
-            }
+            // [`Redactor::masks_everything`] lets a caller say so.
+            Err(_) => Inner {
+                machine: None,
+                max_len: 0,
+            },
         };
         Self {
             inner: Some(Arc::new(inner)),
         }
+    }
+
+    /// Whether no matcher could be built for the values (only megabytes of
+    /// secrets do that), so every line is masked whole: failing closed.
+    pub fn masks_everything(&self) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.machine.is_none())
     }
 
     /// Whether there is nothing to mask.
