@@ -838,13 +838,15 @@ async fn adopt_in_turn(
 /// or changed one, and check the remembered ones that vanished. A delete
 /// marker is a release (forgotten); a key gone without one expired. A
 /// lease this process holds itself is never handed over; NATS away skips
-/// the pass (nothing is decided on a failed read).
+/// the pass (nothing is decided on a failed or late read, and every read
+/// is bounded by a heartbeat, so a restart never stalls the watch).
 async fn watch_leases(
     runner: Arc<Runner>,
     adopt: mpsc::UnboundedSender<(RunId, LeaseValue)>,
     shutdown: CancellationToken,
 ) {
     let period = (runner.settings().heartbeat / 2).max(Duration::from_millis(200));
+    let bound = runner.settings().heartbeat.max(Duration::from_secs(1));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut known: HashMap<String, (u64, LeaseValue)> = HashMap::new();
@@ -853,15 +855,18 @@ async fn watch_leases(
             _ = tick.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        let Ok(keys) = runner.kv.keys().await else {
-            continue;
-        };
-        let Ok(present) = keys
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<HashSet<String>, _>>()
-        else {
+        // Bounded: a listing caught by a NATS restart can wait forever
+        // on a consumer the server forgot, and the watch must go on.
+        let listed = tokio::time::timeout(bound, async {
+            let keys = runner.kv.keys().await.ok()?;
+            keys.collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<HashSet<String>, _>>()
+                .ok()
+        })
+        .await;
+        let Ok(Some(present)) = listed else {
             continue;
         };
         let mine: HashSet<u64> = runner
@@ -875,9 +880,10 @@ async fn watch_leases(
             .iter()
             .chain(known.keys().cloned().collect::<Vec<_>>().iter())
         {
-            let entry = match runner.kv.entry(key.as_str()).await {
-                Ok(e) => e,
-                Err(_) => continue,
+            let entry = match tokio::time::timeout(bound, runner.kv.entry(key.as_str())).await {
+                Ok(Ok(e)) => e,
+                // Nothing is decided on a failed or late read.
+                Ok(Err(_)) | Err(_) => continue,
             };
             match entry {
                 Some(e) if e.operation == kv::Operation::Put => {

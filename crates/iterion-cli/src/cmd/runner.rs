@@ -185,6 +185,49 @@ impl CliExecutor {
         })
     }
 
+    /// A taken-over run whose progress already reached `done`: reopened
+    /// under this runner, `run_finished`, then `finished` (what its dead
+    /// runner was about to record). Files it had not drained yet are lost
+    /// with its sandbox.
+    async fn complete(&self, job: &Job) -> Result<RunOutcome, ExecuteError> {
+        let id = &job.record.id;
+        let record = self
+            .store
+            .load_run(id)
+            .await?
+            .ok_or_else(|| iterion_core::StoreError::RunNotFound(id.clone()))?;
+        let reopened = self
+            .store
+            .reopen_run(
+                id,
+                iterion_core::store::Reopen {
+                    from: record.status,
+                    expected_revision: Some(record.revision),
+                    owner: iterion_runtime::owner::current_owner().ok(),
+                },
+            )
+            .await?;
+        let draft: EventDraft = EventKind::RunFinished { duration_ms: 0 }.into();
+        self.store.append_event(id, draft, None).await?;
+        let r = self
+            .store
+            .transition(
+                id,
+                iterion_core::store::Transition {
+                    from: RunStatus::Running,
+                    expected_revision: Some(reopened.revision),
+                    to: RunStatus::Finished,
+                    failure: None,
+                },
+            )
+            .await?;
+        Ok(RunOutcome {
+            run_id: r.id,
+            status: r.status,
+            failure: r.failure,
+        })
+    }
+
     /// A queued run asking for what this runner does not allow (issue 31
     /// item 5): its `run_admission` is recorded `denied` with the
     /// refusal's code (on the record too), a fresh run is moved to
@@ -337,6 +380,12 @@ impl RunExecutor for CliExecutor {
                     Ok(p) => p,
                     Err(iterion_runtime::resume::ResumeError::Store(e)) => {
                         return Err(ExecuteError::Store(e));
+                    }
+                    // Its runner died after the last node, before recording
+                    // the end (taken over): the work is done, nothing runs
+                    // again; the run is recorded finished.
+                    Err(iterion_runtime::resume::ResumeError::Completed { .. }) => {
+                        return self.complete(&job).await;
                     }
                     Err(e) => {
                         return Err(ExecuteError::Refused {
