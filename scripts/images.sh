@@ -18,7 +18,15 @@ mkdir -p "$work"
 
 SLIM_PACKAGES=bash,curl,ca-certificates,git,procps,jq,ripgrep
 # What the slim image holds: its packages and the CLI version it carries.
-SLIM_KEY="$SLIM_PACKAGES+claude-$ITERION_CLAUDE_CODE_VERSION"
+# ITERION_SLIM_CLAUDE=0 (the quick start) leaves the Claude Code CLI out:
+# the hello run and claw agents do not use it, and the tests' images.sh
+# re-imports the image with it (the content key differs).
+SLIM_FULL_KEY="$SLIM_PACKAGES+claude-$ITERION_CLAUDE_CODE_VERSION"
+if [[ ${ITERION_SLIM_CLAUDE:-1} == 0 ]]; then
+  SLIM_KEY="$SLIM_PACKAGES"
+else
+  SLIM_KEY="$SLIM_FULL_KEY"
+fi
 
 has_image() { # key, engine...
   local key=$1; shift
@@ -65,6 +73,7 @@ slim_base_tar() {
 # The base plus the Claude Code CLI (the native binary setup.sh installed
 # from npm), appended as usr/local/bin/claude.
 slim_tar() {
+  [[ $SLIM_KEY == "$SLIM_PACKAGES" ]] && { slim_base_tar; return; }
   local tarball=$work/slim-$(echo "$SLIM_KEY" | sha256sum | cut -c1-12).tar
   if [[ ! -s $tarball ]]; then
     [[ -x $ITERION_CLAUDE_CLI ]] || die "the claude CLI is not at $ITERION_CLAUDE_CLI: run scripts/setup.sh"
@@ -81,6 +90,8 @@ slim_tar() {
 import_into() { # image, tarball-fn, key, engine...
   IMG=$1; local fn=$2 key=$3; shift 3
   has_image "$key" "$@" && return 0
+  # An image with the CLI serves a run that does not need it.
+  [[ $key == "$SLIM_PACKAGES" ]] && has_image "$SLIM_FULL_KEY" "$@" && return 0
   local tarball; tarball=$($fn)
   log "importing $IMG into ${1}"
   "$@" import --change 'CMD ["/bin/sh"]' --change "LABEL org.iterion.content=$key" \

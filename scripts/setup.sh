@@ -4,12 +4,24 @@
 # its tests start their own nats-server), nftables (the per-run egress rules),
 # the tools to build local images, and Chromium with its WebDriver (the
 # studio's browser tests: /usr/bin/chromium, /usr/bin/chromedriver).
+#
+# `setup.sh hello` (the quick start) installs only what a sandboxed run on
+# Docker needs: Docker Engine, nftables, and busybox-static and debootstrap
+# to build the local images; `scripts/test.sh` (plain `setup.sh`) installs
+# the rest later.
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+profile=${1:-all}
+case $profile in
+  hello) packages=(docker.io runc iptables nftables busybox-static debootstrap curl ca-certificates) ;;
+  all) packages=(docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql nats-server uidmap iproute2 curl ca-certificates python3 python3-venv chromium chromium-driver) ;;
+  *) die "setup.sh: unknown profile $profile (hello, all)" ;;
+esac
+
 need=()
-for pkg in docker.io podman runc catatonit iptables nftables busybox-static debootstrap postgresql nats-server uidmap iproute2 curl ca-certificates python3 python3-venv chromium chromium-driver; do
+for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -17,6 +29,9 @@ if ((${#need[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The hello run needs nothing more: Podman's configuration, the Claude Code
+# CLI, the MCP servers and the manifest validator are the tests'.
+[[ $profile == hello ]] && exit 0
 
 # Podman on this VM needs runc + cgroupfs and ulimits below the VM's hard
 # limits (crun refuses the cgroup v1/v2 hybrid; the VM lacks CAP_SYS_RESOURCE).

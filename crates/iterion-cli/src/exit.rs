@@ -35,15 +35,52 @@ impl From<Exit> for std::process::ExitCode {
 pub struct UserInputError {
     /// What was wrong.
     pub message: String,
+    /// Whether iterion laid the message out over lines itself (see
+    /// [`UserInputError::laid_out`]).
+    laid_out: bool,
 }
 
 impl UserInputError {
-    /// Wrap a message.
+    /// Wrap a message. It is printed escaped whole: it may quote a file,
+    /// a run or the store (issue 19 #12).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            laid_out: false,
         }
     }
+
+    /// A message iterion laid out over several lines (diagnostics, a
+    /// hint): its line breaks are printed as they are, as `iterion
+    /// validate` prints them. The caller escaped every part a file, a run
+    /// or the store supplied when it put it in
+    /// ([`iterion_core::display::printable`]).
+    pub fn laid_out(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            laid_out: true,
+        }
+    }
+}
+
+/// One error of a chain as a person reads it: iterion's own line breaks
+/// kept, every part a file, a run or the store supplied escaped.
+fn shown(e: &(dyn std::error::Error + 'static)) -> String {
+    use iterion_core::display::printable;
+    if let Some(u) = e.downcast_ref::<UserInputError>()
+        && u.laid_out
+    {
+        return u.message.trim_end().to_owned();
+    }
+    if let Some(s) = e.downcast_ref::<crate::stores::StoreCliError>() {
+        return format!(
+            "{} [{}]\n  hint: {}",
+            printable(&s.error.to_string()),
+            s.code,
+            s.hint
+        );
+    }
+    printable(&e.to_string()).into_owned()
 }
 
 /// Print an error (with its chain) on stderr and pick the exit code.
@@ -51,13 +88,12 @@ pub fn report(outcome: anyhow::Result<Exit>) -> Exit {
     match outcome {
         Ok(exit) => exit,
         Err(err) => {
-            // Errors quote input and store content: printed escaped.
-            let show = |e: &dyn std::fmt::Display| {
-                iterion_core::display::printable(&e.to_string()).into_owned()
-            };
-            eprintln!("error: {}", show(&err));
-            for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {}", show(&cause));
+            let mut chain = err.chain();
+            if let Some(top) = chain.next() {
+                eprintln!("error: {}", shown(top));
+            }
+            for cause in chain {
+                eprintln!("  caused by: {}", shown(cause));
             }
             // Asking for a backend this build lacks is bad input too: the
             // configuration names something this binary cannot do.

@@ -77,15 +77,32 @@ pub fn install(settings: LogSettings) {
         LogLevel::Debug => LevelFilter::DEBUG,
         LogLevel::Trace => LevelFilter::TRACE,
     };
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    // iterion's own records at the level asked; the libraries under it
+    // (the HTTP stacks, the engines' clients) stay at `warn` below
+    // `trace`, so `--log-level debug` shows the run, not their wire.
+    let targets = tracing_subscriber::filter::Targets::new()
+        .with_default(dependency_level(filter))
+        .with_target("iterion", filter);
     let builder = tracing_subscriber::fmt()
         .with_max_level(filter)
         .with_ansi(false)
         .with_writer(std::io::stderr);
     // A second install (impossible: one verb per process) keeps the first.
     let _ = match settings.format {
-        LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder.finish().with(targets).try_init(),
+        LogFormat::Json => builder.json().finish().with(targets).try_init(),
     };
+}
+
+/// The level of records from outside iterion's crates.
+fn dependency_level(filter: LevelFilter) -> LevelFilter {
+    if filter == LevelFilter::TRACE {
+        filter
+    } else {
+        filter.min(LevelFilter::WARN)
+    }
 }
 
 #[cfg(test)]

@@ -231,16 +231,19 @@ pub fn url_error(e: UrlError) -> anyhow::Error {
         }
         _ => "name one schema with ?schema=NAME, NAME matching [a-z_][a-z0-9_]{0,62}",
     };
-    let mut message = format!("{e} [{}]", e.code());
+    use iterion_core::display::printable;
+    // The URL's parts it quotes (a schema name) are escaped; the lines are
+    // iterion's.
+    let mut message = format!("{} [{}]", printable(&e.to_string()), e.code());
     // tokio-postgres' own error only says "invalid connection string";
     // its source names the option (never the value).
     let mut cause = std::error::Error::source(&e);
     while let Some(c) = cause {
-        message.push_str(&format!("\n  caused by: {c}"));
+        message.push_str(&format!("\n  caused by: {}", printable(&c.to_string())));
         cause = c.source();
     }
     message.push_str(&format!("\n  hint: {hint}"));
-    anyhow::Error::new(UserInputError::new(message))
+    anyhow::Error::new(UserInputError::laid_out(message))
 }
 
 /// Wrap a store error with its code and hint.

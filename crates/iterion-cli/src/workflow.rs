@@ -69,9 +69,10 @@ pub fn single_workflow(loaded: Loaded, path: &Path) -> anyhow::Result<(Loaded, i
         if let Some(more) = iterion_dsl::render_omitted(loaded.compiled.omitted) {
             rendered.push_str(&more);
         }
-        return Err(UserInputError::new(format!(
+        // The diagnostics escape what they quote of the file.
+        return Err(UserInputError::laid_out(format!(
             "{} is not a valid workflow:\n{rendered}",
-            path.display()
+            iterion_core::display::printable(&path.display().to_string())
         ))
         .into());
     }

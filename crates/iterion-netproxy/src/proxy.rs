@@ -401,6 +401,15 @@ async fn handle(
         }
     };
     let decision = shared.policy.decide(&target.host);
+    // `--log-level debug`: every verdict, with the rule that gave it (the
+    // host is what the sandbox asked for: shown escaped).
+    tracing::debug!(
+        host = %iterion_core::display::printable(&target.host),
+        port = target.port,
+        allowed = decision.allowed,
+        rule = decision.rule.as_deref().unwrap_or("(mode default)"),
+        "egress proxy verdict"
+    );
     if !decision.allowed {
         let reason = match shared.policy.mode() {
             NetworkMode::Denylist => BlockReason::Denylist,

@@ -174,6 +174,7 @@ impl RunCx<'_> {
         };
         let mut request = ExecRequest::new(argv);
         request.env = self.exec_env(&node.id);
+        let exec_started = std::time::Instant::now();
         let mut session = self
             .booted
             .run()
@@ -226,6 +227,15 @@ impl RunCx<'_> {
             return Err(NodeError::Cancelled);
         };
         log.finish();
+        // `--log-level debug`: the exec call, whole (start to exit).
+        tracing::debug!(
+            container = %self.booted.run().container(),
+            node = %node.id,
+            call = "exec",
+            elapsed_ms = exec_started.elapsed().as_millis() as u64,
+            exit_code = collected.as_ref().map_or(-1, |o| o.exit_code),
+            "driver call"
+        );
         let out = collected.map_err(NodeError::driver)?;
         let stderr_tail = match masked_tail {
             Some(t) => t.finish(),

@@ -251,7 +251,34 @@ pub struct CardView {
     pub notes: Vec<String>,
 }
 
-/// `limits` as `name = value` rows, nested keys dotted, nulls left out.
+/// The limits that are byte counts (`iterion_core::plan::Limits`).
+const BYTE_LIMITS: [&str; 3] = ["memory", "memory_swap", "writable_layer"];
+
+/// A byte count as a person reads it: `2 GiB`, `1.5 GiB`, `512 MiB`,
+/// `100 B`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, factor) in UNITS {
+        if n >= factor {
+            return if n.is_multiple_of(factor) {
+                format!("{} {unit}", n / factor)
+            } else {
+                // One decimal is what a person compares limits by.
+                let tenths = (u128::from(n) * 10 + u128::from(factor) / 2) / u128::from(factor);
+                format!("{}.{} {unit}", tenths / 10, tenths % 10)
+            };
+        }
+    }
+    format!("{n} B")
+}
+
+/// `limits` as `name = value` rows, nested keys dotted, nulls left out,
+/// byte counts in binary units.
 fn flatten(limits: &Value) -> Vec<(String, String)> {
     fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
         match v {
@@ -267,6 +294,10 @@ fn flatten(limits: &Value) -> Vec<(String, String)> {
                 }
             }
             Value::String(s) => out.push((prefix.to_owned(), s.clone())),
+            Value::Number(n) if BYTE_LIMITS.contains(&prefix) => out.push((
+                prefix.to_owned(),
+                n.as_u64().map_or_else(|| n.to_string(), human_bytes),
+            )),
             other => out.push((prefix.to_owned(), other.to_string())),
         }
     }
@@ -322,6 +353,33 @@ pub fn blocked(events: &[EventRecord]) -> Vec<BlockedRequest> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn byte_limits_read_in_binary_units() {
+        let cases = [
+            (2_147_483_648, "2 GiB"),
+            (1_610_612_736, "1.5 GiB"),
+            (536_870_912, "512 MiB"),
+            (1024, "1 KiB"),
+            (1000, "1000 B"),
+            (0, "0 B"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(super::human_bytes(n), want, "{n}");
+        }
+        let rows = super::flatten(
+            &serde_json::json!({"memory": 2_147_483_648_u64, "memory_swap": 2_147_483_648_u64, "pids": 512, "writable_layer": 10_737_418_240_u64}),
+        );
+        assert_eq!(
+            rows,
+            vec![
+                ("memory".to_owned(), "2 GiB".to_owned()),
+                ("memory_swap".to_owned(), "2 GiB".to_owned()),
+                ("pids".to_owned(), "512".to_owned()),
+                ("writable_layer".to_owned(), "10 GiB".to_owned()),
+            ]
+        );
+    }
+
     use iterion_core::RunId;
     use serde_json::json;
 
@@ -374,7 +432,7 @@ mod tests {
         assert_eq!(
             card.limits,
             vec![
-                ("memory".to_owned(), "536870912".to_owned()),
+                ("memory".to_owned(), "512 MiB".to_owned()),
                 ("pids".to_owned(), "512".to_owned())
             ]
         );

@@ -20,6 +20,7 @@ mod hostguard_e2e;
 mod log_flood_e2e;
 mod manifests_e2e;
 mod mcp_e2e;
+mod messages_e2e;
 mod one_parser;
 mod output_e2e;
 mod provider_keys_e2e;

@@ -51,7 +51,16 @@ impl HostDrivers {
         let mut offers = Vec::new();
         let mut handles = Vec::new();
         for driver in found {
+            let started = std::time::Instant::now();
             let readiness = driver.ping().await.map_err(|e| e.to_string());
+            tracing::debug!(
+                driver = %driver.name(),
+                call = "ping",
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                ready = readiness.is_ok(),
+                error = readiness.as_ref().err().map(String::as_str).unwrap_or(""),
+                "driver call"
+            );
             let offer = DriverOffer {
                 driver: driver.name(),
                 capabilities: driver.capabilities(),
@@ -305,9 +314,77 @@ impl SandboxHost {
             runtime_mounts: &self.runtime_mounts,
             runner_missing: self.runner_missing.as_deref(),
         });
+        log_steps(&decision);
         Decided {
             decision,
             secrets: secrets.unwrap_or_default(),
         }
     }
+}
+
+/// `--log-level debug`: the decision's steps as a person debugging a run
+/// reads them, in the order they were taken (mode, host, driver, spec,
+/// driver fit, binds, identity, admission, verdict, events).
+fn log_steps(d: &iterion_sandbox::decision::SandboxDecision) {
+    tracing::debug!(
+        mode = %d.mode.mode.as_str(),
+        source = %d.source,
+        host_state = %d.host_state.as_str(),
+        "sandbox decision: mode"
+    );
+    tracing::debug!(host = %d.host.as_str(), detected = %d.detected_host.as_str(), "sandbox decision: host kind");
+    match &d.selection {
+        Ok(name) => tracing::debug!(driver = %name, "sandbox decision: driver selected"),
+        Err(e) => tracing::debug!(reason = %e, "sandbox decision: no driver"),
+    }
+    match &d.spec {
+        Some(Ok(b)) => tracing::debug!(
+            image = b.spec.image.as_deref().unwrap_or("(build)"),
+            "sandbox decision: spec built"
+        ),
+        Some(Err(why)) => tracing::debug!(reason = %why, "sandbox decision: spec refused"),
+        None => {}
+    }
+    if let Some(s) = &d.driver {
+        tracing::debug!(
+            driver = %s.driver,
+            egress = ?s.egress,
+            needs_proxy = s.needs_proxy,
+            gaps = ?s.gaps,
+            "sandbox decision: driver fit"
+        );
+    }
+    match &d.binds {
+        Some(Ok(b)) => tracing::debug!(
+            workspace = %b.workspace,
+            declared = b.declared,
+            masked = ?b.masked,
+            "sandbox decision: binds judged"
+        ),
+        Some(Err(why)) => tracing::debug!(reason = %why, "sandbox decision: binds refused"),
+        None => {}
+    }
+    match &d.identity {
+        Some(Ok(i)) => tracing::debug!(
+            user = i.decision.user.as_deref().unwrap_or("(image user)"),
+            guard = i.decision.guard.as_str(),
+            workspace_writable = i.workspace_writable,
+            "sandbox decision: identity"
+        ),
+        Some(Err(why)) => tracing::debug!(reason = %why, "sandbox decision: identity refused"),
+        None => {}
+    }
+    tracing::debug!(
+        admitted = d.admission.admitted(),
+        code = d.admission.code().unwrap_or(""),
+        reason = %d.admission.reason(),
+        "sandbox decision: admission"
+    );
+    tracing::debug!(
+        verdict = d.verdict_kind(),
+        code = d.code().unwrap_or(""),
+        reason = d.refusal_reason().unwrap_or(""),
+        events = ?d.events.iter().map(iterion_core::EventKind::name).collect::<Vec<_>>(),
+        "sandbox decision: verdict"
+    );
 }

@@ -165,6 +165,7 @@ impl SandboxBooter for PolicyBooter {
     }
 
     async fn teardown(&self, booted: Booted, ctx: &BootContext<'_>) -> Result<(), BootError> {
+        let started = std::time::Instant::now();
         teardown::teardown(
             self.store.as_ref(),
             &self.drain,
@@ -173,6 +174,12 @@ impl SandboxBooter for PolicyBooter {
             ctx,
         )
         .await;
+        // `--log-level debug`: the driver calls of the teardown, whole.
+        tracing::debug!(
+            call = "teardown",
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "driver call"
+        );
         Ok(())
     }
 }

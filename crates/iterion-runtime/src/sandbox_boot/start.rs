@@ -372,11 +372,15 @@ async fn prepare_and_start(
     let observer = RunObserver::new(ctx.events.clone());
     let has_post_create = plan.post_create.is_some();
     // Step 16: validate and do the slow IO, optionally build, then start.
+    let name = driver.name();
+    let started = Instant::now();
     let mut prepared = tokio::select! {
-        r = driver.prepare(&plan, &observer) => r.map_err(|e| driver_error(e, ctx))?,
+        r = driver.prepare(&plan, &observer) => {
+            log_call(name, "prepare", started, &r);
+            r.map_err(|e| driver_error(e, ctx))?
+        }
         () = ctx.cancel.cancelled() => return Err(BootError::Cancelled),
     };
-    let name = driver.name();
     if let Some(build) = prepared.plan.build.clone() {
         ctx.events.emit(EventKind::SandboxBuildStarted {
             driver: name,
@@ -384,7 +388,9 @@ async fn prepare_and_start(
             context: build.context.clone(),
         });
         let started = Instant::now();
-        prepared = match driver.build(prepared, info, &observer).await {
+        let built = driver.build(prepared, info, &observer).await;
+        log_call(name, "build", started, &built);
+        prepared = match built {
             Ok(p) => {
                 ctx.events.emit(EventKind::SandboxBuildFinished {
                     driver: name,
@@ -411,8 +417,12 @@ async fn prepare_and_start(
     };
     let start = driver.start(prepared, info, &observer);
     tokio::pin!(start);
+    let started = Instant::now();
     let run = tokio::select! {
-        r = &mut start => r.map_err(|e| driver_error(e, ctx))?,
+        r = &mut start => {
+            log_call(name, "start", started, &r);
+            r.map_err(|e| driver_error(e, ctx))?
+        }
         () = ctx.cancel.cancelled() => {
             abandon_start(driver, ctx, start).await;
             return Err(BootError::Cancelled);
@@ -549,6 +559,22 @@ fn network_blocked(events: Emitter) -> impl Fn(BlockedRequest) + Send + Sync {
         match node {
             Some(n) => events.emit_node(&n, kind),
             None => events.emit(kind),
+        }
+    }
+}
+
+/// `--log-level debug`: one driver call, which and how long it took.
+fn log_call<T, E: std::fmt::Display>(
+    driver: iterion_core::DriverName,
+    call: &'static str,
+    started: Instant,
+    result: &Result<T, E>,
+) {
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(_) => tracing::debug!(driver = %driver, call, elapsed_ms, "driver call"),
+        Err(e) => {
+            tracing::debug!(driver = %driver, call, elapsed_ms, error = %e, "driver call failed")
         }
     }
 }

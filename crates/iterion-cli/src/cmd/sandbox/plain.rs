@@ -228,6 +228,40 @@ pub(super) async fn doctor(
     Ok(Exit::Success)
 }
 
+/// A JSON object as aligned `name  value` rows a person reads (`--json`
+/// keeps the object): `yes`/`no` for flags, lists joined, `-` for unset,
+/// a nested object indented under its name. Values are escaped: the
+/// engines answered some of them.
+fn rows(value: &serde_json::Value, indent: &str) -> Vec<String> {
+    use serde_json::Value;
+    fn scalar(v: &Value) -> String {
+        match v {
+            Value::Null => "-".to_owned(),
+            Value::Bool(true) => "yes".to_owned(),
+            Value::Bool(false) => "no".to_owned(),
+            Value::String(s) => iterion_core::display::printable(s).into_owned(),
+            Value::Array(items) if items.is_empty() => "none".to_owned(),
+            Value::Array(items) => items.iter().map(scalar).collect::<Vec<_>>().join(", "),
+            other => other.to_string(),
+        }
+    }
+    let Value::Object(map) = value else {
+        return vec![format!("{indent}{}", scalar(value))];
+    };
+    let width = map.keys().map(String::len).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for (key, v) in map {
+        match v {
+            Value::Object(_) => {
+                out.push(format!("{indent}{key}:"));
+                out.extend(rows(v, &format!("{indent}  ")));
+            }
+            _ => out.push(format!("{indent}{key:<width$}  {}", scalar(v))),
+        }
+    }
+    out
+}
+
 fn print_human(report: &PlainReport) -> anyhow::Result<()> {
     println!("host:              {}", report.host);
     println!("os/arch:           {}/{}", report.os, report.arch);
@@ -268,9 +302,15 @@ fn print_human(report: &PlainReport) -> anyhow::Result<()> {
         );
     }
     if let Some(c) = &report.capabilities {
-        println!("capabilities:      {}", serde_json::to_string(c)?);
+        println!("capabilities:");
+        for row in rows(&serde_json::to_value(c)?, "  ") {
+            println!("{row}");
+        }
     }
-    println!("containment:       {}", report.containment);
+    println!("containment:");
+    for row in rows(&report.containment, "  ") {
+        println!("{row}");
+    }
     if let Some(p) = &report.host_identity {
         println!(
             "host_identity:     runs as {} ({}); {}; uid mapping {}; workspace {}",
@@ -303,4 +343,38 @@ fn print_human(report: &PlainReport) -> anyhow::Result<()> {
         println!("note:              {n}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows;
+
+    #[test]
+    fn a_json_object_reads_as_aligned_rows() {
+        let v = serde_json::json!({
+            "image": true,
+            "egress_enforcement": false,
+            "capabilities": ["CHOWN", "KILL"],
+            "dropped": [],
+            "nano_cpus": null,
+            "memory": "2GiB",
+            "pids": 512,
+            "writable_layer_enforced": {"enforced": false, "why": "a\u{1b}[31m"},
+        });
+        assert_eq!(
+            rows(&v, "  "),
+            vec![
+                "  capabilities             CHOWN, KILL",
+                "  dropped                  none",
+                "  egress_enforcement       no",
+                "  image                    yes",
+                "  memory                   2GiB",
+                "  nano_cpus                -",
+                "  pids                     512",
+                "  writable_layer_enforced:",
+                "    enforced  no",
+                "    why       a\\x1b[31m",
+            ]
+        );
+    }
 }
