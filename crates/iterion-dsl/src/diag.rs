@@ -376,7 +376,10 @@ pub fn render_human(source: &str, diags: &[Diagnostic]) -> String {
         );
         let num = d.line.to_string();
         let pad = " ".repeat(num.len());
-        let _ = writeln!(out, "{pad}--> {}:{}:{}", d.file.display(), d.line, d.column);
+        // the path is the user's (or an attacker's) file name: a newline in it
+        // must not forge a diagnostic line
+        let file = d.file.display().to_string();
+        let _ = writeln!(out, "{pad}--> {}:{}:{}", printable(&file), d.line, d.column);
         if let Some(src) = lines.get(d.line as usize) {
             let (shown, caret_at) = window(src.trim_end_matches('\r'), d.column as usize);
             let _ = writeln!(out, "{pad} |");
@@ -523,5 +526,24 @@ pub fn json_file(path: &str, diags: &[Diagnostic], omitted: Omitted) -> serde_js
         serde_json::json!({ "path": path, "diagnostics": list, "omitted": omitted })
     } else {
         serde_json::json!({ "path": path, "diagnostics": list })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_name_cannot_forge_a_diagnostic_line() {
+        let d = Diagnostic::new(
+            codes::E001,
+            Severity::Error,
+            "evil\nerror[E999]: forged.iter",
+            Pos { line: 1, column: 1 },
+            "bad",
+        );
+        let out = render_human("x\n", &[d]);
+        assert!(!out.lines().any(|l| l.starts_with("error[E999]")), "{out}");
+        assert!(out.contains("evil\u{fffd}error[E999]"), "{out}");
     }
 }

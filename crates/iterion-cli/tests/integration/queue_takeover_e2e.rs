@@ -142,12 +142,20 @@ fn round(i: usize) -> Duration {
 fn a_killed_runners_run_is_taken_over_within_one_lease_ttl_plus_a_heartbeat() {
     let Some(rounds) = std::env::var("ITERION_QUEUE_TAKEOVER_ROUNDS")
         .ok()
-        .map(|v| v.parse::<usize>().expect("ITERION_QUEUE_TAKEOVER_ROUNDS: a number"))
+        .map(|v| {
+            v.parse::<usize>()
+                .expect("ITERION_QUEUE_TAKEOVER_ROUNDS: a number")
+        })
     else {
-        eprintln!("opt-in: set ITERION_QUEUE_TAKEOVER_ROUNDS=10 to run the takeover chaos sequence");
+        eprintln!(
+            "opt-in: set ITERION_QUEUE_TAKEOVER_ROUNDS=10 to run the takeover chaos sequence"
+        );
         return;
     };
-    assert!(rounds > 0, "ITERION_QUEUE_TAKEOVER_ROUNDS must be at least 1");
+    assert!(
+        rounds > 0,
+        "ITERION_QUEUE_TAKEOVER_ROUNDS must be at least 1"
+    );
     let started = Instant::now();
     let mut latencies: Vec<Duration> = (0..rounds).map(round).collect();
     latencies.sort();
