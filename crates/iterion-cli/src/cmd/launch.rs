@@ -122,15 +122,12 @@ pub(super) fn sandbox_host(
     workflow: Option<&iterion_dsl::ir::Workflow>,
 ) -> SandboxHost {
     let local_env: BTreeMap<String, String> = std::env::vars().collect();
+    let runner = iterion_agent::runner::locate_runner_binary(
+        &iterion_agent::EnvSnapshot::from_process(),
+        std::env::current_exe().ok().as_deref(),
+    );
     let mounts = workflow
-        .map(|w| {
-            let agent_env = iterion_agent::EnvSnapshot::from_process();
-            let runner = iterion_agent::runner::locate_runner_binary(
-                &agent_env,
-                std::env::current_exe().ok().as_deref(),
-            );
-            runner_mounts(w, runner.as_deref())
-        })
+        .map(|w| runner_mounts(w, runner.as_deref()))
         .unwrap_or_default();
     SandboxHost::new(
         env,
@@ -140,4 +137,7 @@ pub(super) fn sandbox_host(
     )
     .with_store_dir(stores::store_dir())
     .with_mounts(mounts)
+    // The same static binary verifies the seccomp host-root guard from
+    // inside any image (`iterion __guard-probe`).
+    .with_guard_probe(runner.as_deref().map(iterion_agent::runner::runner_mount))
 }

@@ -147,6 +147,7 @@ pub struct SandboxHost {
     pub(crate) state_dir: PathBuf,
     store_dir: Option<PathBuf>,
     runtime_mounts: Vec<Mount>,
+    guard_probe: Option<Mount>,
 }
 
 impl SandboxHost {
@@ -167,6 +168,7 @@ impl SandboxHost {
             state_dir,
             store_dir: None,
             runtime_mounts: Vec::new(),
+            guard_probe: None,
         }
     }
 
@@ -183,6 +185,14 @@ impl SandboxHost {
     /// itself (`SandboxRun::import`).
     pub fn with_mounts(mut self, mounts: Vec<Mount>) -> Self {
         self.runtime_mounts = mounts;
+        self
+    }
+
+    /// The read-only bind of iterion's static binary, laid when a plan
+    /// gets the seccomp host-root guard (and no runtime mount brings the
+    /// binary already): the driver verifies the guard with it in any image.
+    pub fn with_guard_probe(mut self, mount: Option<Mount>) -> Self {
+        self.guard_probe = mount;
         self
     }
 
@@ -293,6 +303,7 @@ impl SandboxHost {
             fs: &RealHost,
             local_env: &self.local_env,
             runtime_mounts: &self.runtime_mounts,
+            guard_probe: self.guard_probe.as_ref(),
         });
         Decided {
             decision,

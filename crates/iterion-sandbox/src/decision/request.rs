@@ -199,6 +199,11 @@ pub struct DecisionRequest<'a> {
     /// Binds iterion itself provides where the driver keeps host binds
     /// (the claw runner binary, read-only).
     pub runtime_mounts: &'a [Mount],
+    /// The read-only bind of iterion's static binary, added when the plan
+    /// gets the seccomp host-root guard and no runtime mount brings it
+    /// already: the driver verifies the guard with `iterion
+    /// __guard-probe`, which needs nothing of the image (issue 31 item 9).
+    pub guard_probe: Option<&'a Mount>,
 }
 
 impl std::fmt::Debug for DecisionRequest<'_> {

@@ -178,6 +178,7 @@ impl Fixture {
             fs: &self.fs,
             local_env: &self.local_env,
             runtime_mounts: &[],
+            guard_probe: None,
         })
     }
 }
@@ -556,6 +557,7 @@ fn request(f: &Fixture) -> DecisionRequest<'_> {
         fs: &f.fs,
         local_env: &f.local_env,
         runtime_mounts: &[],
+        guard_probe: None,
     }
 }
 

@@ -92,6 +92,7 @@ fn decide_in(
         fs: &RealHost,
         local_env: &BTreeMap::new(),
         runtime_mounts: &[],
+        guard_probe: None,
     })
 }
 
