@@ -44,6 +44,9 @@ pub enum Command {
     /// Internal: run one claw node inside the sandbox, over stdio.
     #[command(name = "__claw-runner", hide = true)]
     ClawRunner,
+    /// Internal: report the sandbox's confinement for the host-root guard.
+    #[command(name = "__guard-probe", hide = true)]
+    GuardProbe,
 }
 
 /// `iterion validate`.

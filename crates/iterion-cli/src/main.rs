@@ -17,6 +17,11 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
+    // The guard probe runs inside a sandbox before anything else may:
+    // no log, no async runtime, no file descriptor limit to raise.
+    if matches!(cli.command, cli::Command::GuardProbe) {
+        return cmd::guard_probe::run().into();
+    }
     fdlimit::raise_nofile();
     let flag = match &cli.command {
         cli::Command::Run(args) => args.log_level,

@@ -40,8 +40,8 @@ use futures_util::StreamExt;
 use iterion_core::driver::{OutputLimits, collect_output};
 use iterion_core::{DriverError, ExecRequest, LaunchPlan, MountKind, MountOrigin, SandboxRun};
 use iterion_sandbox::identity::{
-    Credentials, HostRootGuard, check_credentials, check_root_guard, has_writable_host_bind,
-    names_root, parse_guard_status, parse_status, resolve_user,
+    Credentials, GUARD_PROBE_SUBCOMMAND, HostRootGuard, check_credentials, check_root_guard,
+    has_writable_host_bind, names_root, parse_guard_status, parse_status, resolve_user,
 };
 
 use crate::engine::{Engine, engine_err};
@@ -64,9 +64,13 @@ impl Identity {
 /// Bound of what is read of an image's `/etc/passwd` or `/etc/group`.
 const ACCOUNT_FILE_CAP: usize = 1 << 20;
 
-/// Reads the confinement of the exec and tries a setuid chmod on a file
-/// of its own in the container's `/tmp` (never on a bind): the seccomp
-/// guard must refuse it. `[ -u ]` is a builtin; `chmod` is the image's.
+/// The probe of a plan without iterion's static binary bound in: reads the
+/// confinement of the exec and tries a setuid chmod on a file of its own
+/// in the container's `/tmp` (never on a bind); the seccomp guard must
+/// refuse it. `[ -u ]` is a builtin; `chmod` is the image's, so an image
+/// without it (or without a writable `/tmp`) cannot be verified. With the
+/// binary bound (`MountOrigin::RunnerBinary`), `iterion __guard-probe`
+/// reports the same lines from any image.
 const GUARD_SCRIPT: &str = "while IFS= read -r l; do case \"$l\" in Seccomp:*|CapEff:*|CapPrm:*|CapBnd:*) echo \"$l\";; esac; done < /proc/self/status; p=/tmp/.iterion-guard-probe-$$; if : > \"$p\"; then chmod 4700 \"$p\" 2>/dev/null; r=$?; if [ -u \"$p\" ]; then b=set; else b=clear; fi; rm -f \"$p\" 2>/dev/null; echo \"Probe: $r $b\"; fi";
 
 /// Reads the credentials of the exec with shell builtins only (any image
@@ -352,7 +356,7 @@ pub(crate) async fn settle(
         .filter(|t| !t.is_empty())
         .collect();
     if plan.limits.host_root_guard == HostRootGuard::RootSeccomp {
-        verify_root_guard(run).await?;
+        verify_root_guard(run, plan).await?;
     }
     let Some(id) = pinned else {
         if volumes.is_empty() {
@@ -387,9 +391,19 @@ pub(crate) async fn settle(
 }
 
 /// The seccomp guard is in effect in the sandbox (issue 19 item 4): a
-/// filter, none of the dropped capabilities, a setuid chmod refused.
-async fn verify_root_guard(run: &dyn SandboxRun) -> Result<(), DriverError> {
-    let out = run_script(run, GUARD_SCRIPT).await?;
+/// filter, none of the dropped capabilities, a setuid chmod refused. The
+/// static `iterion` bound in for the claw runner probes when the plan has
+/// it (any image, issue 31 item 9), else the image's shell and `chmod`.
+async fn verify_root_guard(run: &dyn SandboxRun, plan: &LaunchPlan) -> Result<(), DriverError> {
+    let probe = plan
+        .mounts
+        .iter()
+        .find(|m| m.origin == MountOrigin::RunnerBinary && m.kind == MountKind::Bind);
+    let request = match probe {
+        Some(m) => ExecRequest::new([m.target.as_str(), GUARD_PROBE_SUBCOMMAND]),
+        None => ExecRequest::new(["sh", "-c", GUARD_SCRIPT]),
+    };
+    let out = run_bounded(run, request).await?;
     let text = String::from_utf8_lossy(&out.stdout);
     let unavailable = |reason: String| DriverError::GuardUnavailable { reason };
     let status = parse_guard_status(&text).ok_or_else(|| {
@@ -444,7 +458,15 @@ async fn run_script(
     run: &dyn SandboxRun,
     script: &str,
 ) -> Result<iterion_core::driver::ExecOutput, DriverError> {
-    let mut session = run.exec(ExecRequest::new(["sh", "-c", script])).await?;
+    run_bounded(run, ExecRequest::new(["sh", "-c", script])).await
+}
+
+/// One exec of the sandbox, its output bounded.
+async fn run_bounded(
+    run: &dyn SandboxRun,
+    request: ExecRequest,
+) -> Result<iterion_core::driver::ExecOutput, DriverError> {
+    let mut session = run.exec(request).await?;
     collect_output(
         session.as_mut(),
         OutputLimits {

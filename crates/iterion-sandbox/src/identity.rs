@@ -293,37 +293,168 @@ pub fn parse_guard_status(text: &str) -> Option<GuardStatus> {
     (seen == 3).then_some(status)
 }
 
+/// The hidden subcommand of the static `iterion` that reports a sandbox's
+/// confinement from inside it (`iterion __guard-probe`): the `Seccomp:` and
+/// capability lines of its `/proc/self/status`, then `Probe: <status>
+/// <set|clear>` for a setuid chmod tried on an in-memory file of its own
+/// (no `chmod` program, no writable directory needed, so any image works).
+pub const GUARD_PROBE_SUBCOMMAND: &str = "__guard-probe";
+
+/// Capability names by bit number (`capability.h`), for saying which a
+/// sandbox holds.
+const CAP_NAMES: [&str; 41] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The capabilities of a set, by name (`none` when empty; an unknown bit
+/// by number).
+fn cap_words(set: u64) -> String {
+    let names: Vec<String> = (0..64u32)
+        .filter(|bit| set & (1u64 << bit) != 0)
+        .map(|bit| {
+            CAP_NAMES
+                .get(bit as usize)
+                .map_or_else(|| format!("capability {bit}"), |n| (*n).to_owned())
+        })
+        .collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+impl std::fmt::Display for GuardStatus {
+    /// What the sandbox showed, in words: its seccomp mode, the
+    /// capabilities it holds and how the setuid probe went.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.seccomp {
+            Some(0) => f.write_str("no seccomp filter")?,
+            Some(1) => f.write_str("seccomp in strict mode, not a filter")?,
+            Some(2) => f.write_str("a seccomp filter")?,
+            Some(n) => write!(f, "seccomp mode {n}")?,
+            None => f.write_str("no seccomp mode shown")?,
+        }
+        if self.cap_eff == self.cap_prm && self.cap_prm == self.cap_bnd {
+            write!(
+                f,
+                "; capabilities (effective, permitted and bounding): {}",
+                cap_words(self.cap_eff)
+            )?;
+        } else {
+            write!(
+                f,
+                "; effective capabilities: {}; permitted: {}; bounding: {}",
+                cap_words(self.cap_eff),
+                cap_words(self.cap_prm),
+                cap_words(self.cap_bnd)
+            )?;
+        }
+        let bit = |set: bool| {
+            if set {
+                "the setuid bit was set"
+            } else {
+                "the setuid bit stayed clear"
+            }
+        };
+        match self.probe {
+            None => f.write_str("; the setuid probe did not run"),
+            Some((0, set)) => write!(f, "; a setuid chmod succeeded ({})", bit(set)),
+            Some((code @ (126 | 127), _)) => {
+                write!(
+                    f,
+                    "; the setuid probe found no chmod to run (status {code})"
+                )
+            }
+            Some((code, set)) => write!(
+                f,
+                "; a setuid chmod was refused (status {code}, {})",
+                bit(set)
+            ),
+        }
+    }
+}
+
+/// Why the host-root guard is not in effect in a sandbox, with what the
+/// sandbox showed, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} (the sandbox showed {status})")]
+pub struct RootGuardNotInEffect {
+    /// Which part of the guard is missing.
+    pub reason: String,
+    /// What the sandbox showed.
+    pub status: GuardStatus,
+}
+
 /// Refuse a sandbox the host-root guard is not in effect on: no seccomp
 /// filter, a dropped capability still held (effective, permitted or
 /// bounding), or a setuid chmod that was not refused by the filter (it
-/// succeeded, set the bit, or could not be tried: no `chmod` to try with
-/// is no proof).
-pub fn check_root_guard(status: &GuardStatus) -> Result<(), GuardViolation> {
-    let shown = format!("{status:?}");
+/// succeeded, set the bit, or could not be tried: no probe is no proof).
+pub fn check_root_guard(status: &GuardStatus) -> Result<(), RootGuardNotInEffect> {
+    let fail = |reason: String| RootGuardNotInEffect {
+        reason,
+        status: status.clone(),
+    };
     if status.seccomp != Some(2) {
-        return Err(refuse(
-            &shown,
-            "no seccomp filter is in effect in the sandbox (Seccomp: 2 expected)",
+        return Err(fail(
+            "no seccomp filter is in effect in the sandbox (Seccomp: 2 expected)".to_owned(),
         ));
     }
     for (name, bit) in ROOT_GUARD_DROPPED {
         let mask = 1u64 << bit;
         if (status.cap_eff | status.cap_prm | status.cap_bnd) & mask != 0 {
-            return Err(refuse(
-                &shown,
-                format!("the sandbox still holds CAP_{name}"),
-            ));
+            return Err(fail(format!("the sandbox still holds CAP_{name}")));
         }
     }
     match status.probe {
         Some((exit, false)) if exit != 0 && exit != 126 && exit != 127 => Ok(()),
-        Some((_, true)) | Some((0, _)) => Err(refuse(
-            &shown,
-            "a setuid chmod succeeded in the sandbox: the seccomp guard is not in effect",
+        Some((_, true)) | Some((0, _)) => Err(fail(
+            "a setuid chmod succeeded in the sandbox: the seccomp guard is not in effect"
+                .to_owned(),
         )),
-        _ => Err(refuse(
-            &shown,
-            "the setuid probe could not run in the sandbox (no chmod or no writable /tmp): the guard cannot be verified",
+        _ => Err(fail(
+            "the setuid probe could not run in the sandbox: the guard cannot be verified"
+                .to_owned(),
         )),
     }
 }
@@ -538,6 +669,52 @@ mod tests {
         }
         assert_eq!(parse_guard_status("Seccomp:\t2\nCapEff:\tzz\n"), None);
         assert_eq!(parse_guard_status("Seccomp:\t2\n"), None);
+    }
+
+    #[test]
+    fn the_guard_refusal_says_what_the_sandbox_showed_in_words() {
+        // dockerd's default set (FSETID, MKNOD, SETFCAP among them) and a
+        // chmod that went through: the words, never a debug struct.
+        let status = parse_guard_status(
+            "Seccomp:\t2\nCapEff:\t00000000a80425fb\nCapPrm:\t00000000a80425fb\nCapBnd:\t00000000a80425fb\nProbe: 0 set\n",
+        )
+        .expect("parsed");
+        let error = check_root_guard(&status)
+            .expect_err("FSETID held")
+            .to_string();
+        assert_eq!(
+            error,
+            "the sandbox still holds CAP_FSETID (the sandbox showed a seccomp filter; \
+             capabilities (effective, permitted and bounding): CHOWN, DAC_OVERRIDE, FOWNER, \
+             FSETID, KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, \
+             MKNOD, AUDIT_WRITE, SETFCAP; a setuid chmod succeeded (the setuid bit was set))"
+        );
+        let status =
+            parse_guard_status("Seccomp:\t0\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0000000000000001\n")
+                .expect("parsed");
+        let error = check_root_guard(&status)
+            .expect_err("no filter")
+            .to_string();
+        assert_eq!(
+            error,
+            "no seccomp filter is in effect in the sandbox (Seccomp: 2 expected) \
+             (the sandbox showed no seccomp filter; effective capabilities: none; \
+             permitted: none; bounding: CHOWN; the setuid probe did not run)"
+        );
+        let status = parse_guard_status(
+            "Seccomp:\t2\nCapEff:\t0\nCapPrm:\t0\nCapBnd:\t0\nProbe: 127 clear\n",
+        )
+        .expect("parsed");
+        let error = check_root_guard(&status).expect_err("no chmod").to_string();
+        assert!(
+            error.starts_with("the setuid probe could not run in the sandbox")
+                && error.ends_with("the setuid probe found no chmod to run (status 127))"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("GuardStatus") && !error.contains("Some("),
+            "{error}"
+        );
     }
 
     #[test]

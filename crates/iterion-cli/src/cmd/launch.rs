@@ -154,6 +154,15 @@ pub(super) fn sandbox_host(
 ) -> SandboxHost {
     let local_env: BTreeMap<String, String> = std::env::vars().collect();
     let runner = workflow.map(RunnerWiring::of);
+    // The same static binary verifies the seccomp host-root guard from
+    // inside any image (`iterion __guard-probe`), whatever the workflow.
+    let probe_binary = match &runner {
+        Some(r) => r.binary.clone(),
+        None => iterion_agent::runner::locate_runner_binary(
+            &iterion_agent::EnvSnapshot::from_process(),
+            std::env::current_exe().ok().as_deref(),
+        ),
+    };
     SandboxHost::new(
         env,
         local_env,
@@ -166,6 +175,11 @@ pub(super) fn sandbox_host(
             .as_ref()
             .map(|r| r.mounts.clone())
             .unwrap_or_default(),
+    )
+    .with_guard_probe(
+        probe_binary
+            .as_deref()
+            .map(iterion_agent::runner::runner_mount),
     )
     .with_runner_missing(runner.and_then(|r| r.missing))
 }

@@ -4,6 +4,7 @@
 mod cancel;
 mod cloud;
 mod files;
+pub(crate) mod guard_probe;
 mod launch;
 mod launch_inputs;
 #[cfg(feature = "driver-k8s")]
@@ -44,6 +45,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Runner(args) => runner::run(args).await,
         Command::Cancel(args) => cancel::run(args).await,
         Command::ClawRunner => Ok(claw_runner().await),
+        Command::GuardProbe => Ok(guard_probe::run()),
     }
 }
 

@@ -157,6 +157,7 @@ pub struct SandboxHost {
     store_dir: Option<PathBuf>,
     runtime_mounts: Vec<Mount>,
     runner_missing: Option<String>,
+    guard_probe: Option<Mount>,
 }
 
 impl SandboxHost {
@@ -178,6 +179,7 @@ impl SandboxHost {
             store_dir: None,
             runtime_mounts: Vec::new(),
             runner_missing: None,
+            guard_probe: None,
         }
     }
 
@@ -202,6 +204,14 @@ impl SandboxHost {
     /// decision then refuses a sandboxed run at admission).
     pub fn with_runner_missing(mut self, why: Option<String>) -> Self {
         self.runner_missing = why;
+        self
+    }
+
+    /// The read-only bind of iterion's static binary, laid when a plan
+    /// gets the seccomp host-root guard (and no runtime mount brings the
+    /// binary already): the driver verifies the guard with it in any image.
+    pub fn with_guard_probe(mut self, mount: Option<Mount>) -> Self {
+        self.guard_probe = mount;
         self
     }
 
@@ -313,6 +323,7 @@ impl SandboxHost {
             local_env: &self.local_env,
             runtime_mounts: &self.runtime_mounts,
             runner_missing: self.runner_missing.as_deref(),
+            guard_probe: self.guard_probe.as_ref(),
         });
         log_steps(&decision);
         Decided {

@@ -205,6 +205,11 @@ pub struct DecisionRequest<'a> {
     /// fix. A run that would start a sandbox is then refused at admission
     /// ([`super::RUNNER_UNAVAILABLE`]) rather than failing inside it.
     pub runner_missing: Option<&'a str>,
+    /// The read-only bind of iterion's static binary, added when the plan
+    /// gets the seccomp host-root guard and no runtime mount brings it
+    /// already: the driver verifies the guard with `iterion
+    /// __guard-probe`, which needs nothing of the image (issue 31 item 9).
+    pub guard_probe: Option<&'a Mount>,
 }
 
 impl std::fmt::Debug for DecisionRequest<'_> {

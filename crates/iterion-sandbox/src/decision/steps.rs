@@ -24,7 +24,7 @@ use crate::devbox::{self, DevboxProject};
 use crate::error::PolicyError;
 use crate::guards::check_noop_file_secrets;
 use crate::host::DriverOffer;
-use crate::identity::{IdentityInputs, decide_identity, has_writable_host_bind};
+use crate::identity::{HostRootGuard, IdentityInputs, decide_identity, has_writable_host_bind};
 use crate::mounts::{PlanInputs, finalize_mounts_for_driver, plan_launch};
 use crate::secret_egress::{
     Placement, SecretEgressVerdict, provider_keys_verdict, secret_egress_verdict,
@@ -370,7 +370,7 @@ impl Decider<'_, '_> {
             }
         }
         self.decision.binds = Some(Ok(BindReport {
-            workspace: workspace_real,
+            workspace: workspace_real.clone(),
             declared: plan
                 .mounts
                 .iter()
@@ -402,6 +402,29 @@ impl Decider<'_, '_> {
         };
         plan.user = identity.user.clone();
         plan.limits.host_root_guard = identity.guard;
+        // The seccomp guard is verified from inside the sandbox before the
+        // first command; iterion's static binary, bound read-only, does it
+        // in any image (no `chmod`, no writable `/tmp` needed). Judged as
+        // the runner bind it is.
+        let has_probe = plan
+            .mounts
+            .iter()
+            .any(|m| m.origin == MountOrigin::RunnerBinary && m.kind == MountKind::Bind);
+        if let (HostRootGuard::RootSeccomp, false, true, Some(probe)) = (
+            identity.guard,
+            has_probe,
+            caps.host_bind_mounts,
+            req.guard_probe,
+        ) {
+            let source = probe.source.clone().unwrap_or_default();
+            match judge_bind_in(&fs, &source, BindRole::Runtime, &settings, &scope) {
+                Ok(real) => plan.mounts.push(Mount {
+                    source: Some(real),
+                    ..probe.clone()
+                }),
+                Err(e) => return self.refuse(Refused::Spec, e.to_string()),
+            }
+        }
         self.decision.events.extend(identity.events.iter().cloned());
         self.decision.identity = Some(Ok(IdentityOutcome {
             workspace_writable: writable_by(req.repo, identity.user.as_deref()),

@@ -181,6 +181,7 @@ impl Fixture {
             local_env: &self.local_env,
             runtime_mounts: &[],
             runner_missing: self.runner_missing.as_deref(),
+            guard_probe: None,
         })
     }
 }
@@ -591,6 +592,7 @@ fn request(f: &Fixture) -> DecisionRequest<'_> {
         local_env: &f.local_env,
         runtime_mounts: &[],
         runner_missing: None,
+        guard_probe: None,
     }
 }
 

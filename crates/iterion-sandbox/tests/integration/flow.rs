@@ -93,6 +93,7 @@ fn decide_in(
         local_env: &BTreeMap::new(),
         runtime_mounts: &[],
         runner_missing: None,
+        guard_probe: None,
     })
 }
 
