@@ -38,7 +38,8 @@ use crate::provider::{
 };
 use crate::schema::{OutputSchema, extract_json};
 use crate::task::{AgentOutcome, AgentTask, DEFAULT_MAX_TOKENS, SessionSpec};
-use crate::tools::{Placement, ToolEntry, qualify};
+use crate::tools::builtin::meta;
+use crate::tools::{Builtin, Placement, ToolClass, ToolEntry, qualify};
 
 /// Largest tool result handed to the model; longer ones are cut with
 /// [`TRUNCATION_MARKER`] (the runner channel's cap, applied everywhere so
@@ -81,6 +82,9 @@ struct State {
     steps: u32,
     warned_tokens: bool,
     warned_cost: bool,
+    /// Plan mode (`enter_plan_mode` .. `exit_plan_mode`): tools that may
+    /// modify anything are refused while it is on.
+    plan_mode: bool,
 }
 
 impl ClawLoop<'_> {
@@ -101,6 +105,7 @@ impl ClawLoop<'_> {
             steps: 0,
             warned_tokens: false,
             warned_cost: false,
+            plan_mode: false,
         };
         let mut prompt = self.task.user_prompt.clone();
         if let (Some(s), false) = (&schema, self.tools.is_empty()) {
@@ -182,7 +187,10 @@ impl ClawLoop<'_> {
             }
             let mut results = Vec::with_capacity(uses.len());
             for (id, name, input) in uses {
-                results.push(self.run_tool(&id, &name, &input).await?);
+                results.push(
+                    self.run_tool(&id, &name, &input, &mut state.plan_mode)
+                        .await?,
+                );
             }
             state.messages.push(Message {
                 role: Role::User,
@@ -223,7 +231,13 @@ impl ClawLoop<'_> {
         }
     }
 
-    async fn run_tool(&self, id: &str, wire: &str, input: &Value) -> Result<Block, AgentError> {
+    async fn run_tool(
+        &self,
+        id: &str,
+        wire: &str,
+        input: &Value,
+        plan_mode: &mut bool,
+    ) -> Result<Block, AgentError> {
         let input_size = input.to_string().len() as u64;
         // The model calls wire names; everything else names the qualified one.
         let entry = self.tools.iter().find(|e| e.spec.name == wire);
@@ -253,6 +267,27 @@ impl ClawLoop<'_> {
         let result = match entry {
             // The model may only call what the node offered it.
             None => Err(format!("tool {name:?} is not available to this agent")),
+            Some(_) if *plan_mode && !meta::plan_mode_admits(name) => {
+                Err(meta::plan_mode_refusal(name))
+            }
+            // The loop's own tools: served here, with what only it holds.
+            Some(ToolEntry {
+                class: ToolClass::Builtin { builtin },
+                ..
+            }) if matches!(
+                builtin,
+                Builtin::ToolSearch | Builtin::EnterPlanMode | Builtin::ExitPlanMode
+            ) =>
+            {
+                match builtin {
+                    Builtin::ToolSearch => {
+                        let offered: Vec<_> = self.tools.iter().map(|t| t.spec.clone()).collect();
+                        meta::tool_search(input, &offered)
+                    }
+                    Builtin::EnterPlanMode => Ok(meta::enter_plan_mode(plan_mode)),
+                    _ => Ok(meta::exit_plan_mode(plan_mode)),
+                }
+            }
             Some(entry) => {
                 // Cancellation first: a call cut short by it (a question
                 // the run pauses on) must not become a result the model

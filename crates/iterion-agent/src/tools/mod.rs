@@ -7,7 +7,7 @@
 //!
 //! | Tool | Class | Placement |
 //! |---|---|---|
-//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, `list_files`, `tree`, `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command`, `sleep`, `structured_output`, `send_user_message`, `config`, `todo_write`, `notebook_edit` | built-in | sandbox (in the runner, in the container) |
+//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, `list_files`, `tree`, `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command`, `sleep`, `structured_output`, `send_user_message`, `config`, `todo_write`, `notebook_edit`, `tool_search`, `enter_plan_mode`, `exit_plan_mode` | built-in | sandbox (in the runner, in the container) |
 //! | `ask_user` | human input | launcher (host) |
 //! | `mcp.<server>.<tool>` (alias `mcp__<server>__<tool>`) | MCP | launcher (host) |
 //! | `iterion.<tool>` | engine | launcher (host) |
@@ -194,12 +194,6 @@ const NOT_BUILT: &[(&str, &str)] = &[
     (
         "read_image",
         "its result is an image content block, and this engine's tool results are text",
-    ),
-    ("enter_plan_mode", "plan mode is not built in this release"),
-    ("exit_plan_mode", "plan mode is not built in this release"),
-    (
-        "tool_search",
-        "not built in this release; a node is offered exactly its `tools:`",
     ),
     (
         "list_mcp_resources",
@@ -471,6 +465,9 @@ mod tests {
             "config",
             "todo_write",
             "notebook_edit",
+            "tool_search",
+            "enter_plan_mode",
+            "exit_plan_mode",
         ] {
             assert_eq!(placement_of(t), Placement::Sandbox, "{t}");
             assert!(unknown_tool_reason(t).is_none(), "{t}");
@@ -488,7 +485,6 @@ mod tests {
             "mcp_auth",
             "run_task_packet",
             "read_image",
-            "tool_search",
             "skill",
         ] {
             assert!(unknown_tool_reason(t).is_none(), "{t} passes validate");

@@ -529,3 +529,115 @@ fn dockerd_agent_questions_answered_by_the_interaction_model_in_the_box() {
 fn podman_agent_questions_answered_by_the_interaction_model_in_the_box() {
     run_agent_interaction(Engine::Podman, true);
 }
+
+/// claw's loop tools (upstream `pkg/backend/tool/claw_builtins.go`
+/// `RegisterClawToolSearch`/`RegisterClawPlanMode`, semantics of its
+/// vendored claw-code-go `internal/tools/tool_search.go` and
+/// `plan_mode.go`): `tool_search` finds the node's own tools, and between
+/// `enter_plan_mode` and `exit_plan_mode` a writer is refused (nothing
+/// written) while a reader runs.
+fn loop_tools(sandbox: &str) -> String {
+    format!(
+        r#"
+schema out:
+  summary: string
+
+agent planner:
+  model: "anthropic/claude-sonnet-4-6"
+  backend: "claw"
+  system: "You plan."
+  user: "Plan, then act."
+  output: out
+  tools: [read_file, write_file, tool_search, enter_plan_mode, exit_plan_mode]
+  tool_max_steps: 10
+
+workflow loop_tools:
+  entry: planner
+{sandbox}  planner -> done
+"#
+    )
+}
+
+fn run_loop_tools(engine: Engine, sandboxed: bool) {
+    let prov = Provider::start(vec![
+        Turn::tool("tool_search", json!({"query": "write", "max_results": 2})),
+        Turn::tool("enter_plan_mode", json!({})),
+        Turn::tool(
+            "write_file",
+            json!({"path": "planned.txt", "content": "not yet"}),
+        ),
+        Turn::tool("read_file", json!({"path": "seed.txt"})),
+        Turn::tool("exit_plan_mode", json!({})),
+        Turn::tool("write_file", json!({"path": "done.txt", "content": "now"})),
+        Turn::text("{\"summary\": \"acted\"}"),
+    ]);
+    let sb = prov.sandbox(engine);
+    std::fs::write(sb.workspace().join("seed.txt"), "seed content").unwrap();
+    let sandbox = if sandboxed {
+        format!(
+            "  sandbox:\n    image: \"{}\"\n    host_state: none\n    network:\n      mode: allowlist\n      rules: [\"{}\"]\n",
+            slim(),
+            host_ip()
+        )
+    } else {
+        String::new()
+    };
+    let file = sb.write("loop.iter", &loop_tools(&sandbox));
+    let extra: &[&str] = if sandboxed {
+        &[]
+    } else {
+        &["--sandbox", "none"]
+    };
+    let (_, run_id, events) = run_to_finish(&sb, &file, extra);
+    assert_eq!(prov.p.remaining(), 0, "{engine:?}: every turn was played");
+    let calls = prov.p.model_calls();
+    let results = calls.last().unwrap().tool_results();
+    assert_eq!(results.len(), 6, "{results:?}");
+    let search: Value = serde_json::from_str(&results[0]).unwrap();
+    assert_eq!(search["matches"][0], "write_file", "{search}");
+    assert_eq!(search["total_deferred_tools"], 5);
+    assert!(results[1].contains("\"active\": true"), "{}", results[1]);
+    assert!(
+        results[2].contains("plan mode is active") && results[2].contains("exit_plan_mode"),
+        "{}",
+        results[2]
+    );
+    assert_eq!(results[3], "seed content");
+    assert!(
+        results[4].contains("Normal tool execution resumed"),
+        "{}",
+        results[4]
+    );
+    assert!(
+        !sb.workspace().join("planned.txt").exists(),
+        "plan mode wrote"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.workspace().join("done.txt")).unwrap(),
+        "now"
+    );
+    let errors: Vec<&str> = of_type(&events, "tool_error")
+        .iter()
+        .map(|e| e["data"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(errors, ["write_file"]);
+    assert_eq!(output_of(&events, "planner")[0]["summary"], "acted");
+    if sandboxed {
+        assert!(!container_exists(engine, &run_id));
+    }
+}
+
+#[test]
+fn claw_tool_search_and_plan_mode_on_the_host() {
+    run_loop_tools(Engine::Docker, false);
+}
+
+#[test]
+fn dockerd_claw_tool_search_and_plan_mode_in_the_box() {
+    run_loop_tools(Engine::Docker, true);
+}
+
+#[test]
+fn podman_claw_tool_search_and_plan_mode_in_the_box() {
+    run_loop_tools(Engine::Podman, true);
+}

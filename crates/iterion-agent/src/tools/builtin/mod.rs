@@ -29,6 +29,7 @@ use super::spec::ToolSpec;
 mod claw_extra;
 mod context;
 mod git;
+pub mod meta;
 mod process;
 
 use self::context::{TRUNCATED_MARK, blocking, int_arg, opt_str, resolve, str_arg};
@@ -85,6 +86,12 @@ pub enum Builtin {
     TodoWrite,
     /// Replace, insert or delete a Jupyter notebook cell.
     NotebookEdit,
+    /// Search the tools the node is offered (served by the agent loop).
+    ToolSearch,
+    /// Enter plan mode: tools that may modify anything are refused.
+    EnterPlanMode,
+    /// Leave plan mode.
+    ExitPlanMode,
 }
 
 /// Largest file `read_file` returns whole (upstream `maxDirectReadBytes`).
@@ -122,6 +129,9 @@ impl Builtin {
         Self::Config,
         Self::TodoWrite,
         Self::NotebookEdit,
+        Self::ToolSearch,
+        Self::EnterPlanMode,
+        Self::ExitPlanMode,
     ];
 
     /// Tool name.
@@ -147,6 +157,9 @@ impl Builtin {
             Self::Config => "config",
             Self::TodoWrite => "todo_write",
             Self::NotebookEdit => "notebook_edit",
+            Self::ToolSearch => "tool_search",
+            Self::EnterPlanMode => "enter_plan_mode",
+            Self::ExitPlanMode => "exit_plan_mode",
         }
     }
 
@@ -308,6 +321,21 @@ impl Builtin {
                     "edit_mode": {"type": "string", "description": "Operation: replace, insert, or delete."}},
                     "required": ["notebook_path"]}),
             ),
+            Self::ToolSearch => (
+                "Search for available tools by name or description. Supports exact selection (select:name1,name2) and keyword search.",
+                json!({"type": "object", "properties": {
+                    "query": {"type": "string", "description": "Search query. Use 'select:tool1,tool2' for exact matches, or keywords for fuzzy search."},
+                    "max_results": {"type": "integer", "description": "Maximum number of results to return (default 5)."}},
+                    "required": ["query"]}),
+            ),
+            Self::EnterPlanMode => (
+                "Enter plan mode. Tools will be described but not executed.",
+                json!({"type": "object", "properties": {}}),
+            ),
+            Self::ExitPlanMode => (
+                "Exit plan mode. Resume normal tool execution.",
+                json!({"type": "object", "properties": {}}),
+            ),
         };
         ToolSpec {
             name: self.name().to_owned(),
@@ -341,6 +369,12 @@ pub async fn execute(builtin: Builtin, input: &Value, ctx: &ToolContext) -> Resu
         Builtin::Config => claw_extra::config(input, ctx),
         Builtin::TodoWrite => blocking(ctx, input, claw_extra::todo_write).await,
         Builtin::NotebookEdit => blocking(ctx, input, claw_extra::notebook_edit).await,
+        // The agent loop serves these with its own state (the offered
+        // tools, the plan mode); a tool node has neither.
+        Builtin::ToolSearch | Builtin::EnterPlanMode | Builtin::ExitPlanMode => Err(format!(
+            "{}: served by an agent's loop; a tool node cannot call it",
+            builtin.name()
+        )),
     }
 }
 
