@@ -276,6 +276,15 @@ fn describe_kind(event: &EventRecord, kind: &EventKind) -> Option<String> {
             limit,
         } if node.is_empty() => format!("budget exceeded: {dimension} {used} of {limit}"),
         // A node's budget prints its numbers as the event carries them.
+        K::NodeOutputSchemaMismatch {
+            node: name,
+            schema,
+            errors,
+            ..
+        } => format!(
+            "  {name}: output does not match schema {schema}: {}",
+            errors.join("; ")
+        ),
         K::BudgetWarning {
             dimension,
             used,

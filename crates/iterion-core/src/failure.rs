@@ -190,6 +190,9 @@ pub enum FailureCode {
     /// A `required: true` attachment of the run cannot be provided
     /// (`run_attachment_lost`): the same store fails the same way.
     AttachmentLost,
+    /// More than one parallel branch may write the workspace (upstream's
+    /// `WORKSPACE_SAFETY`): refused before any node runs.
+    WorkspaceSafety,
 }
 
 impl FailureCode {
@@ -216,6 +219,7 @@ impl FailureCode {
             Self::Timeout => "TIMEOUT",
             Self::BudgetExceeded => "BUDGET_EXCEEDED",
             Self::AttachmentLost => "ATTACHMENT_LOST",
+            Self::WorkspaceSafety => "WORKSPACE_SAFETY",
         }
     }
 
@@ -235,7 +239,8 @@ impl FailureCode {
             | Self::WorkflowFailed
             | Self::LoopLimitExceeded
             | Self::BudgetExceeded
-            | Self::AttachmentLost => Disposition::Deterministic,
+            | Self::AttachmentLost
+            | Self::WorkspaceSafety => Disposition::Deterministic,
             Self::NodeFailed | Self::NoOutgoingEdge => Disposition::Reexecutable,
             Self::SandboxStartFailed | Self::StoreError | Self::Timeout => Disposition::Transient,
             Self::Cancelled => Disposition::Deterministic,

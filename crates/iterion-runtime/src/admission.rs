@@ -108,7 +108,8 @@ pub enum AdmissionError {
     /// `readonly: true` on an agent vouches for a node, and
     /// `budget: max_parallel_branches: 1` serialises the branches).
     #[error(
-        "router {router} runs branches {} in parallel and more than one may write the workspace; \
+        "workspace safety violation: router {router} runs branches {} in parallel and more than one may write the workspace \
+         (at most 1 mutating branch); move tool nodes to separate sequential steps, \
          mark tools that cannot collide `parallel_safe: true`, agents `readonly: true`, \
          or set `budget: max_parallel_branches: 1`",
         list_ids(.branches)

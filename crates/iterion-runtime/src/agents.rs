@@ -586,19 +586,11 @@ impl RunCx<'_> {
             r = runner.call_builtin(call, cx) => r.map_err(agent_failure)?,
             () = cancel.cancelled() => return Err(NodeError::Cancelled),
         };
-        let schema = node
-            .output
-            .as_ref()
-            .and_then(|n| self.workflow.schemas.get(n));
-        let mut output = routing::check_output(output, schema).map_err(|e| {
-            NodeError::failed(
-                FailureCode::NodeFailed,
-                format!(
-                    "{tool} output does not match schema {}: {e}",
-                    node.output.as_deref().unwrap_or("-")
-                ),
-            )
-        })?;
+        // A tool node as any other: its output is not held to its schema
+        // unless strict (`tool_output`).
+        let mut output = self
+            .tool_output(frame, node, output)
+            .map_err(|e| NodeError::failed(FailureCode::NodeFailed, format!("{tool}: {e}")))?;
         secrets.redactor.redact_json(&mut output);
         Ok(output)
     }

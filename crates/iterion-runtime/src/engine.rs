@@ -342,7 +342,15 @@ impl Engine {
         };
         let (admitted, vars, bounds) = match checked {
             Err((code, reason)) => (
-                Admitted::new(AdmissionVerdict::deny(code, reason)),
+                Admitted::new(match code {
+                    // Upstream's own failure code for parallel writers.
+                    "workspace_safety" => AdmissionVerdict::Deny {
+                        code: code.into(),
+                        reason,
+                        failure: FailureCode::WorkspaceSafety,
+                    },
+                    _ => AdmissionVerdict::deny(code, reason),
+                }),
                 BTreeMap::new(),
                 None,
             ),
@@ -415,6 +423,19 @@ impl Engine {
             file: options.file.clone(),
             trust: options.trust,
         });
+        // A declared variable with neither a default nor a launch value
+        // does not stop the run (upstream starts it: `resolveVars` leaves
+        // it out, and its `{{vars.X}}` / `{{input.X}}` stay literal); the
+        // run log says so, so it is never silent.
+        for name in vars_without_value(&options.workflow, &options.vars) {
+            events.system_log(
+                None,
+                format!(
+                    "variable {name} has no default and no value (pass --var {name}=VALUE): \
+                     {{{{vars.{name}}}}} and {{{{input.{name}}}}} stay literal"
+                ),
+            );
+        }
         if let Some(wt) = &options.worktree {
             events.emit(EventKind::WorktreeCreated {
                 path: wt.path.clone(),
@@ -739,4 +760,17 @@ pub(crate) enum Start {
 
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The declared variables with no default that the launch gave no value.
+pub fn vars_without_value(
+    workflow: &iterion_dsl::ir::Workflow,
+    given: &BTreeMap<String, String>,
+) -> Vec<String> {
+    workflow
+        .vars
+        .iter()
+        .filter(|(name, decl)| decl.default.is_none() && !given.contains_key(*name))
+        .map(|(name, _)| name.clone())
+        .collect()
 }

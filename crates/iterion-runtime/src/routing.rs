@@ -395,12 +395,10 @@ fn has_type(value: &Value, ty: FieldType) -> bool {
 }
 
 /// Parse tool stdout: a JSON object when it is one (and was not cut),
-/// else `{"result": <trimmed stdout>}` (facts §2.6); then check the schema.
-pub fn parse_output(
-    stdout: &[u8],
-    truncated: bool,
-    schema: Option<&Schema>,
-) -> Result<Value, OutputError> {
+/// else `{"result": <trimmed stdout>}` (facts §2.6; upstream
+/// `executor_tool.go`). Not checked against the node's schema: upstream
+/// never validates tool outputs ([`output_errors`] says what differs).
+pub fn parse_output(stdout: &[u8], truncated: bool) -> Map<String, Value> {
     let text = String::from_utf8_lossy(stdout);
     let trimmed = text.trim();
     let object = if truncated {
@@ -411,12 +409,11 @@ pub fn parse_output(
             _ => None,
         }
     };
-    let object = object.unwrap_or_else(|| {
+    object.unwrap_or_else(|| {
         let mut m = Map::new();
         m.insert("result".into(), Value::String(trimmed.to_owned()));
         m
-    });
-    check_output(object, schema)
+    })
 }
 
 /// Check a node's output object against its declared schema (every
@@ -425,18 +422,29 @@ pub fn check_output(
     object: Map<String, Value>,
     schema: Option<&Schema>,
 ) -> Result<Value, OutputError> {
+    match output_errors(&object, schema).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(Value::Object(object)),
+    }
+}
+
+/// Every way an output object differs from its schema (empty: it fits).
+pub fn output_errors(object: &Map<String, Value>, schema: Option<&Schema>) -> Vec<OutputError> {
+    let mut errors = Vec::new();
     if let Some(schema) = schema {
-        for field in &schema.fields {
-            let value = object
-                .get(&field.name)
-                .ok_or_else(|| OutputError::Missing {
+        'fields: for field in &schema.fields {
+            let Some(value) = object.get(&field.name) else {
+                errors.push(OutputError::Missing {
                     field: field.name.clone(),
-                })?;
+                });
+                continue;
+            };
             if !has_type(value, field.ty) {
-                return Err(OutputError::WrongType {
+                errors.push(OutputError::WrongType {
                     field: field.name.clone(),
                     expected: field.ty.word(),
                 });
+                continue;
             }
             if !field.enum_values.is_empty() {
                 // A `string[]` enum constrains each item.
@@ -447,17 +455,18 @@ pub fn check_output(
                 for item in items {
                     let text = template::value_text(item);
                     if !field.enum_values.contains(&text) {
-                        return Err(OutputError::NotInEnum {
+                        errors.push(OutputError::NotInEnum {
                             field: field.name.clone(),
                             value: text,
                             allowed: field.enum_values.clone(),
                         });
+                        continue 'fields;
                     }
                 }
             }
         }
     }
-    Ok(Value::Object(object))
+    errors
 }
 
 /// Coerce a `--var` string to the declared type.
@@ -790,34 +799,38 @@ mod tests {
         }
     }
 
+    /// Upstream `executor_tool.go`: stdout as a JSON object, else
+    /// `{"result": <trimmed stdout>}`; never checked against the schema
+    /// there, so parsing and checking are apart here.
     #[test]
     fn output_parsing() {
-        let s = schema(&[("ok", FieldType::Bool)]);
+        let s = schema(&[("ok", FieldType::Bool), ("n", FieldType::Int)]);
+        let parsed = |b: &[u8], cut| Value::Object(parse_output(b, cut));
         assert_eq!(
-            parse_output(b" {\"ok\": true, \"x\": 1}\n", false, Some(&s)).expect("ok"),
+            parsed(b" {\"ok\": true, \"x\": 1}\n", false),
             json!({"ok": true, "x": 1})
         );
+        let wrong = parse_output(b"{\"ok\": \"yes\"}", false);
+        let errors = output_errors(&wrong, Some(&s));
+        assert!(matches!(errors[0], OutputError::WrongType { .. }));
+        assert!(matches!(errors[1], OutputError::Missing { .. }));
+        assert_eq!(errors.len(), 2);
         assert!(matches!(
-            parse_output(b"{\"ok\": \"yes\"}", false, Some(&s)),
-            Err(OutputError::WrongType { .. })
-        ));
-        assert!(matches!(
-            parse_output(b"hello", false, Some(&s)),
+            check_output(parse_output(b"hello", false), Some(&s)),
             Err(OutputError::Missing { .. })
         ));
-        let r = schema(&[("result", FieldType::String)]);
         assert_eq!(
-            parse_output(b"  hi there\n", false, Some(&r)).expect("ok"),
+            parsed(b"  hi there\n", false),
             json!({"result": "hi there"})
         );
-        assert_eq!(
-            parse_output(b"[1,2]", false, None).expect("ok"),
-            json!({"result": "[1,2]"})
-        );
+        assert_eq!(parsed(b"[1,2]", false), json!({"result": "[1,2]"}));
         // A cut object is never half-parsed.
         assert_eq!(
-            parse_output(b"{\"ok\": true}", true, None).expect("ok"),
+            parsed(b"{\"ok\": true}", true),
             json!({"result": "{\"ok\": true}"})
+        );
+        assert!(
+            output_errors(&parse_output(b"{\"ok\": true, \"n\": 2}", false), Some(&s)).is_empty()
         );
     }
 
@@ -837,7 +850,7 @@ mod tests {
         #[test]
         fn parse_output_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), cut in any::<bool>()) {
             let s = schema(&[("result", FieldType::String)]);
-            let _ = parse_output(&bytes, cut, Some(&s));
+            let _ = output_errors(&parse_output(&bytes, cut), Some(&s));
         }
 
         #[test]

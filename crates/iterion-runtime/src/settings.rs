@@ -28,6 +28,10 @@ pub struct EngineSettings {
     pub stdout_keep: usize,
     /// Bytes of stderr kept for `node_failed.stderr_tail`.
     pub stderr_tail: usize,
+    /// Fail a tool node whose output does not match its `output:` schema
+    /// (`ITERION_STRICT_TOOL_OUTPUTS=1`); off, as upstream, which never
+    /// checks tool outputs: the mismatch is only an event.
+    pub strict_tool_outputs: bool,
 }
 
 impl Default for EngineSettings {
@@ -40,6 +44,7 @@ impl Default for EngineSettings {
             max_log_line: 64 * 1024,
             stdout_keep: 1024 * 1024,
             stderr_tail: 4 * 1024,
+            strict_tool_outputs: false,
         }
     }
 }

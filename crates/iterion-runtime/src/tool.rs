@@ -272,10 +272,6 @@ impl RunCx<'_> {
                 stderr_tail,
             });
         }
-        let schema = node
-            .output
-            .as_ref()
-            .and_then(|n| self.workflow.schemas.get(n));
         // Node output becomes event data (`node_finished.output`): a secret
         // value the command printed is masked before it is parsed.
         let stdout: std::borrow::Cow<'_, [u8]> = match secrets.redactor.is_empty() {
@@ -287,19 +283,59 @@ impl RunCx<'_> {
                     .into_bytes(),
             ),
         };
-        let output =
-            routing::parse_output(&stdout, out.stdout_truncated(), schema).map_err(|e| {
-                NodeError::Failed {
-                    code: FailureCode::NodeFailed,
-                    exit_code: Some(out.exit_code),
-                    error: format!(
-                        "output does not match schema {}: {e}",
-                        node.output.as_deref().unwrap_or("-")
-                    ),
-                    stderr_tail,
-                }
+        let output = routing::parse_output(&stdout, out.stdout_truncated());
+        let output = self
+            .tool_output(frame, node, output)
+            .map_err(|error| NodeError::Failed {
+                code: FailureCode::NodeFailed,
+                exit_code: Some(out.exit_code),
+                error,
+                stderr_tail,
             })?;
         Ok((out.exit_code, output))
+    }
+
+    /// A tool node's output against its `output:` schema. Upstream never
+    /// checks it (`pkg/runtime/helpers.go` `validateNodeOutput` is off
+    /// outside its tests), so a mismatch is a `node_output_schema_mismatch`
+    /// warning and the output goes on as parsed — unless
+    /// `ITERION_STRICT_TOOL_OUTPUTS=1`, where the node fails.
+    pub(crate) fn tool_output(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        output: serde_json::Map<String, Value>,
+    ) -> Result<Value, String> {
+        let schema = node
+            .output
+            .as_ref()
+            .and_then(|n| self.workflow.schemas.get(n));
+        let errors: Vec<String> = routing::output_errors(&output, schema)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if errors.is_empty() {
+            return Ok(Value::Object(output));
+        }
+        let schema = node.output.clone().unwrap_or_default();
+        let strict = self.settings.strict_tool_outputs;
+        self.emit_node(
+            frame,
+            &node.id,
+            iterion_core::EventKind::NodeOutputSchemaMismatch {
+                node: node.id.to_string(),
+                schema: schema.clone(),
+                errors: errors.clone(),
+                strict,
+            },
+        );
+        if strict {
+            return Err(format!(
+                "output does not match schema {schema}: {} (ITERION_STRICT_TOOL_OUTPUTS=1)",
+                errors.join("; ")
+            ));
+        }
+        Ok(Value::Object(output))
     }
 }
 

@@ -512,6 +512,19 @@ fn describe(kind: &EventKind) -> (Level, Group, String) {
             G::Agent,
             format!("agent failed ({code}): {error}"),
         ),
+        K::NodeOutputSchemaMismatch {
+            node,
+            schema,
+            errors,
+            strict,
+        } => (
+            if *strict { L::Error } else { L::Warn },
+            G::Node,
+            format!(
+                "{node}: output does not match schema {schema}: {}",
+                errors.join("; ")
+            ),
+        ),
         K::BudgetWarning {
             dimension,
             used,

@@ -353,6 +353,13 @@ impl Session {
             .with_provider_secrets(backends.clone());
         let (tap, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut engine = Engine::new(store.clone(), Arc::new(booter))
+            .with_settings(iterion_runtime::EngineSettings {
+                // Opt-in: fail a tool node whose output does not match its
+                // schema (upstream never checks; the default warns).
+                strict_tool_outputs: std::env::var("ITERION_STRICT_TOOL_OUTPUTS")
+                    .is_ok_and(|v| matches!(v.trim(), "1" | "true")),
+                ..Default::default()
+            })
             .with_agents(backends)
             .with_event_tap(tap);
         if interactive && std::io::IsTerminal::is_terminal(&std::io::stdin()) {

@@ -200,3 +200,190 @@ workflow review_fix:
     let second = calls[1].raw.clone();
     assert!(second.contains("Pushback: [pushed b1]"), "{second}");
 }
+
+/// Item 7: upstream `pkg/runtime/fan_out.go` (`validateWorkspaceSafety`,
+/// `isMutatingNode`): two tool branches of a `fan_out_all` may both write
+/// the workspace, so the run fails with upstream's `WORKSPACE_SAFETY`
+/// (here before any node runs or any container starts); a tool marked
+/// `parallel_safe: true` (our documented extension) lets it run.
+fn parallel_writers(engine: Option<Engine>) {
+    let sb = sandbox_for(engine);
+    let text = |safe: &str| {
+        format!(
+            r#"router fan:
+  mode: fan_out_all
+
+tool deps:
+  command: "touch deps.txt && echo '{{}}'"
+
+tool source:
+  command: "touch source.txt && echo '{{}}'"
+{safe}
+workflow audit:
+{sandbox}  entry: fan
+  fan -> deps
+  fan -> source
+  deps -> done
+  source -> done
+"#,
+            sandbox = sandbox_block(engine)
+        )
+    };
+    let file = sb.write("audit.iter", &text(""));
+    let r = sb.run(&file, &host_flags(engine));
+    assert_eq!(r.status(), "failed", "{engine:?}: {}", r.stderr);
+    assert_eq!(r.failure_code(), Some("WORKSPACE_SAFETY"), "{engine:?}");
+    assert!(!sb.workspace().join("deps.txt").exists(), "{engine:?}");
+    let events = sb.events(&r.run_id());
+    assert!(of_type(&events, "node_started").is_empty(), "{engine:?}");
+    assert!(of_type(&events, "sandbox_started").is_empty(), "{engine:?}");
+    let failed = &of_type(&events, "run_failed")[0]["data"];
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("workspace safety violation") && e.contains("router fan")),
+        "{engine:?}: {failed}"
+    );
+    let safe = text("  parallel_safe: true\n");
+    let file = sb.write("audit-safe.iter", &safe);
+    let r = sb.run(&file, &host_flags(engine));
+    assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+}
+
+#[test]
+fn host_parallel_writers_fail_with_workspace_safety() {
+    parallel_writers(None);
+}
+
+#[test]
+fn dockerd_parallel_writers_fail_with_workspace_safety() {
+    parallel_writers(Some(Engine::Docker));
+}
+
+#[test]
+fn podman_parallel_writers_fail_with_workspace_safety() {
+    parallel_writers(Some(Engine::Podman));
+}
+
+/// Item 9: upstream starts a run whose variable has no default and no
+/// `--var` (`pkg/runtime/engine.go` `resolveVars` leaves it out; nothing
+/// in `pkg/cli` refuses it); its placeholders stay literal. Ours does the
+/// same, and the run log names the variable and the flag.
+#[test]
+fn host_a_variable_without_value_starts_the_run_and_says_so() {
+    let sb = Sandbox::new(Engine::Docker);
+    let file = sb.write(
+        "feature.iter",
+        "vars:\n  feature_prompt: string\n\ntool a:\n  command: \"echo {{vars.feature_prompt}}\"\n\nworkflow feature:\n  entry: a\n  a -> done\n",
+    );
+    let r = sb.run(&file, &["--sandbox", "none"]);
+    assert_eq!(r.status(), "finished", "{}", r.stderr);
+    let events = sb.events(&r.run_id());
+    assert_eq!(
+        node_output(&events, "a")["result"],
+        "{{vars.feature_prompt}}"
+    );
+    let logs = sb.iterion(&["logs", &r.run_id()]);
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.contains(
+            "variable feature_prompt has no default and no value (pass --var feature_prompt=VALUE)"
+        ),
+        "{logs}"
+    );
+}
+
+/// Item 5: upstream `pkg/backend/model/executor_tool.go` parses a tool's
+/// stdout as a JSON object or wraps it as `{"result": …}`, and
+/// `pkg/runtime/helpers.go` `validateNodeOutput` never checks it against
+/// `output:` outside upstream's tests. Ours: the run goes on with a
+/// `node_output_schema_mismatch` warning; `ITERION_STRICT_TOOL_OUTPUTS=1`
+/// fails the node.
+fn tool_output_against_schema(engine: Option<Engine>) {
+    let text = format!(
+        r#"schema lint_out:
+  clean: bool
+  issues: int
+
+tool lint:
+  command: "echo 'no issues found'"
+  output: lint_out
+
+tool after:
+  command: "echo {{{{input.clean}}}}"
+
+workflow lint:
+{sandbox}  entry: lint
+  lint -> after with {{ clean: "{{{{outputs.lint.clean}}}}" }}
+  after -> done
+"#,
+        sandbox = sandbox_block(engine)
+    );
+    let sb = sandbox_for(engine);
+    let file = sb.write("lint.iter", &text);
+    let r = sb.run(&file, &host_flags(engine));
+    assert_eq!(r.status(), "finished", "{engine:?}: {}", r.stderr);
+    let events = sb.events(&r.run_id());
+    assert_eq!(
+        node_output(&events, "lint"),
+        &json!({"result": "no issues found"}),
+        "{engine:?}"
+    );
+    // The declared field the output lacks reads as null downstream: the
+    // command keeps its placeholder.
+    assert_eq!(
+        node_output(&events, "after")["result"],
+        "{{input.clean}}",
+        "{engine:?}"
+    );
+    let mismatch = &of_type(&events, "node_output_schema_mismatch")[0];
+    assert_eq!(mismatch["node_id"], "lint", "{engine:?}");
+    assert_eq!(mismatch["data"]["node"], "lint", "{engine:?}");
+    assert_eq!(mismatch["data"]["strict"], false, "{engine:?}");
+    let errors: Vec<&str> = mismatch["data"]["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "output field clean is missing",
+            "output field issues is missing"
+        ],
+        "{engine:?}"
+    );
+
+    let sb = sandbox_for(engine).with_env("ITERION_STRICT_TOOL_OUTPUTS", "1");
+    let file = sb.write("lint.iter", &text);
+    let r = sb.run(&file, &host_flags(engine));
+    assert_eq!(r.status(), "failed", "{engine:?}: {}", r.stderr);
+    assert_eq!(r.failure_code(), Some("NODE_FAILED"), "{engine:?}");
+    let events = sb.events(&r.run_id());
+    assert_eq!(
+        of_type(&events, "node_output_schema_mismatch")[0]["data"]["strict"],
+        true,
+        "{engine:?}"
+    );
+    assert!(
+        of_type(&events, "node_started")
+            .iter()
+            .all(|e| e["node_id"] != "after")
+    );
+}
+
+#[test]
+fn host_tool_output_is_not_held_to_its_schema() {
+    tool_output_against_schema(None);
+}
+
+#[test]
+fn dockerd_tool_output_is_not_held_to_its_schema() {
+    tool_output_against_schema(Some(Engine::Docker));
+}
+
+#[test]
+fn podman_tool_output_is_not_held_to_its_schema() {
+    tool_output_against_schema(Some(Engine::Podman));
+}

@@ -510,6 +510,16 @@ pub enum EventKind {
         reason: String,
         limitations_v1: Vec<String>,
     },
+    /// A tool node's output does not match its declared `output:` schema.
+    /// Upstream never checks tool outputs, so by default the run goes on
+    /// with the output as parsed; with `ITERION_STRICT_TOOL_OUTPUTS=1` the
+    /// node fails (`strict`).
+    NodeOutputSchemaMismatch {
+        node: String,
+        schema: String,
+        errors: Vec<String>,
+        strict: bool,
+    },
     /// A token or cost budget crossed its warning threshold (80 %).
     BudgetWarning {
         dimension: String,
@@ -653,6 +663,7 @@ event_names! {
     DelegateFinished => "delegate_finished",
     DelegateError => "delegate_error",
     SandboxClawRoutedViaRunner => "sandbox_claw_routed_via_runner",
+    NodeOutputSchemaMismatch => "node_output_schema_mismatch",
     BudgetWarning => "budget_warning",
     BudgetExceeded => "budget_exceeded",
     WorktreeCreated => "worktree_created",

@@ -413,6 +413,12 @@ pub fn every_kind() -> Vec<EventKind> {
             reason: "sandbox active".into(),
             limitations_v1: vec!["no host tools".into()],
         },
+        K::NodeOutputSchemaMismatch {
+            node: "probe".into(),
+            schema: "probe_out".into(),
+            errors: vec!["output field ok is missing".into()],
+            strict: false,
+        },
         K::BudgetWarning {
             dimension: "tokens".into(),
             used: 8000.0,

@@ -480,7 +480,10 @@ workflow w:
     let out = h.run(compile(source)).await;
     assert_eq!(out.status, RunStatus::Failed);
     let failure = out.failure.unwrap();
-    assert_eq!(failure.code, FailureCode::LaunchFailed);
+    // Upstream `pkg/runtime/fan_out.go` `validateWorkspaceSafety`: its own
+    // failure code, `WORKSPACE_SAFETY`.
+    assert_eq!(failure.code, FailureCode::WorkspaceSafety);
+    assert_eq!(failure.code.as_str(), "WORKSPACE_SAFETY");
     assert!(
         failure.message.contains("router fan"),
         "{}",
