@@ -32,9 +32,13 @@ pub const PROVIDER_CREDENTIAL_VARS: &[&str] = &[
     "MISTRAL_API_KEY",
     "BEDROCK_REGION",
     "AWS_REGION",
+    "AWS_DEFAULT_REGION",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+    "AWS_ENDPOINT_URL",
 ];
 
 /// Credentials only the claude CLI may use (a subscription token, a
@@ -48,6 +52,9 @@ const NON_SECRET_VARS: &[&str] = &[
     "AZURE_OPENAI_ENDPOINT",
     "BEDROCK_REGION",
     "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+    "AWS_ENDPOINT_URL",
     "CLAUDE_CONFIG_DIR",
 ];
 
@@ -72,11 +79,12 @@ impl ProviderCredentials {
     /// "unset"). The one place that decides which host variables may
     /// reach an agent.
     pub fn collect(env: &EnvSnapshot) -> Self {
-        let vars = PROVIDER_CREDENTIAL_VARS
+        let mut vars: BTreeMap<String, String> = PROVIDER_CREDENTIAL_VARS
             .iter()
             .chain(CLAUDE_CODE_ONLY_VARS)
             .filter_map(|name| env.get(name).map(|v| ((*name).to_owned(), v.to_owned())))
             .collect();
+        crate::provider::bedrock::profile_into(env, &mut vars);
         Self { vars }
     }
 
@@ -115,6 +123,35 @@ impl ProviderCredentials {
                         "anthropic",
                         &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"],
                     ));
+                }
+                Ok(out)
+            }
+            Provider::Bedrock => {
+                let out = pick(&[
+                    "AWS_REGION",
+                    "AWS_DEFAULT_REGION",
+                    "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN",
+                    "AWS_BEARER_TOKEN_BEDROCK",
+                    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+                    "AWS_ENDPOINT_URL",
+                ]);
+                let keys = out.contains_key("AWS_ACCESS_KEY_ID")
+                    && out.contains_key("AWS_SECRET_ACCESS_KEY");
+                if !keys && !out.contains_key("AWS_BEARER_TOKEN_BEDROCK") {
+                    return Err(missing(
+                        "bedrock",
+                        &[
+                            "AWS_ACCESS_KEY_ID",
+                            "AWS_SECRET_ACCESS_KEY",
+                            "AWS_PROFILE",
+                            "AWS_BEARER_TOKEN_BEDROCK",
+                        ],
+                    ));
+                }
+                if !out.contains_key("AWS_REGION") && !out.contains_key("AWS_DEFAULT_REGION") {
+                    return Err(missing("bedrock", &["AWS_REGION", "AWS_DEFAULT_REGION"]));
                 }
                 Ok(out)
             }
@@ -211,16 +248,15 @@ impl ProviderCredentials {
             let base = self
                 .get(provider.base_url_var())
                 .unwrap_or(provider.default_base_url());
-            let Some(host) = https_host(base) else {
+            let Some((host, port)) = https_host(base) else {
                 continue;
             };
             for variable in variables {
                 if let Some(value) = self.get(variable) {
-                    out.push(iterion_core::agent::ProviderSecret::new(
-                        *variable,
-                        host.clone(),
-                        value,
-                    ));
+                    out.push(
+                        iterion_core::agent::ProviderSecret::new(*variable, host.clone(), value)
+                            .on_port(port),
+                    );
                 }
             }
         }
@@ -253,9 +289,10 @@ impl ProviderCredentials {
     }
 }
 
-/// The host of an `https://` URL (no port, IPv6 without brackets);
-/// `None` for any other scheme or an unparsable URL.
-fn https_host(url: &str) -> Option<String> {
+/// The host (IPv6 without brackets) and port (443 unless the URL names
+/// another) of an `https://` URL; `None` for any other scheme or an
+/// unparsable URL.
+fn https_host(url: &str) -> Option<(String, u16)> {
     let parsed = reqwest::Url::parse(url.trim()).ok()?;
     if parsed.scheme() != "https" {
         return None;
@@ -265,7 +302,8 @@ fn https_host(url: &str) -> Option<String> {
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+    let port = parsed.port_or_known_default().unwrap_or(443);
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
 }
 
 fn missing(provider: &str, variables: &[&str]) -> AgentError {
@@ -417,14 +455,15 @@ mod tests {
 
     #[test]
     fn bindable_keys_follow_their_provider_https_host() {
-        let hosts = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        let hosts = |pairs: &[(&str, &str)]| -> Vec<(String, String, u16)> {
             ProviderCredentials::collect(&env(pairs))
                 .bindable()
                 .into_iter()
-                .map(|s| (s.variable.clone(), s.host.clone()))
+                .map(|s| (s.variable.clone(), s.host.clone(), s.port))
                 .collect()
         };
-        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned(), 443);
+        let on = |a: &str, b: &str, port: u16| (a.to_owned(), b.to_owned(), port);
         // The public APIs by default.
         assert_eq!(
             hosts(&[
@@ -437,7 +476,7 @@ mod tests {
                 pair("OPENAI_API_KEY", "api.openai.com"),
             ]
         );
-        // A gateway over HTTPS: its host (case-folded, port dropped); the
+        // A gateway over HTTPS: its host (case-folded) and port; the
         // subscription token and the bearer token go with the Anthropic keys.
         assert_eq!(
             hosts(&[
@@ -451,8 +490,8 @@ mod tests {
                 ("OPENAI_API_KEY", "sk-o"),
             ]),
             vec![
-                pair("ANTHROPIC_AUTH_TOKEN", "gw.example.com"),
-                pair("CLAUDE_CODE_OAUTH_TOKEN", "gw.example.com"),
+                on("ANTHROPIC_AUTH_TOKEN", "gw.example.com", 8443),
+                on("CLAUDE_CODE_OAUTH_TOKEN", "gw.example.com", 8443),
                 pair("OPENAI_API_KEY", "10.0.0.7"),
             ]
         );

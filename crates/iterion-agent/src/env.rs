@@ -8,6 +8,23 @@
 
 use std::collections::BTreeMap;
 
+/// The variable names a `${VAR}` / `${VAR:-default}` expression reads, in
+/// order (a default's own `${…}` included).
+pub fn referenced_vars(s: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        rest = &rest[start + 2..];
+        let end = rest.find(['}', ':']).unwrap_or(rest.len());
+        let name = &rest[..end];
+        if !name.is_empty() && !out.iter().any(|n| n == name) {
+            out.push(name.to_owned());
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
 /// Environment variables, by name. `Debug` prints names only: a snapshot
 /// holds credentials.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -32,6 +32,29 @@ pub enum AgentError {
         /// The model string.
         model: String,
     },
+    /// `model:` expanded to nothing and nothing else named one.
+    #[error(
+        "node {node}: no model: `model: {written:?}` is empty once expanded, and none of {} gives one (set one of them, or write `model: \"provider/model\"`)",
+        .tried.join(", ")
+    )]
+    ModelUnresolved {
+        /// The node.
+        node: String,
+        /// `model:` as written (never an expanded value).
+        written: String,
+        /// The variables looked at, in order.
+        tried: Vec<String>,
+    },
+    /// `model:` holds a `{{…}}` template, which is never rendered there.
+    #[error(
+        "node {node}: model {written:?}: `{{{{…}}}}` templates are not rendered in `model:` (as upstream); write the model, or `${{VAR}}` / `${{VAR:-default}}` to take it from the environment"
+    )]
+    ModelTemplate {
+        /// The node.
+        node: String,
+        /// `model:` as written.
+        written: String,
+    },
     /// A provider prefix nobody knows.
     #[error("unknown model provider {provider:?} in {model:?}; known: anthropic, openai")]
     UnknownProvider {
@@ -70,6 +93,15 @@ pub enum AgentError {
         /// The tool name.
         tool: String,
         /// Why.
+        reason: String,
+    },
+    /// A tool upstream's claw registers that this engine does not serve
+    /// (its vendored claw's own orchestration, or not built yet).
+    #[error("tool {tool:?} is not available in this engine: {reason}")]
+    ToolUnavailable {
+        /// The tool name.
+        tool: String,
+        /// Why, and what to use instead.
         reason: String,
     },
     /// Two tools would share a qualified or a wire name.
@@ -293,11 +325,14 @@ impl AgentError {
         match self {
             Self::UnknownBackend { .. } => "AGENT_UNKNOWN_BACKEND",
             Self::InvalidModel { .. } => "AGENT_INVALID_MODEL",
+            Self::ModelUnresolved { .. } => "AGENT_MODEL_UNRESOLVED",
+            Self::ModelTemplate { .. } => "AGENT_MODEL_TEMPLATE",
             Self::UnknownProvider { .. } => "AGENT_UNKNOWN_PROVIDER",
             Self::ProviderUnsupported { .. } => "AGENT_PROVIDER_UNSUPPORTED",
             Self::MissingCredential { .. } => "AGENT_MISSING_CREDENTIAL",
             Self::SubscriptionTokenRefused { .. } => "AGENT_SUBSCRIPTION_TOKEN_REFUSED",
             Self::ToolRefused { .. } => "AGENT_TOOL_REFUSED",
+            Self::ToolUnavailable { .. } => "AGENT_TOOL_UNAVAILABLE",
             Self::ToolCollision { .. } => "AGENT_TOOL_COLLISION",
             Self::ToolFailed { .. } => "AGENT_TOOL_FAILED",
             Self::McpSpawnFailed { .. } => "AGENT_MCP_SPAWN_FAILED",

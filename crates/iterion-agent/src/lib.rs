@@ -28,6 +28,7 @@ pub mod env;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod interaction;
 pub mod mcp;
 pub mod model;
 pub mod process;

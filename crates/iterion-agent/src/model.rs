@@ -15,6 +15,9 @@ pub enum Provider {
     /// OpenAI chat completions (and vLLM, Ollama, LiteLLM, OpenRouter…).
     #[serde(rename = "openai")]
     OpenAi,
+    /// Anthropic models on AWS Bedrock (`InvokeModel`, SigV4 or a Bedrock
+    /// API key): `bedrock/<model-id>`.
+    Bedrock,
 }
 
 impl Provider {
@@ -23,6 +26,7 @@ impl Provider {
         match self {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -31,6 +35,8 @@ impl Provider {
         match self {
             Self::Anthropic => "https://api.anthropic.com",
             Self::OpenAi => "https://api.openai.com/v1",
+            // Per region: `https://bedrock-runtime.<region>.amazonaws.com`.
+            Self::Bedrock => "",
         }
     }
 
@@ -39,13 +45,14 @@ impl Provider {
         match self {
             Self::Anthropic => "ANTHROPIC_BASE_URL",
             Self::OpenAi => "OPENAI_BASE_URL",
+            Self::Bedrock => "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
         }
     }
 }
 
 /// Prefixes upstream knows but this build does not speak (their clients
-/// need cloud SDK signing: SigV4, Google ADC, Azure AD).
-const UNSUPPORTED_PROVIDERS: &[&str] = &["bedrock", "vertex", "foundry"];
+/// need cloud SDK signing: Google ADC, Azure AD).
+const UNSUPPORTED_PROVIDERS: &[&str] = &["vertex", "foundry"];
 
 /// A parsed `provider/model` string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +81,7 @@ impl ModelSpec {
         let provider = match prefix {
             "anthropic" => Provider::Anthropic,
             "openai" => Provider::OpenAi,
+            "bedrock" => Provider::Bedrock,
             p if UNSUPPORTED_PROVIDERS.contains(&p) => {
                 return Err(AgentError::ProviderUnsupported {
                     provider: p.to_owned(),
@@ -148,7 +156,7 @@ mod tests {
             ("/x", "AGENT_INVALID_MODEL"),
             ("anthropic/", "AGENT_INVALID_MODEL"),
             ("mistral/large", "AGENT_UNKNOWN_PROVIDER"),
-            ("bedrock/claude", "AGENT_PROVIDER_UNSUPPORTED"),
+            ("vertex/claude", "AGENT_PROVIDER_UNSUPPORTED"),
         ];
         for (input, code) in cases {
             assert_eq!(

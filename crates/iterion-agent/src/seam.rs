@@ -272,9 +272,13 @@ impl AgentBackends {
     }
 
     /// The task of one request on `backend`.
-    fn task_of(&self, request: &AgentRequest, backend: BackendName) -> AgentTask {
+    fn task_of(
+        &self,
+        request: &AgentRequest,
+        backend: BackendName,
+    ) -> Result<AgentTask, AgentError> {
         let mut task = AgentTask::new(request.node.to_string(), request.user_prompt.clone());
-        task.model = model_of(request, &self.env);
+        task.model = resolve_model(request, backend, &self.env)?;
         task.system_prompt = request.system_prompt.clone();
         task.tools = request.tools.clone();
         task.tool_policy = request.tool_policy.clone();
@@ -302,7 +306,7 @@ impl AgentBackends {
             },
             _ => SessionSpec::Fresh,
         };
-        task
+        Ok(task)
     }
 
     /// The node's effective backend (the one resolver).
@@ -335,7 +339,7 @@ impl AgentBackends {
     ) -> Result<BackendName, AgentError> {
         let request = admission_request(node, properties, default_backend);
         let backend = self.backend_of(&request)?;
-        let mut task = self.task_of(&request, backend);
+        let mut task = self.task_of(&request, backend)?;
         // No server runs yet: a named MCP tool of one of the node's servers
         // stands for itself (a wildcard is judged once expanded, at run
         // time); one of another server is refused now.
@@ -449,10 +453,19 @@ fn admission_request(
                 .collect()
         })
     };
+    // A `mode: llm` router's model falls back like a router's at run time.
+    let role = if text("mode").as_deref() == Some("llm") {
+        seam::AgentRole::Router {
+            multi: false,
+            candidates: Vec::new(),
+        }
+    } else {
+        seam::AgentRole::Agent
+    };
     AgentRequest {
         run_id: RunId::generate(),
         node: node.clone(),
-        role: seam::AgentRole::Agent,
+        role,
         system_prompt: None,
         user_prompt: String::new(),
         model: text("model"),
@@ -474,14 +487,136 @@ fn admission_request(
     }
 }
 
-/// `model:` with `${VAR:-default}` expanded; a bare model name with a
-/// `provider:` becomes `provider/model` (the form [`crate::model`] parses).
+/// The variable that stands for an absent or empty `model:` (upstream
+/// `pkg/dsl/ir/compile.go`: agents, judges and routers alike).
+pub const DEFAULT_SUPERVISOR_MODEL_VAR: &str = "ITERION_DEFAULT_SUPERVISOR_MODEL";
+/// The last fallback of an LLM router, and claw's pick with an Anthropic key.
+pub const FALLBACK_ANTHROPIC_MODEL: &str = "anthropic/claude-sonnet-4-6";
+/// claw's pick with only an OpenAI key.
+pub const FALLBACK_OPENAI_MODEL: &str = "openai/gpt-5.4-mini";
+
+/// `model:` as written, with an absent or empty one taking
+/// `ITERION_DEFAULT_SUPERVISOR_MODEL` (upstream does it at compile time,
+/// which for a run is its launch); `${VAR:-default}` expanded; a bare
+/// model name with a `provider:` becomes `provider/model` (the form
+/// [`crate::model`] parses). `None`: nothing written, nothing inherited.
 fn model_of(request: &AgentRequest, env: &EnvSnapshot) -> Option<String> {
-    let model = env.expand(request.model.as_deref()?).value;
+    let written = request
+        .model
+        .as_deref()
+        .filter(|m| !m.trim().is_empty())
+        .or_else(|| {
+            env.get(DEFAULT_SUPERVISOR_MODEL_VAR)
+                .filter(|m| !m.is_empty())
+        })?;
+    let model = env.expand(written).value;
     match &request.provider {
-        Some(p) if !model.contains('/') => Some(format!("{}/{model}", env.expand(p).value)),
+        Some(p) if !model.is_empty() && !model.contains('/') => {
+            Some(format!("{}/{model}", env.expand(p).value))
+        }
         _ => Some(model),
     }
+}
+
+/// The model a node runs with (upstream `pkg/backend/model/executor.go`
+/// `resolvedModel` and the router's fallback). When `model:` expands to
+/// nothing: an LLM router takes `ITERION_DEFAULT_SUPERVISOR_MODEL`, then
+/// `anthropic/claude-sonnet-4-6`; `claw` picks from the credentials it
+/// finds, Anthropic first (`anthropic/claude-sonnet-4-6`, unless
+/// `ANTHROPIC_BASE_URL` is a z.ai gateway), then OpenAI
+/// (`openai/gpt-5.4-mini`), else refuses the node naming the variables
+/// it tried; `claude_code` runs its CLI's own default (no `--model`). A
+/// `{{…}}` template is never rendered in `model:` (as upstream): refused
+/// with that said.
+fn resolve_model(
+    request: &AgentRequest,
+    backend: BackendName,
+    env: &EnvSnapshot,
+) -> Result<Option<String>, AgentError> {
+    if let Some(written) = &request.model
+        && written.contains("{{")
+    {
+        return Err(AgentError::ModelTemplate {
+            node: request.node.to_string(),
+            written: written.clone(),
+        });
+    }
+    let model = model_of(request, env).filter(|m| !m.is_empty());
+    if model.is_some() {
+        return Ok(model);
+    }
+    if matches!(request.role, seam::AgentRole::Router { .. }) {
+        return Ok(Some(
+            env.get(DEFAULT_SUPERVISOR_MODEL_VAR)
+                .filter(|m| !m.is_empty())
+                .map_or_else(|| FALLBACK_ANTHROPIC_MODEL.to_owned(), str::to_owned),
+        ));
+    }
+    match backend {
+        BackendName::Claw => {
+            let set = |k: &str| env.get(k).is_some_and(|v| !v.is_empty());
+            let zai = env
+                .get("ANTHROPIC_BASE_URL")
+                .is_some_and(|u| u.contains("z.ai"));
+            if set("ANTHROPIC_API_KEY") && !zai {
+                return Ok(Some(FALLBACK_ANTHROPIC_MODEL.to_owned()));
+            }
+            if set("OPENAI_API_KEY") {
+                return Ok(Some(FALLBACK_OPENAI_MODEL.to_owned()));
+            }
+            let mut tried = Vec::new();
+            if let Some(w) = request.model.as_deref() {
+                tried.extend(crate::env::referenced_vars(w));
+            }
+            for v in [
+                DEFAULT_SUPERVISOR_MODEL_VAR,
+                "ANTHROPIC_API_KEY",
+                "OPENAI_API_KEY",
+            ] {
+                if !tried.iter().any(|t| t == v) {
+                    tried.push(v.to_owned());
+                }
+            }
+            Err(AgentError::ModelUnresolved {
+                node: request.node.to_string(),
+                written: request.model.clone().unwrap_or_default(),
+                tried,
+            })
+        }
+        BackendName::ClaudeCode | BackendName::Codex => Ok(None),
+    }
+}
+
+/// Who answers a node's `ask_user`: its interaction model under
+/// `interaction: llm` / `llm_or_human` (the engine puts the effective
+/// word and the rendered `interaction_prompt:` in the request's
+/// properties), else the engine's human asker.
+fn interaction_asker(
+    request: &AgentRequest,
+    env: &EnvSnapshot,
+    human: Option<Arc<dyn seam::AskHuman>>,
+) -> Option<Arc<dyn seam::AskHuman>> {
+    let text = |k: &str| {
+        request
+            .properties
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let or_human = match text("interaction").as_deref() {
+        Some("llm") => false,
+        Some("llm_or_human") => true,
+        _ => return human,
+    };
+    Some(Arc::new(crate::interaction::LlmAsker {
+        env: env.clone(),
+        node: request.node.to_string(),
+        model: text("interaction_model").filter(|m| !m.is_empty()),
+        system: text("interaction_prompt"),
+        human,
+        or_human,
+        rounds: std::sync::atomic::AtomicU32::new(0),
+    }))
 }
 
 /// This crate's events, as the engine's drafts.
@@ -512,7 +647,9 @@ impl seam::AgentRunner for AgentBackends {
         let backend = self
             .backend_of(&request)
             .map_err(|e| to_seam(e, request.backend.as_deref().unwrap_or("(unresolved)")))?;
-        let mut task = self.task_of(&request, backend);
+        let mut task = self
+            .task_of(&request, backend)
+            .map_err(|e| to_seam(e, backend.as_str()))?;
         task.budget = self.budget_for(&request.run_id);
         let sink = Forward(cx.events);
         if backend != BackendName::Claw
@@ -556,9 +693,10 @@ impl seam::AgentRunner for AgentBackends {
         // node's token with it, which kills its tools and processes.
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
+        let ask = interaction_asker(&request, &self.env, cx.ask.clone());
         let launcher = match backend {
             BackendName::Claw => self
-                .node_launcher(&request, &mut task, &cx.run_log, cx.ask.clone())
+                .node_launcher(&request, &mut task, &cx.run_log, ask.clone())
                 .await
                 .map_err(|e| {
                     sink.emit(EventKind::DelegateError {
@@ -575,7 +713,7 @@ impl seam::AgentRunner for AgentBackends {
         };
         let cli = match backend {
             BackendName::ClaudeCode => self
-                .cli_mcp(&request, &mut task, &run_log, sandboxed, cx.ask.clone())
+                .cli_mcp(&request, &mut task, &run_log, sandboxed, ask.clone())
                 .await
                 .map_err(|e| to_seam(e, backend.as_str()))?,
             _ => None,
@@ -798,6 +936,102 @@ mod tests {
                 "{model:?} {provider:?}"
             );
         }
+    }
+
+    /// Upstream `pkg/backend/model/executor.go` (`resolvedModel`, the LLM
+    /// router's fallback) and `pkg/backend/detect/detect.go` (claw's pick
+    /// by credentials), `pkg/dsl/ir/compile.go` (an absent `model:` takes
+    /// `ITERION_DEFAULT_SUPERVISOR_MODEL`).
+    #[test]
+    fn empty_models_resolve_as_upstream() {
+        let resolve =
+            |model: Option<&str>, router: bool, backend: BackendName, env: &EnvSnapshot| {
+                let mut props = BTreeMap::new();
+                if let Some(m) = model {
+                    props.insert("model".to_owned(), Value::String(m.to_owned()));
+                }
+                if router {
+                    props.insert("mode".to_owned(), Value::String("llm".to_owned()));
+                }
+                resolve_model(
+                    &admission_request(&NodeId::new("n"), &props, None),
+                    backend,
+                    env,
+                )
+            };
+        let none = EnvSnapshot::new();
+        let anthropic = EnvSnapshot::new().with("ANTHROPIC_API_KEY", "k");
+        let openai = EnvSnapshot::new().with("OPENAI_API_KEY", "k");
+        let zai = anthropic
+            .clone()
+            .with("ANTHROPIC_BASE_URL", "https://api.z.ai/api/anthropic")
+            .with("OPENAI_API_KEY", "k");
+        let sup = EnvSnapshot::new().with(DEFAULT_SUPERVISOR_MODEL_VAR, "openai/sup");
+        let claw = BackendName::Claw;
+        let cc = BackendName::ClaudeCode;
+        let ok = |r: Result<Option<String>, AgentError>| r.expect("resolves");
+        // `${X}` unset: claw picks by credentials, Anthropic first.
+        assert_eq!(
+            ok(resolve(Some("${X}"), false, claw, &anthropic)).as_deref(),
+            Some(FALLBACK_ANTHROPIC_MODEL)
+        );
+        assert_eq!(
+            ok(resolve(Some("${X}"), false, claw, &openai)).as_deref(),
+            Some(FALLBACK_OPENAI_MODEL)
+        );
+        assert_eq!(
+            ok(resolve(Some("${X}"), false, claw, &zai)).as_deref(),
+            Some(FALLBACK_OPENAI_MODEL)
+        );
+        assert_eq!(
+            ok(resolve(Some("${X:-anthropic/d}"), false, claw, &none)).as_deref(),
+            Some("anthropic/d")
+        );
+        // Absent or empty: the supervisor variable, as written at compile time.
+        assert_eq!(
+            ok(resolve(None, false, claw, &sup)).as_deref(),
+            Some("openai/sup")
+        );
+        assert_eq!(
+            ok(resolve(Some(""), false, claw, &sup)).as_deref(),
+            Some("openai/sup")
+        );
+        // ...but not for a written `${X}` that expands to nothing.
+        assert_eq!(ok(resolve(Some("${X}"), false, cc, &sup)), None);
+        // claude_code: its CLI's default model.
+        assert_eq!(ok(resolve(Some("${X}"), false, cc, &none)), None);
+        assert_eq!(ok(resolve(None, false, cc, &none)), None);
+        // An LLM router: the supervisor variable, then sonnet.
+        assert_eq!(
+            ok(resolve(Some("${X}"), true, claw, &sup)).as_deref(),
+            Some("openai/sup")
+        );
+        assert_eq!(
+            ok(resolve(Some("${X}"), true, cc, &none)).as_deref(),
+            Some(FALLBACK_ANTHROPIC_MODEL)
+        );
+        // claw with nothing: a typed error naming the node and what was tried.
+        let err = resolve(Some("${CONTEXT_MODEL}"), false, claw, &none).expect_err("unresolved");
+        assert_eq!(err.code(), "AGENT_MODEL_UNRESOLVED");
+        let text = err.to_string();
+        for name in [
+            "node n",
+            "CONTEXT_MODEL",
+            DEFAULT_SUPERVISOR_MODEL_VAR,
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+        ] {
+            assert!(text.contains(name), "{name}: {text}");
+        }
+        // A template is never rendered in `model:`; the error says so.
+        let err =
+            resolve(Some("{{vars.default_model}}"), false, claw, &anthropic).expect_err("template");
+        assert_eq!(err.code(), "AGENT_MODEL_TEMPLATE");
+        assert!(err.to_string().contains("not rendered"), "{err}");
+        assert_eq!(
+            crate::env::referenced_vars("${A:-${B}}x${A}"),
+            vec!["A", "B"]
+        );
     }
 
     #[test]

@@ -318,9 +318,14 @@ fn describe_kind(event: &EventRecord, kind: &EventKind) -> Option<String> {
             port,
             reason,
             rule,
+            authority,
             ..
         } => format!(
-            "egress: blocked {host}:{port} ({reason}, rule {}){}",
+            "egress: blocked {host}:{port}{} ({reason}, rule {}){}",
+            authority
+                .as_deref()
+                .map(|a| format!(" (a request for {a} inside it)"))
+                .unwrap_or_default(),
             rule.as_deref().unwrap_or("none"),
             if node.is_empty() {
                 String::new()

@@ -469,6 +469,9 @@ pub struct ProviderSecret {
     pub variable: String,
     /// The provider's host (a name or an IP literal, no port).
     pub host: String,
+    /// The provider's port (its base URL's, 443 when it names none): the
+    /// key is bound to host AND port (issue 31 item 4).
+    pub port: u16,
     value: String,
 }
 
@@ -482,8 +485,15 @@ impl ProviderSecret {
         Self {
             variable: variable.into(),
             host: host.into(),
+            port: 443,
             value: value.into(),
         }
+    }
+
+    /// The same credential for `port` of its host.
+    pub fn on_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
     }
 
     /// The value (for the proxy's binding and the redactor only).
@@ -498,6 +508,7 @@ impl fmt::Debug for ProviderSecret {
         f.debug_struct("ProviderSecret")
             .field("variable", &self.variable)
             .field("host", &self.host)
+            .field("port", &self.port)
             .finish_non_exhaustive()
     }
 }

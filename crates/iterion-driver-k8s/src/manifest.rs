@@ -20,12 +20,25 @@
 //!   per-run Secret projected read-only at their path. A mount's `size=`
 //!   becomes its `sizeLimit`, except on storage that holds a declared
 //!   read-back path: the kubelet evicts the whole pod past a sizeLimit, and
-//!   ADR-143 (R9) promises one dropped member instead, metered on the host.
+//!   ADR-143 (R9) promises one dropped member instead, metered on the host,
+//!   so that storage gets the run's disk bound (far above any read-back
+//!   cap) rather than its own `size=`.
 //! - With a proxy, the `*_PROXY` variables read a per-run Secret (the token
 //!   never appears in the pod spec, nor in what the API server logs of it),
-//!   and a NetworkPolicy admits only the runner's IP (`ITERION_POD_IP`) and
-//!   cluster DNS: traffic that ignores the proxy is dropped on a CNI that
-//!   enforces NetworkPolicy (facts §7.6).
+//!   and a NetworkPolicy admits only the runner's IP (`ITERION_POD_IP`):
+//!   traffic that ignores the proxy is dropped on a CNI that enforces
+//!   NetworkPolicy (facts §7.6). Not even cluster DNS ([`PodDns`], issue 31
+//!   item 7): it recurses, a channel out of the pod; the proxy resolves
+//!   every name and a `*_PROXY` client resolves none, so the policy admits
+//!   no port 53 and the pod's resolver points at its own loopback (a
+//!   lookup fails at once instead of timing out). Only an open run, which
+//!   has no policy and reaches hosts itself, keeps the cluster's DNS.
+//! - Bounded storage (issue 31 item 7): every `emptyDir` has a `sizeLimit`
+//!   (its mount's `size=`, else the run's disk bound `ITERION_SANDBOX_DISK`,
+//!   the very bound the engine path gives the writable layer; a
+//!   memory-backed one, the memory limit), and the container an
+//!   `ephemeral-storage` limit of that disk bound, which on a node covers
+//!   its writable layer, its logs and its disk-backed `emptyDir`s together.
 //! - When the proxy inspects (issue 17), the run's CA certificate (never
 //!   its key) is a key of that Secret, projected read-only at
 //!   `/etc/iterion-egress/ca.pem` inside a small writable emptyDir at
@@ -43,16 +56,15 @@ use iterion_core::{LaunchPlan, Mount, MountKind, MountOrigin, RunInfo};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    KeyToPath, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    KeyToPath, PersistentVolumeClaimVolumeSource, Pod, PodDNSConfig, PodSecurityContext, PodSpec,
     ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
     SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
-    NetworkPolicyPort, NetworkPolicySpec,
+    NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::error::K8sError;
 use crate::settings::{K8sSettings, POD_IP_ENV, RunnerPod};
@@ -74,6 +86,59 @@ pub const STORE_LABEL: &str = "iterion.io/store";
 pub const OWNER_ANNOTATION: &str = "iterion.io/owner";
 /// Annotation carrying the full friendly run name.
 pub const RUN_NAME_ANNOTATION: &str = "iterion.io/run-name";
+/// Annotation on the pod saying whether it resolves names ([`PodDns`]).
+pub const DNS_ANNOTATION: &str = "iterion.io/dns";
+
+/// Whether a run's pod resolves names itself (issue 31 item 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodDns {
+    /// No DNS at all: the egress proxy resolves every name, a client of
+    /// `HTTPS_PROXY` sends it names, and the NetworkPolicy admits only the
+    /// runner. Cluster DNS recurses to any domain: a channel out.
+    None,
+    /// The cluster's DNS: an open run (no proxy, no NetworkPolicy) reaches
+    /// hosts itself and needs their addresses.
+    Cluster,
+}
+
+impl PodDns {
+    /// What `plan` needs.
+    pub fn of(plan: &LaunchPlan) -> PodDns {
+        if plan.egress.is_some() {
+            PodDns::None
+        } else {
+            PodDns::Cluster
+        }
+    }
+
+    /// The annotation's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodDns::None => "none",
+            PodDns::Cluster => "cluster",
+        }
+    }
+
+    /// Why, in a sentence (`iterion sandbox manifests` prints it).
+    pub fn reason(self) -> &'static str {
+        match self {
+            PodDns::None => {
+                "the egress proxy resolves every name (HTTPS_PROXY clients need no DNS): the NetworkPolicy admits no DNS and the pod's resolver is its own loopback"
+            }
+            PodDns::Cluster => {
+                "the network is open (no proxy, no NetworkPolicy): the pod resolves names through the cluster's DNS"
+            }
+        }
+    }
+}
+
+/// The pod's resolver when it gets no DNS: its own loopback, where nothing
+/// answers, so a lookup fails at once instead of waiting on a dropped
+/// packet.
+const NO_DNS_NAMESERVER: &str = "127.0.0.1";
+/// The scheduler's share of the ephemeral-storage bound (the limit is the
+/// bound; a request equal to it would reserve the whole bound on a node).
+const EPHEMERAL_REQUEST_CAP: u64 = 1 << 30;
 
 /// The one container of the pod.
 pub const CONTAINER: &str = "workload";
@@ -404,7 +469,8 @@ pub fn render(
             reason: "the CA travels in the proxy's per-run Secret; only an inspecting proxy has one",
         });
     }
-    let (mut volumes, mut mounts, files) = render_volumes(plan, run, secret_files)?;
+    let r = &opts.settings.resources;
+    let (mut volumes, mut mounts, files) = render_volumes(plan, run, secret_files, r)?;
     if plan.egress_ca.is_some() {
         let (v, m) = trust_volumes(run);
         volumes.extend(v);
@@ -420,18 +486,27 @@ pub fn render(
         });
     }
 
-    let r = &opts.settings.resources;
+    let mut requests = BTreeMap::from([
+        ("cpu".to_owned(), r.requests_cpu.quantity()),
+        ("memory".to_owned(), r.requests_memory.quantity()),
+    ]);
+    let mut limits = BTreeMap::from([
+        ("cpu".to_owned(), r.limits_cpu.quantity()),
+        ("memory".to_owned(), r.limits_memory.quantity()),
+    ]);
+    if let Some(disk) = plan.limits.writable_layer {
+        limits.insert("ephemeral-storage".to_owned(), binary_quantity(disk.0));
+        requests.insert(
+            "ephemeral-storage".to_owned(),
+            binary_quantity(disk.0.min(EPHEMERAL_REQUEST_CAP)),
+        );
+    }
     let resources = ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".to_owned(), r.requests_cpu.quantity()),
-            ("memory".to_owned(), r.requests_memory.quantity()),
-        ])),
-        limits: Some(BTreeMap::from([
-            ("cpu".to_owned(), r.limits_cpu.quantity()),
-            ("memory".to_owned(), r.limits_memory.quantity()),
-        ])),
+        requests: Some(requests),
+        limits: Some(limits),
         ..ResourceRequirements::default()
     };
+    let dns = PodDns::of(plan);
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image),
@@ -462,14 +537,25 @@ pub fn render(
         .max_duration
         .and_then(|d| i64::try_from(d.as_secs()).ok())
         .map(|s| s.saturating_add(DEADLINE_MARGIN_SECS));
+    let mut pod_meta = metadata(
+        name,
+        info,
+        opts,
+        &[(COMPONENT_LABEL, COMPONENT_SANDBOX_RUN)],
+    );
+    pod_meta
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(DNS_ANNOTATION.to_owned(), dns.as_str().to_owned());
     let pod = Pod {
-        metadata: metadata(
-            name,
-            info,
-            opts,
-            &[(COMPONENT_LABEL, COMPONENT_SANDBOX_RUN)],
-        ),
+        metadata: pod_meta,
         spec: Some(PodSpec {
+            dns_policy: (dns == PodDns::None).then(|| "None".to_owned()),
+            dns_config: (dns == PodDns::None).then(|| PodDNSConfig {
+                nameservers: Some(vec![NO_DNS_NAMESERVER.to_owned()]),
+                options: None,
+                searches: None,
+            }),
             restart_policy: Some("Never".to_owned()),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
@@ -550,11 +636,6 @@ fn render_network_policy(
         ),
         match_expressions: None,
     };
-    let dns_port = |protocol: &str| NetworkPolicyPort {
-        protocol: Some(protocol.to_owned()),
-        port: Some(IntOrString::Int(53)),
-        end_port: None,
-    };
     NetworkPolicy {
         metadata: metadata(name.to_owned(), info, opts, &[]),
         spec: Some(NetworkPolicySpec {
@@ -563,25 +644,13 @@ fn render_network_policy(
                 (RUN_ID_LABEL, info.run_id.as_str()),
             ])),
             policy_types: Some(vec!["Egress".to_owned(), "Ingress".to_owned()]),
-            egress: Some(vec![
-                // The runner, any port: the proxy's port is chosen at run
-                // time, and the runner's per-run listeners live there too.
-                NetworkPolicyEgressRule {
-                    to: Some(vec![runner()]),
-                    ports: None,
-                },
-                NetworkPolicyEgressRule {
-                    to: Some(vec![NetworkPolicyPeer {
-                        namespace_selector: Some(labels(&[(
-                            "kubernetes.io/metadata.name",
-                            "kube-system",
-                        )])),
-                        pod_selector: Some(labels(&[("k8s-app", "kube-dns")])),
-                        ip_block: None,
-                    }]),
-                    ports: Some(vec![dns_port("UDP"), dns_port("TCP")]),
-                },
-            ]),
+            // The runner, any port: the proxy's port is chosen at run time,
+            // and the runner's per-run listeners live there too. Nothing
+            // else, DNS included ([`PodDns::None`]).
+            egress: Some(vec![NetworkPolicyEgressRule {
+                to: Some(vec![runner()]),
+                ports: None,
+            }]),
             // Exec traffic goes through the API server and the kubelet, not
             // the pod network: nothing else needs to reach the pod.
             ingress: Some(vec![NetworkPolicyIngressRule {
@@ -685,7 +754,12 @@ fn render_volumes(
     plan: &LaunchPlan,
     run: &str,
     secret_files: &SecretFileValues,
+    resources: &crate::settings::Resources,
 ) -> Result<Rendered, K8sError> {
+    // The bounds of an emptyDir without its own `size=`: the run's disk
+    // bound on disk, the container's memory limit in memory.
+    let disk_bound = plan.limits.writable_layer.map(|d| binary_quantity(d.0));
+    let memory_bound = resources.limits_memory.quantity();
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -701,6 +775,8 @@ fn render_volumes(
             .size
             .filter(|_| !holds_read_back(m))
             .map(|s| binary_quantity(s.0));
+        let on_disk = size_limit.clone().or_else(|| disk_bound.clone());
+        let in_memory = size_limit.clone().or_else(|| Some(memory_bound.clone()));
         let mut mount = VolumeMount {
             mount_path: m.target.clone(),
             read_only: m.readonly.then_some(true),
@@ -753,7 +829,7 @@ fn render_volumes(
                     name,
                     empty_dir: Some(EmptyDirVolumeSource {
                         medium: None,
-                        size_limit,
+                        size_limit: on_disk,
                     }),
                     ..Volume::default()
                 }
@@ -762,7 +838,7 @@ fn render_volumes(
                 name: volume_name(i, "tmpfs", None),
                 empty_dir: Some(EmptyDirVolumeSource {
                     medium: Some("Memory".to_owned()),
-                    size_limit,
+                    size_limit: in_memory,
                 }),
                 ..Volume::default()
             },
@@ -836,6 +912,31 @@ mod tests {
             n.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         );
+    }
+
+    #[test]
+    fn only_an_open_run_resolves_names_in_its_pod() {
+        let open = LaunchPlan::default();
+        assert_eq!(PodDns::of(&open), PodDns::Cluster);
+        let proxied = LaunchPlan {
+            egress: Some(iterion_core::plan::EgressAttachment {
+                proxy_port: 1,
+                token: "t".into(),
+                enforce: true,
+            }),
+            ..LaunchPlan::default()
+        };
+        assert_eq!(PodDns::of(&proxied), PodDns::None);
+        // Advisory egress goes through the proxy too.
+        let advisory = LaunchPlan {
+            egress: Some(iterion_core::plan::EgressAttachment {
+                proxy_port: 1,
+                token: "t".into(),
+                enforce: false,
+            }),
+            ..LaunchPlan::default()
+        };
+        assert_eq!(PodDns::of(&advisory), PodDns::None);
     }
 
     #[test]

@@ -93,7 +93,10 @@ pub struct Lexed {
 }
 
 struct Lexer<'a> {
-    src: &'a [char],
+    /// The text, walked by bytes: every index is a char boundary (`bump`
+    /// steps over a whole UTF-8 sequence) and columns count chars.
+    text: &'a str,
+    src: &'a [u8],
     i: usize,
     line: u32,
     col: u32,
@@ -132,10 +135,11 @@ struct Repeat {
 
 /// Lex a whole file.
 pub fn lex(text: &str, file: &str, sink: &mut Sink) -> Lexed {
-    let src: Vec<char> = text.chars().collect();
+    let src = text.as_bytes();
     let (strict, profile) = header_flags(text);
     let mut lx = Lexer {
-        src: &src,
+        text,
+        src,
         i: 0,
         line: 1,
         col: 1,
@@ -201,13 +205,24 @@ impl Lexer<'_> {
         }
     }
 
+    /// The char at byte `j` (a char boundary).
+    fn char_at(&self, j: usize) -> Option<char> {
+        let b = *self.src.get(j)?;
+        if b.is_ascii() {
+            Some(char::from(b))
+        } else {
+            self.text.get(j..).and_then(|t| t.chars().next())
+        }
+    }
+
+    /// The char `k` bytes ahead; callers look past ASCII only.
     fn peek(&self, k: usize) -> Option<char> {
-        self.src.get(self.i + k).copied()
+        self.char_at(self.i + k)
     }
 
     fn bump(&mut self) -> Option<char> {
-        let c = self.src.get(self.i).copied()?;
-        self.i += 1;
+        let c = self.char_at(self.i)?;
+        self.i += c.len_utf8();
         if c == '\n' {
             self.line += 1;
             self.col = 1;
@@ -285,31 +300,37 @@ impl Lexer<'_> {
         let mut tab = false;
         while let Some(&c) = self.src.get(j) {
             match c {
-                ' ' => w += 1,
-                '\t' => {
+                b' ' => w += 1,
+                b'\t' => {
                     tab = true;
                     w += 1;
                 }
-                '\r' => {}
+                b'\r' => {}
                 _ => break,
             }
             j += 1;
         }
         let blank = match self.src.get(j) {
-            None | Some('\n') => true,
-            Some('#') => self.src.get(j + 1) == Some(&'#'),
+            None | Some(b'\n') => true,
+            Some(b'#') => self.src.get(j + 1) == Some(&b'#'),
             _ => false,
         };
         (w, tab, blank)
     }
 
     fn skip_to_eol(&mut self) {
-        while let Some(c) = self.peek(0) {
-            if c == '\n' {
-                break;
-            }
-            self.bump();
-        }
+        let rest = self.src.get(self.i..).unwrap_or_default();
+        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        self.advance_in_line(self.i + end);
+    }
+
+    /// Move to byte `end` (a char boundary on the same line), counting the
+    /// chars passed for the column.
+    fn advance_in_line(&mut self, end: usize) {
+        let passed = self.src.get(self.i..end).unwrap_or_default();
+        let chars = passed.iter().filter(|&&b| (b & 0xC0) != 0x80).count();
+        self.col += u32::try_from(chars).unwrap_or(u32::MAX);
+        self.i = end;
     }
 
     fn run(&mut self) {
@@ -326,7 +347,7 @@ impl Lexer<'_> {
                 self.toks.last().map(|t| &t.tok),
                 None | Some(Tok::Newline | Tok::Indent | Tok::Dedent)
             ) && self.i > 0
-                && !matches!(self.src[self.i - 1], ' ' | '\t');
+                && !matches!(self.src[self.i - 1], b' ' | b'\t');
             let pos = self.pos();
             match c {
                 '\n' => {
@@ -408,10 +429,23 @@ impl Lexer<'_> {
                 }
                 c if is_word_char(c) => {
                     let start = self.i;
-                    while self.peek(0).is_some_and(is_word_char) {
-                        self.bump();
+                    loop {
+                        match self.src.get(self.i) {
+                            Some(&b) if b.is_ascii() => {
+                                if b.is_ascii_alphanumeric() || b == b'_' || b == b'.' {
+                                    self.i += 1;
+                                    self.col += 1;
+                                } else {
+                                    break;
+                                }
+                            }
+                            Some(_) if self.peek(0).is_some_and(is_word_char) => {
+                                self.bump();
+                            }
+                            _ => break,
+                        }
                     }
-                    let w: String = self.src[start..self.i].iter().collect();
+                    let w = self.text[start..self.i].to_owned();
                     self.push(Tok::Word(w), pos, glued);
                 }
                 c if c.is_control() => {
@@ -450,9 +484,9 @@ impl Lexer<'_> {
         let mut j = from;
         while let Some(&c) = self.src.get(j) {
             match c {
-                ' ' | '\t' | '\r' => j += 1,
-                '\n' => return true,
-                '#' => return self.src.get(j + 1) == Some(&'#'),
+                b' ' | b'\t' | b'\r' => j += 1,
+                b'\n' => return true,
+                b'#' => return self.src.get(j + 1) == Some(&b'#'),
                 _ => return false,
             }
         }
@@ -474,10 +508,10 @@ impl Lexer<'_> {
             if !blank {
                 self.bracket_lookahead = Some(j);
                 let mut k = j;
-                while matches!(self.src.get(k), Some(' ' | '\t' | '\r')) {
+                while matches!(self.src.get(k), Some(b' ' | b'\t' | b'\r')) {
                     k += 1;
                 }
-                let closer = matches!(self.src.get(k), Some(']' | '}' | ')'));
+                let closer = matches!(self.src.get(k), Some(b']' | b'}' | b')'));
                 if !closer && w <= self.open_indent {
                     let pos = self.pos();
                     self.err(
@@ -489,7 +523,7 @@ impl Lexer<'_> {
                 }
                 return;
             }
-            match self.src[j..].iter().position(|&c| c == '\n') {
+            match self.src[j..].iter().position(|&c| c == b'\n') {
                 Some(off) => j += off + 1,
                 None => {
                     self.bracket_lookahead = Some(self.src.len() + 1);
@@ -510,13 +544,14 @@ impl Lexer<'_> {
         }
         let pos = self.pos();
         let is_prompt_header = {
-            let line = &self.toks[self.line_start_tok..];
-            let line: Vec<&Tok> = line
+            let mut line = self.toks[self.line_start_tok..]
                 .iter()
                 .map(|t| &t.tok)
-                .filter(|t| !matches!(t, Tok::Indent | Tok::Dedent))
-                .collect();
-            matches!(line.as_slice(), [Tok::Word(k), Tok::Word(_), Tok::Colon] if k == "prompt")
+                .filter(|t| !matches!(t, Tok::Indent | Tok::Dedent));
+            matches!(
+                (line.next(), line.next(), line.next(), line.next()),
+                (Some(Tok::Word(k)), Some(Tok::Word(_)), Some(Tok::Colon), None) if k == "prompt"
+            )
         };
         self.push(Tok::Newline, pos, false);
         if is_prompt_header {
@@ -612,15 +647,14 @@ impl Lexer<'_> {
             }
             let (w, _, _) = self.measure_line(self.i);
             let mut j = self.i;
-            while matches!(self.src.get(j), Some(' ' | '\t')) {
+            while matches!(self.src.get(j), Some(b' ' | b'\t')) {
                 j += 1;
             }
             let end = self.src[j..]
                 .iter()
-                .position(|&c| c == '\n')
+                .position(|&c| c == b'\n')
                 .map_or(self.src.len(), |o| j + o);
-            let content: String = self.src[j..end].iter().collect();
-            let content = content.trim_end_matches('\r').to_string();
+            let content = self.text[j..end].trim_end_matches('\r').to_owned();
             if content.trim().is_empty() {
                 // blank line: part of the block only if more text follows
                 lines.push((usize::MAX, String::new()));
@@ -629,9 +663,7 @@ impl Lexer<'_> {
             } else {
                 break;
             }
-            while self.i < end {
-                self.bump();
-            }
+            self.advance_in_line(end);
             if self.bump().is_none() {
                 break;
             }
@@ -715,9 +747,15 @@ impl Lexer<'_> {
                         out.push(n);
                     }
                 }
-                Some(c) => {
-                    self.bump();
-                    out.push(c);
+                Some(_) => {
+                    // the run up to the next quote, backslash or end of line
+                    let rest = self.src.get(self.i..).unwrap_or_default();
+                    let len = rest
+                        .iter()
+                        .position(|&b| matches!(b, b'"' | b'\\' | b'\n'))
+                        .unwrap_or(rest.len());
+                    out.push_str(&self.text[self.i..self.i + len]);
+                    self.advance_in_line(self.i + len);
                 }
             }
         }
@@ -731,12 +769,12 @@ impl Lexer<'_> {
             match self.peek(0) {
                 None => {
                     self.err(codes::E004, pos, "unterminated raw string".into());
-                    let s: String = self.src[start..self.i].iter().collect();
+                    let s = self.text[start..self.i].to_owned();
                     self.push(Tok::Str(s, StrKind::Raw), pos, glued);
                     return;
                 }
                 Some('`') => {
-                    let s: String = self.src[start..self.i].iter().collect();
+                    let s = self.text[start..self.i].to_owned();
                     self.bump();
                     self.push(Tok::Str(s, StrKind::Raw), pos, glued);
                     return;
@@ -786,6 +824,24 @@ mod tests {
         assert!(d.is_empty(), "{d:?}");
         assert!(t.contains(&Tok::Text("hello\n{{x}}".into())));
         assert!(t.contains(&Tok::Str("one\n  two".into(), StrKind::Block)));
+    }
+
+    #[test]
+    fn columns_count_chars_not_bytes() {
+        let mut d = Sink::default();
+        let l = lex("k: \"日本\" naïve x ## é\np: `ü` y\n", "t.iter", &mut d);
+        assert!(d.kept.is_empty(), "{:?}", d.kept);
+        let at = |t: Tok| {
+            l.toks
+                .iter()
+                .find(|s| s.tok == t)
+                .map(|s| (s.pos.line, s.pos.column))
+        };
+        assert_eq!(at(Tok::Str("日本".into(), StrKind::Quoted)), Some((1, 4)));
+        assert_eq!(at(Tok::Word("naïve".into())), Some((1, 9)));
+        assert_eq!(at(Tok::Word("x".into())), Some((1, 15)));
+        assert_eq!(at(Tok::Str("ü".into(), StrKind::Raw)), Some((2, 4)));
+        assert_eq!(at(Tok::Word("y".into())), Some((2, 8)));
     }
 
     #[test]

@@ -35,12 +35,12 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::bindings::{Exfiltration, HeadError, Rewriter, StreamRewriter};
+use crate::bindings::{Exfiltration, HeadError, Rewriter, Scanner, StreamScan};
 use crate::ca::LeafResolver;
 use crate::inspection::Inspection;
 use crate::report::{BlockReason, BlockedRequest, EGRESS_HEADER};
 use crate::shared::{PermitSlot, Shared, TunnelGuard, report};
-use crate::wire::{Principal, ProxyBody, Target, dial, empty, strip_hop_by_hop, text};
+use crate::wire::{BoxError, Principal, ProxyBody, Target, dial, empty, strip_hop_by_hop, text};
 
 /// The largest request body buffered to put back a placeholder whose
 /// value has another length (its `Content-Length` must be recomputed);
@@ -186,15 +186,26 @@ pub(crate) async fn connect(
         };
         let h2 = client.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
         let sender = Arc::new(tokio::sync::Mutex::new(up));
+        // The requests' substitution, bound to the CONNECT's host and
+        // port, and the responses' scan (issue 31 items 3 and 4).
+        let scans = Arc::new((
+            inspection
+                .bindings
+                .rewriter(Some((&target.host, target.port))),
+            inspection.bindings.reflector(),
+        ));
         let target = Arc::new(target);
         let svc = service_fn(move |req| {
             let sender = sender.clone();
             let shared = shared.clone();
             let target = target.clone();
             let principal = principal.clone();
-            let rw = inspection.bindings.rewriter(Some(&target.host));
+            let scans = scans.clone();
             async move {
-                Ok::<_, Infallible>(relay(req, rw, &sender, &shared, &target, principal).await)
+                let (rw, reflector) = &*scans;
+                Ok::<_, Infallible>(
+                    relay(req, rw, reflector, &sender, &shared, &target, principal).await,
+                )
             }
         });
         if h2 {
@@ -227,10 +238,12 @@ pub(crate) async fn connect(
     empty(StatusCode::OK)
 }
 
-/// One inspected request: rewrite, forward, stream the response back.
+/// One inspected request: check its authority, rewrite, forward, stream
+/// the response back with every bound value turned into its placeholder.
 async fn relay(
     req: Request<Incoming>,
-    rw: Rewriter,
+    rw: &Rewriter,
+    reflector: &Scanner,
     upstream: &tokio::sync::Mutex<Upstream>,
     shared: &Shared,
     target: &Target,
@@ -238,6 +251,24 @@ async fn relay(
 ) -> Response<ProxyBody> {
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // Issue 31 item 4: inside a tunnel to A, a request for B (`Host`,
+    // `:authority`, an absolute-form target) is misdirected — never
+    // forwarded to A with A's key, nor anywhere else.
+    if let Err(asked) = authority_matches(&parts, target) {
+        return misdirected(shared, target, principal, &asked);
+    }
+    // Issue 31 item 3: what the upstream answers is scanned for the bound
+    // values, which a compressed body or a byte range would hide: ask for
+    // the whole identity body (a compressed answer anyway is refused
+    // below). Uncompressing in the proxy would need a decoder per coding,
+    // bounds against decompression bombs and a re-framed body, for a
+    // saving on the one host a key is for; the providers honour identity.
+    parts.headers.remove(header::RANGE);
+    parts.headers.remove(header::IF_RANGE);
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     match rw.head(&mut parts.uri, &mut parts.headers) {
         Ok(()) => {}
         Err(HeadError::Exfiltration(e)) => return exfiltration(shared, target, principal, e),
@@ -278,7 +309,7 @@ async fn relay(
                 );
             }
         };
-        let bytes = match rw.whole(&bytes, crate::bindings::Part::Body) {
+        let bytes = match rw.whole(&bytes) {
             Ok(Some(new)) => Bytes::from(new),
             Ok(None) => bytes,
             Err(e) => return exfiltration(shared, target, principal, e),
@@ -288,7 +319,7 @@ async fn relay(
         }
         RewriteBody::Full(Some(bytes))
     } else {
-        RewriteBody::streaming(body, &rw, flagged.clone())
+        RewriteBody::streaming(body, rw.stream(), true, flagged.clone())
     };
     let req = Request::from_parts(parts, body);
     let mut up = upstream.lock().await;
@@ -309,13 +340,177 @@ async fn relay(
         return resp;
     }
     match sent {
-        Ok(resp) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
-        }
+        Ok(resp) => reflect(resp, reflector, shared, target, principal),
         Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
     }
+}
+
+/// The upstream's response as the box may see it: every bound secret's
+/// value, in a header value or the body (streamed, split anywhere), turned
+/// into its placeholder (issue 31 item 3). A body the scan cannot read (a
+/// `Content-Encoding` other than identity, sent although identity was
+/// asked) is refused with `502`, never passed unread.
+fn reflect(
+    resp: Response<Incoming>,
+    reflector: &Scanner,
+    shared: &Shared,
+    target: &Target,
+    principal: Principal,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let encoded = parts
+        .headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return encoded_response(shared, target, principal);
+    }
+    let mut dropped = Vec::new();
+    for (name, value) in parts.headers.iter_mut() {
+        match reflector.whole(value.as_bytes()) {
+            Ok(None) => {}
+            Ok(Some(new)) => match HeaderValue::from_bytes(&new) {
+                Ok(v) => *value = v,
+                Err(_) => dropped.push(name.clone()),
+            },
+            // A reflector never refuses; should it, the header goes.
+            Err(_) => dropped.push(name.clone()),
+        }
+    }
+    for name in dropped {
+        parts.headers.remove(name);
+    }
+    let keeps_length = !reflector.changes_length();
+    if !keeps_length {
+        // A value and its placeholder differ in length: the body is
+        // re-framed (chunked, or HTTP/2 frames) rather than buffered.
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    let flagged = Arc::new(Mutex::new(None));
+    let body = RewriteBody::streaming(body, reflector.stream(), keeps_length, flagged);
+    Response::from_parts(parts, body.boxed())
+}
+
+/// Whether every authority the request names — its `Host` (one only), its
+/// `:authority` or absolute-form target — is the CONNECT's host and port
+/// (443 when it names none, as `https://` does). `Err` holds what was
+/// asked instead.
+fn authority_matches(parts: &http::request::Parts, target: &Target) -> Result<(), String> {
+    let want = iterion_core::net::Host::parse(&target.host);
+    let same = |raw: &str| -> bool {
+        let Ok(a) = raw.parse::<http::uri::Authority>() else {
+            return false;
+        };
+        // No userinfo: `Authority` keeps it, and `user@host` is no host.
+        !a.as_str().contains('@')
+            && iterion_core::net::Host::parse(a.host()) == want
+            && a.port_u16().unwrap_or(443) == target.port
+    };
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    if let Some(h) = hosts.next() {
+        let raw = String::from_utf8_lossy(h.as_bytes());
+        if !same(&raw) {
+            return Err(raw.into_owned());
+        }
+        if let Some(second) = hosts.next() {
+            return Err(String::from_utf8_lossy(second.as_bytes()).into_owned());
+        }
+    }
+    if let Some(a) = parts.uri.authority()
+        && !same(a.as_str())
+    {
+        return Err(a.as_str().to_owned());
+    }
+    if let Some(scheme) = parts.uri.scheme_str()
+        && !scheme.eq_ignore_ascii_case("https")
+    {
+        return Err(format!("{scheme}://"));
+    }
+    Ok(())
+}
+
+/// A header-safe rendering of what a client sent.
+fn header_safe(raw: &str) -> String {
+    raw.chars()
+        .take(256)
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+/// `421 blocked-authority-mismatch; authority=…` and the event naming
+/// both the CONNECT's target and the authority asked.
+fn misdirected(
+    shared: &Shared,
+    target: &Target,
+    principal: Principal,
+    asked: &str,
+) -> Response<ProxyBody> {
+    let asked = header_safe(asked);
+    let mut resp = text(
+        StatusCode::MISDIRECTED_REQUEST,
+        format!(
+            "iterion: this connection is to {}:{}; a request for {asked} is not forwarded on it\n",
+            target.host, target.port
+        ),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "{}; authority={asked}",
+        BlockReason::AuthorityMismatch.as_str()
+    )) {
+        resp.headers_mut().insert(EGRESS_HEADER, v);
+    }
+    report(
+        shared,
+        BlockedRequest {
+            host: target.host.clone(),
+            port: target.port,
+            reason: BlockReason::AuthorityMismatch,
+            rule: None,
+            exec: principal.exec(),
+            secret: None,
+            authority: Some(asked),
+        },
+    );
+    resp
+}
+
+/// `502 blocked-encoded-response` and the event: a response body the
+/// secret scan cannot read never reaches the box.
+fn encoded_response(shared: &Shared, target: &Target, principal: Principal) -> Response<ProxyBody> {
+    let mut resp = text(
+        StatusCode::BAD_GATEWAY,
+        format!(
+            "iterion: {}:{} answered with a compressed body although identity was asked; it is not passed unread\n",
+            target.host, target.port
+        ),
+    );
+    resp.headers_mut().insert(
+        EGRESS_HEADER,
+        HeaderValue::from_static(BlockReason::EncodedResponse.as_str()),
+    );
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    report(
+        shared,
+        BlockedRequest {
+            host: target.host.clone(),
+            port: target.port,
+            reason: BlockReason::EncodedResponse,
+            rule: None,
+            exec: principal.exec(),
+            secret: None,
+            authority: None,
+        },
+    );
+    resp
 }
 
 /// `403 blocked-secret-exfiltration; secret=NAME` and the event.
@@ -348,6 +543,7 @@ pub(crate) fn exfiltration(
             rule: None,
             exec: principal.exec(),
             secret: Some(e.secret),
+            authority: None,
         },
     );
     resp
@@ -367,16 +563,7 @@ fn upstream_refused(
             target.host, target.port
         ),
     );
-    let clean: String = reason
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect();
+    let clean = header_safe(reason);
     if let Ok(v) = HeaderValue::from_str(&format!(
         "{}; reason={clean}",
         BlockReason::UpstreamTls.as_str()
@@ -392,21 +579,23 @@ fn upstream_refused(
             rule: None,
             exec: principal.exec(),
             secret: None,
+            authority: None,
         },
     );
     resp
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A request body on its way upstream, placeholders put back.
+/// A body on its way through an inspected connection: a request's with
+/// placeholders put back, a response's with values taken out.
 pub(crate) enum RewriteBody {
     /// Rewritten whole (a length-changing value).
     Full(Option<Bytes>),
     /// Rewritten as it streams.
     Stream {
         inner: Incoming,
-        rw: StreamRewriter,
+        rw: StreamScan,
+        /// The rewrite keeps the length (the inner size hint holds).
+        keeps_length: bool,
         done: bool,
         /// Set when a foreign placeholder cut the body.
         flagged: Arc<Mutex<Option<Exfiltration>>>,
@@ -418,12 +607,14 @@ impl RewriteBody {
     /// through `flagged`.
     pub(crate) fn streaming(
         inner: Incoming,
-        rw: &Rewriter,
+        rw: StreamScan,
+        keeps_length: bool,
         flagged: Arc<Mutex<Option<Exfiltration>>>,
     ) -> Self {
         Self::Stream {
             inner,
-            rw: rw.stream(),
+            rw,
+            keeps_length,
             done: false,
             flagged,
         }
@@ -445,6 +636,7 @@ impl Body for RewriteBody {
                 rw,
                 done,
                 flagged,
+                ..
             } => {
                 if *done {
                     return Poll::Ready(None);
@@ -494,7 +686,12 @@ impl Body for RewriteBody {
         match self {
             RewriteBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             RewriteBody::Full(None) => SizeHint::with_exact(0),
-            RewriteBody::Stream { inner, .. } => inner.size_hint(),
+            RewriteBody::Stream {
+                inner,
+                keeps_length: true,
+                ..
+            } => inner.size_hint(),
+            RewriteBody::Stream { .. } => SizeHint::default(),
         }
     }
 }

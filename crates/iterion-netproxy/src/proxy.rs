@@ -436,7 +436,7 @@ async fn handle(
     if req.method() == Method::CONNECT {
         // Issue 17: terminate TLS only where a bound secret is for the host.
         match shared.inspection.clone() {
-            Some(i) if i.bindings().inspects(&target.host) => {
+            Some(i) if i.bindings().inspects(&target.host, target.port) => {
                 inspect::connect(req, upstream, addrs, target, &shared, &slot, principal, i).await
             }
             _ => tunnel(req, upstream, &shared, &slot),
@@ -566,6 +566,7 @@ fn blocked(
             rule,
             exec: principal.exec(),
             secret: None,
+            authority: None,
         },
     );
     resp

@@ -28,6 +28,14 @@ pub enum BlockReason {
     SecretExfiltration,
     /// An inspected upstream's certificate did not verify (issue 17).
     UpstreamTls,
+    /// Inside an inspected tunnel, a request named another authority
+    /// (`Host`, `:authority`) than the CONNECT's target (issue 31 item 4):
+    /// `421`.
+    AuthorityMismatch,
+    /// An inspected upstream answered with a compressed body although
+    /// identity was asked: the secret scan cannot read it (issue 31
+    /// item 3), `502`.
+    EncodedResponse,
 }
 
 impl BlockReason {
@@ -39,6 +47,8 @@ impl BlockReason {
             Self::ResolvedAddress => "blocked-resolved-address",
             Self::SecretExfiltration => "blocked-secret-exfiltration",
             Self::UpstreamTls => "upstream-tls-invalid",
+            Self::AuthorityMismatch => "blocked-authority-mismatch",
+            Self::EncodedResponse => "blocked-encoded-response",
         }
     }
 
@@ -48,6 +58,8 @@ impl BlockReason {
         match self {
             Self::SecretExfiltration => "secret_exfiltration",
             Self::UpstreamTls => "upstream_tls_invalid",
+            Self::AuthorityMismatch => "authority_mismatch",
+            Self::EncodedResponse => "encoded_response",
             other => other.as_str(),
         }
     }
@@ -71,6 +83,9 @@ pub struct BlockedRequest {
     /// The bound secret whose placeholder the request carried
     /// ([`BlockReason::SecretExfiltration`]): its name, never its value.
     pub secret: Option<String>,
+    /// The authority a request asked for inside a tunnel to `host:port`
+    /// ([`BlockReason::AuthorityMismatch`]), as sent (made header-safe).
+    pub authority: Option<String>,
 }
 
 /// Callback for denied requests (the runtime turns it into `network_blocked`).

@@ -16,7 +16,10 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::net::TcpStream;
 
-pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
+/// Any body error (hyper's, or a refusal of the inspecting scan).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
 
 pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     let mut resp = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());

@@ -5,6 +5,10 @@
 //! after it). A refresh that finds another revision means someone else
 //! holds the run now: the lease is lost, never re-taken blindly.
 //!
+//! The lease is also what a live runner adopts: see
+//! [`crate::runner`] (a run whose lease expired is taken over within one
+//! TTL plus one heartbeat, whatever the consumer's ack wait).
+//!
 //! The lease is also the reaper's liveness signal ([`KvLeaseProbe`]): a
 //! run whose key exists is held, whatever its recorded owner says.
 
@@ -30,6 +34,12 @@ pub struct LeaseValue {
     pub attempt: u64,
     /// When this holder took it (RFC 3339).
     pub acquired_at: String,
+    /// The delivery's ack subject: what a live runner settles the message
+    /// through when it adopts the run of a holder whose lease expired
+    /// (JetStream settles a delivery by its stream sequence, so the ack
+    /// wait never decides how long a dead holder's run waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
 }
 
 /// The outcome of a take.
@@ -144,5 +154,32 @@ impl LeaseProbe for KvLeaseProbe {
             Ok(None) => None,
             Err(_) => Some(LeaseState::CheckFailed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_names_its_delivery_and_an_older_one_still_reads() {
+        let v = LeaseValue {
+            runner_id: "r1".into(),
+            delivery: 7,
+            attempt: 1,
+            acquired_at: "2026-01-01T00:00:00Z".into(),
+            reply: Some("$JS.ACK.ITERION_RUNS.iterion-runners.1.7.7.0.0".into()),
+        };
+        let text = serde_json::to_string(&v).expect("encode");
+        assert_eq!(
+            serde_json::from_str::<LeaseValue>(&text).expect("decode"),
+            v
+        );
+        // Written by a runner before leases named their delivery: read,
+        // never adopted (no subject to settle it through).
+        let old: LeaseValue =
+            serde_json::from_str(r#"{"runner_id":"r0","delivery":3,"attempt":2,"acquired_at":""}"#)
+                .expect("old lease");
+        assert_eq!(old.reply, None);
     }
 }

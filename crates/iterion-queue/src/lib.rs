@@ -7,7 +7,8 @@
 //! refusal of an incompatible one ([`topology`]), the per-run lease in the
 //! KV bucket ([`lease`]), what a finished delivery does to its message
 //! ([`disposition`], reading the failure code's disposition from the one
-//! core table), the runner loop ([`runner`]), submitting ([`submit`]) and
+//! core table), what a runner lets a queued run ask for ([`policy`]: the
+//! trust cap, no host runs), the runner loop ([`runner`]), submitting ([`submit`]) and
 //! cancelling ([`cancel`]).
 //!
 //! What it does not: execute a run (the runner hands each claimed run to a
@@ -24,6 +25,7 @@ pub mod disposition;
 mod error;
 pub mod lease;
 pub mod message;
+pub mod policy;
 pub mod runner;
 pub mod submit;
 pub mod topology;

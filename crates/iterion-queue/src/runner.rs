@@ -17,19 +17,32 @@
 //! `run_released` is recorded, the lease let go, then the message acked,
 //! nakked or dead-lettered and termed.
 //!
+//! Liveness is the lease, not the ack wait (issue 31 item 8): the lease
+//! names the delivery's ack subject, and every runner keeps the values of
+//! the leases it sees ([`watch_leases`], every half heartbeat). When one
+//! of them expires while its run still says `running` (its runner died),
+//! a live runner adopts the delivery in a slot of its own (one adopted run
+//! beyond `--concurrency`, so it never waits for a run to end): it takes
+//! the lease (one wins), keeps the message with in-progress acks on that
+//! subject, takes the run over (interrupted, resumed) and settles the
+//! message there. A dead holder's run is thus claimed again within one
+//! lease TTL plus half a heartbeat, whatever `ITERION_RUNNER_ACK_WAIT`
+//! says; a lease no live runner saw (every runner restarted) still falls
+//! back to the ack wait's redelivery.
+//!
 //! Each runner pulls one message per free slot (`--concurrency`, default
 //! 1). On shutdown it stops pulling, lets the runs under way finish for
 //! the drain grace, then interrupts what is left (handed back with a nak)
 //! and returns. A reaper pass runs on a ticker, lease-first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::Message;
 use async_nats::jetstream::message::{AckKind, Acker};
+use async_nats::jetstream::{Message, kv};
 use futures_util::StreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -130,6 +143,25 @@ struct Worked {
 struct Held {
     lease: Box<Lease>,
     lost: bool,
+    /// `run_claimed` was attempted under it (else no `run_released`: an
+    /// adopted lease let go before its run was claimed).
+    claimed: bool,
+}
+
+impl Held {
+    fn unclaimed(lease: Option<Box<Lease>>) -> Option<Held> {
+        lease.map(|lease| Held {
+            lease,
+            lost: false,
+            claimed: false,
+        })
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 impl Runner {
@@ -169,6 +201,14 @@ impl Runner {
         let slots = Arc::new(Semaphore::new(this.concurrency));
         let tasks = TaskTracker::new();
         let reaper = tokio::spawn(reap_on_a_ticker(Arc::clone(&this), shutdown.clone()));
+        let (adopt_tx, adoptions) = mpsc::unbounded_channel();
+        let watcher = tokio::spawn(watch_leases(Arc::clone(&this), adopt_tx, shutdown.clone()));
+        let adopter = tokio::spawn(adopt_in_turn(
+            Arc::clone(&this),
+            adoptions,
+            tasks.clone(),
+            shutdown.clone(),
+        ));
         tracing::info!(runner = %this.runner_id, concurrency = this.concurrency, "runner started");
         loop {
             let permit = tokio::select! {
@@ -238,6 +278,8 @@ impl Runner {
             tasks.wait().await;
         }
         reaper.abort();
+        watcher.abort();
+        adopter.abort();
         tracing::info!(runner = %this.runner_id, "runner stopped");
         Ok(())
     }
@@ -253,8 +295,71 @@ impl Runner {
             max_deliver: self.settings().max_deliver,
         };
         let payload = msg.message.payload.clone();
+        let reply = msg.message.reply.as_ref().map(ToString::to_string);
         let (_, acker) = msg.split();
-        let worked = self.work(&payload, seq, attempt, &acker).await;
+        let worked = self.work(&payload, seq, attempt, &acker, reply, None).await;
+        self.finish(worked, &payload, seq, attempt, &acker).await;
+    }
+
+    /// Adopt the delivery of a runner whose lease expired (see the module
+    /// docs). Losing the race for the lease leaves it alone; once held, the
+    /// delivery is worked as any other: a run the reaper already marked
+    /// interrupted is resumed, one that ended before its runner died is
+    /// only acked.
+    async fn adopt(&self, run: RunId, dead: LeaseValue) {
+        let Some(reply) = dead.reply.clone() else {
+            return;
+        };
+        let attempt = Attempt {
+            delivered: dead.attempt.saturating_add(1),
+            max_deliver: self.settings().max_deliver,
+        };
+        let value = LeaseValue {
+            runner_id: self.runner_id.clone(),
+            delivery: dead.delivery,
+            attempt: attempt.delivered,
+            acquired_at: now_rfc3339(),
+            reply: Some(reply.clone()),
+        };
+        let lease = match lease::acquire(&self.kv, &run, &value).await {
+            Ok(Acquired::Held(l)) => l,
+            // Someone else adopted it, or JetStream redelivered it.
+            Ok(Acquired::Busy(_)) | Err(_) => return,
+        };
+        tracing::info!(run = %run, delivery = dead.delivery, from = %dead.runner_id,
+            "adopting the delivery of a runner whose lease expired");
+        let acker = Acker::new(self.queue.js.clone(), Some(reply.clone().into()));
+        // Keep the message from a redelivery while the run is taken over.
+        if let Err(e) = acker.ack_with(AckKind::Progress).await {
+            tracing::warn!(run = %run, error = %e, "in-progress ack of the adopted delivery failed");
+        }
+        let payload: bytes::Bytes = RunMessage::new(run, time::OffsetDateTime::now_utc())
+            .encode()
+            .into();
+        let worked = self
+            .work(
+                &payload,
+                dead.delivery,
+                attempt,
+                &acker,
+                Some(reply),
+                Some(lease),
+            )
+            .await;
+        self.finish(worked, &payload, dead.delivery, attempt, &acker)
+            .await;
+    }
+
+    /// Record the release, let the lease go and settle the message.
+    async fn finish(
+        &self,
+        worked: Worked,
+        payload: &[u8],
+        seq: u64,
+        attempt: Attempt,
+        acker: &Acker,
+    ) {
+        let delivered = attempt.delivered;
         let delays = Delays {
             infrastructure: self.settings().nak_delay,
             lease_ttl: self.settings().lease_ttl,
@@ -273,7 +378,7 @@ impl Runner {
         tracing::info!(run = ?worked.run, delivery = seq, attempt = delivered,
             action = action.word(), %reason, "delivery settled");
         if let Some(held) = worked.held {
-            if let Some(run) = &worked.run {
+            if let Some(run) = worked.run.as_ref().filter(|_| held.claimed) {
                 let draft: EventDraft = EventKind::RunReleased {
                     runner_id: self.runner_id.clone(),
                     delivery: seq,
@@ -293,7 +398,7 @@ impl Runner {
                 tracing::warn!(run = ?worked.run, error = %e, "lease release failed");
             }
         }
-        self.perform(action, &worked.run, &payload, seq, delivered, &acker)
+        self.perform(action, &worked.run, payload, seq, delivered, acker)
             .await;
     }
 
@@ -342,12 +447,24 @@ impl Runner {
         }
     }
 
-    /// Everything up to the ending of a delivery.
-    async fn work(&self, payload: &[u8], seq: u64, attempt: Attempt, acker: &Acker) -> Worked {
-        let unavailable = |run: Option<RunId>, reason: String| Worked {
+    /// Everything up to the ending of a delivery. `reply`: the delivery's
+    /// ack subject (kept in the lease); `adopted`: the lease already taken
+    /// when the delivery is adopted from a dead runner (let go unclaimed
+    /// when the run turns out to need nothing).
+    #[allow(clippy::too_many_arguments)] // one delivery's whole context
+    async fn work(
+        &self,
+        payload: &[u8],
+        seq: u64,
+        attempt: Attempt,
+        acker: &Acker,
+        reply: Option<String>,
+        adopted: Option<Box<Lease>>,
+    ) -> Worked {
+        let unavailable = |run: Option<RunId>, reason: String, held: Option<Held>| Worked {
             run,
             ending: Ending::Unavailable { reason },
-            held: None,
+            held,
         };
         let message = match RunMessage::decode(payload) {
             Ok(m) => m,
@@ -357,20 +474,26 @@ impl Runner {
                     ending: Ending::Poison {
                         reason: format!("malformed message: {}", e.reason),
                     },
-                    held: None,
+                    held: Held::unclaimed(adopted),
                 };
             }
         };
         let id = message.run_id.clone();
         let record = match self.store.load_run(&id).await {
-            Err(e) => return unavailable(Some(id), format!("run store: {e} ({})", e.code())),
+            Err(e) => {
+                return unavailable(
+                    Some(id),
+                    format!("run store: {e} ({})", e.code()),
+                    Held::unclaimed(adopted),
+                );
+            }
             Ok(None) => {
                 return Worked {
                     run: Some(id.clone()),
                     ending: Ending::Poison {
                         reason: format!("unknown run: {id} is not in the store"),
                     },
-                    held: None,
+                    held: Held::unclaimed(adopted),
                 };
             }
             Ok(Some(r)) => r,
@@ -387,11 +510,17 @@ impl Runner {
                     failure: record.failure,
                     interrupted: false,
                 },
-                held: None,
+                held: Held::unclaimed(adopted),
             };
         }
         let submission = match self.store.load_submission(&id).await {
-            Err(e) => return unavailable(Some(id), format!("run store: {e} ({})", e.code())),
+            Err(e) => {
+                return unavailable(
+                    Some(id),
+                    format!("run store: {e} ({})", e.code()),
+                    Held::unclaimed(adopted),
+                );
+            }
             Ok(None) => {
                 return Worked {
                     run: Some(id.clone()),
@@ -400,7 +529,7 @@ impl Runner {
                             "run {id} was not submitted (no submission in the store): a local run is not the queue's"
                         ),
                     },
-                    held: None,
+                    held: Held::unclaimed(adopted),
                 };
             }
             Ok(Some(s)) => s,
@@ -419,10 +548,16 @@ impl Runner {
                 self.queue.client.clone(),
                 cancel.clone(),
             )),
-            Err(e) => return unavailable(Some(id), format!("cannot listen for cancels: {e}")),
+            Err(e) => {
+                return unavailable(
+                    Some(id),
+                    format!("cannot listen for cancels: {e}"),
+                    Held::unclaimed(adopted),
+                );
+            }
         };
         let worked = self
-            .claimed(id, submission, seq, attempt, acker, cancel)
+            .claimed(id, submission, seq, attempt, acker, cancel, reply, adopted)
             .await;
         listener.abort();
         worked
@@ -437,40 +572,50 @@ impl Runner {
         attempt: Attempt,
         acker: &Acker,
         cancel: CancellationToken,
+        reply: Option<String>,
+        adopted: Option<Box<Lease>>,
     ) -> Worked {
-        let value = LeaseValue {
-            runner_id: self.runner_id.clone(),
-            delivery: seq,
-            attempt: attempt.delivered,
-            acquired_at: time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default(),
-        };
-        let lease = match lease::acquire(&self.kv, &id, &value).await {
-            Err(e) => {
-                return Worked {
-                    run: Some(id),
-                    ending: Ending::Unavailable {
-                        reason: e.to_string(),
-                    },
-                    held: None,
+        let lease = match adopted {
+            Some(lease) => lease,
+            None => {
+                let value = LeaseValue {
+                    runner_id: self.runner_id.clone(),
+                    delivery: seq,
+                    attempt: attempt.delivered,
+                    acquired_at: now_rfc3339(),
+                    reply,
                 };
+                match lease::acquire(&self.kv, &id, &value).await {
+                    Err(e) => {
+                        return Worked {
+                            run: Some(id),
+                            ending: Ending::Unavailable {
+                                reason: e.to_string(),
+                            },
+                            held: None,
+                        };
+                    }
+                    Ok(Acquired::Busy(holder)) => {
+                        return Worked {
+                            run: Some(id),
+                            ending: Ending::LeaseHeld {
+                                holder: holder.map_or_else(
+                                    || "another runner".to_owned(),
+                                    |h| format!("{} (delivery {})", h.runner_id, h.delivery),
+                                ),
+                            },
+                            held: None,
+                        };
+                    }
+                    Ok(Acquired::Held(l)) => l,
+                }
             }
-            Ok(Acquired::Busy(holder)) => {
-                return Worked {
-                    run: Some(id),
-                    ending: Ending::LeaseHeld {
-                        holder: holder.map_or_else(
-                            || "another runner".to_owned(),
-                            |h| format!("{} (delivery {})", h.runner_id, h.delivery),
-                        ),
-                    },
-                    held: None,
-                };
-            }
-            Ok(Acquired::Held(l)) => l,
         };
-        let mut held = Held { lease, lost: false };
+        let mut held = Held {
+            lease,
+            lost: false,
+            claimed: true,
+        };
         let ending = self
             .execute_held(&id, &mut held, submission, seq, attempt, acker, cancel)
             .await;
@@ -515,6 +660,7 @@ impl Runner {
         if let Err(e) = self.store.append_event(id, claimed, None).await {
             return store_down(e);
         }
+        tracing::info!(run = %id, delivery = seq, attempt = attempt.delivered, "run claimed");
         let (start, record) = match record.status {
             RunStatus::Queued => (Start::Fresh, record),
             RunStatus::FailedResumable => (Start::Resume, record),
@@ -647,6 +793,118 @@ async fn answer_cancels(
         cancel.cancel();
         if let Some(reply) = m.reply {
             let _ = client.publish(reply, "cancelling".into()).await;
+        }
+    }
+}
+
+/// Adopt the deliveries [`watch_leases`] hands over, one at a time, in a
+/// slot of their own: a dead holder's run does not wait for this runner's
+/// runs to end (that wait is unbounded), so a runner may run one adopted
+/// run beyond `--concurrency`. Stops taking new ones on shutdown (the
+/// adopted run under way drains with the others).
+async fn adopt_in_turn(
+    runner: Arc<Runner>,
+    mut adoptions: mpsc::UnboundedReceiver<(RunId, LeaseValue)>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let slot = Arc::new(Semaphore::new(1));
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&slot).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let next = tokio::select! {
+            n = adoptions.recv() => n,
+            () = shutdown.cancelled() => return,
+        };
+        let Some((run, dead)) = next else {
+            return;
+        };
+        let runner = Arc::clone(&runner);
+        tasks.spawn(async move {
+            runner.adopt(run, dead).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Keep the value of every lease this runner sees, and hand the run of
+/// one that expired (not let go: its holder died) to the runner loop for
+/// adoption. Every half heartbeat: list the bucket's keys, read each new
+/// or changed one, and check the remembered ones that vanished. A delete
+/// marker is a release (forgotten); a key gone without one expired. A
+/// lease this process holds itself is never handed over; NATS away skips
+/// the pass (nothing is decided on a failed read).
+async fn watch_leases(
+    runner: Arc<Runner>,
+    adopt: mpsc::UnboundedSender<(RunId, LeaseValue)>,
+    shutdown: CancellationToken,
+) {
+    let period = (runner.settings().heartbeat / 2).max(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut known: HashMap<String, (u64, LeaseValue)> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let Ok(keys) = runner.kv.keys().await else {
+            continue;
+        };
+        let Ok(present) = keys
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<HashSet<String>, _>>()
+        else {
+            continue;
+        };
+        let mine: HashSet<u64> = runner
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for key in present
+            .iter()
+            .chain(known.keys().cloned().collect::<Vec<_>>().iter())
+        {
+            let entry = match runner.kv.entry(key.as_str()).await {
+                Ok(e) => e,
+                Err(_) => continue,
+            };
+            match entry {
+                Some(e) if e.operation == kv::Operation::Put => {
+                    if known.get(key).is_none_or(|(rev, _)| *rev != e.revision)
+                        && let Ok(v) = serde_json::from_slice::<LeaseValue>(&e.value)
+                    {
+                        known.insert(key.clone(), (e.revision, v));
+                    }
+                }
+                // Let go: a release, never an adoption.
+                Some(_) => {
+                    known.remove(key);
+                }
+                None => {
+                    let Some((_, value)) = known.remove(key) else {
+                        continue;
+                    };
+                    if mine.contains(&value.delivery) || value.reply.is_none() {
+                        continue;
+                    }
+                    if let Ok(run) = RunId::parse(key) {
+                        tracing::info!(run = %run, holder = %value.runner_id,
+                            "a run's lease expired: adopting its delivery");
+                        let _ = adopt.send((run, value));
+                    }
+                }
+            }
         }
     }
 }

@@ -173,11 +173,9 @@ pub fn check_workflow(workflow: &ir::Workflow, agents: bool) -> Result<(), Admis
             // `join` node only waits; compute runs in the engine.
             NodeKind::Fail | NodeKind::Join | NodeKind::Compute => false,
             // A person answers (terminal or resume); `interaction: llm`
-            // and `llm_or_human` answer through an agent backend.
-            NodeKind::Human => matches!(
-                n.properties.get("interaction").and_then(Value::as_str),
-                Some("llm" | "llm_or_human")
-            ),
+            // and `llm_or_human` answer through the agent runner (checked
+            // above with the agent nodes).
+            NodeKind::Human => false,
             NodeKind::Router => !matches!(
                 n.router_mode.as_deref(),
                 None | Some("fan_out_all" | "round_robin" | "condition")

@@ -40,6 +40,43 @@ pub fn is_agent_node(node: &ir::Node) -> bool {
         || (node.kind == NodeKind::Router && node.router_mode.as_deref() == Some("llm"))
 }
 
+/// A human node answered by a model: its `interaction:` (its own, else the
+/// workflow's) is `llm` or `llm_or_human` (upstream `compile.go`: a human
+/// node inherits the workflow's word, else `human`).
+pub fn is_llm_human(workflow: &ir::Workflow, node: &ir::Node) -> bool {
+    node.kind == NodeKind::Human
+        && matches!(
+            node.properties
+                .get("interaction")
+                .or_else(|| workflow.properties.get("interaction"))
+                .and_then(Value::as_str),
+            Some("llm" | "llm_or_human")
+        )
+}
+
+/// The properties admission judges an `interaction: llm*` human node by:
+/// the structured call it makes (claw, no tools, `model:` else
+/// `interaction_model:`).
+pub fn llm_human_properties(node: &ir::Node) -> BTreeMap<String, Value> {
+    let mut p = BTreeMap::new();
+    p.insert("backend".to_owned(), json!("claw"));
+    if let Some(m) = llm_human_model(node) {
+        p.insert("model".to_owned(), json!(m));
+    }
+    p
+}
+
+/// `model:`, else `interaction_model:` (upstream's IR documents that
+/// fallback; its executor reads `model:` only and fails without it).
+fn llm_human_model(node: &ir::Node) -> Option<String> {
+    text_prop(node, "model")
+        .filter(|m| !m.is_empty())
+        .or_else(|| text_prop(node, "interaction_model"))
+}
+
+/// The field `llm_or_human` adds to the node's schema.
+pub const NEEDS_HUMAN_INPUT: &str = "needs_human_input";
+
 /// A node's effective `tool_policy:` patterns: its own when written (it
 /// replaces the workflow's; upstream: nil inherits), else the workflow's;
 /// `None` when neither is (open).
@@ -238,6 +275,26 @@ pub(crate) fn build_request(
             .filter_map(|n| workflow.mcp_servers.get(n).cloned())
             .collect(),
     };
+    let mut request = request;
+    // Who answers `ask_user` (upstream `resume.go`): the effective
+    // `interaction:` word, the interaction model and its rendered prompt,
+    // for the agent runner.
+    if matches!(node.kind, NodeKind::Agent | NodeKind::Judge) {
+        for key in ["interaction", "interaction_model"] {
+            if let Some(v) = node
+                .properties
+                .get(key)
+                .or_else(|| workflow.properties.get(key))
+            {
+                request.properties.insert(key.to_owned(), v.clone());
+            }
+        }
+        if let Some(p) = render("interaction_prompt")? {
+            request
+                .properties
+                .insert("interaction_prompt".to_owned(), Value::String(p));
+        }
+    }
     Ok((request, schema))
 }
 
@@ -384,6 +441,100 @@ impl RunCx<'_> {
 }
 
 impl RunCx<'_> {
+    /// A human node with `interaction: llm` / `llm_or_human` (upstream
+    /// `executeHumanLLM`, `pkg/backend/model/executor.go`): one structured
+    /// call on claw with the node's `model:` (else `interaction_model:`)
+    /// and rendered `system:`, the node's input as JSON for the user
+    /// message (`instructions:` is not sent, as upstream), no tools, the
+    /// node's `output:` schema — plus `needs_human_input: bool` when
+    /// `ask_human` (`llm_or_human`). The checked output (without the flag)
+    /// and the flag's value.
+    pub(crate) async fn run_human_llm(
+        &self,
+        frame: &FrameId,
+        node: &ir::Node,
+        input: &Map<String, Value>,
+        ask_human: bool,
+        cancel: &CancellationToken,
+    ) -> Result<(Value, bool), NodeError> {
+        let Some(runner) = self.agents else {
+            return Err(NodeError::failed(
+                FailureCode::NodeFailed,
+                "no agent backend is configured in this engine",
+            ));
+        };
+        let visible = self.visible(frame);
+        let scope = Scope {
+            vars: &self.vars,
+            input,
+            outputs: &visible,
+            output: None,
+        };
+        let (mut request, schema) =
+            build_request(self.run_id, self.workflow, node, &scope, AgentRole::Agent)?;
+        request.user_prompt = Value::Object(input.clone()).to_string();
+        request.backend = Some("claw".to_owned());
+        request.default_backend = None;
+        request.model = llm_human_model(node);
+        request.tools = Vec::new();
+        request.tool_policy = None;
+        request.mcp_servers = Vec::new();
+        request.session = SessionMode::Fresh;
+        request.session_id = None;
+        if ask_human {
+            let mut js = request.output_schema.take().unwrap_or_else(
+                || json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
+            );
+            js["properties"][NEEDS_HUMAN_INPUT] = json!({"type": "boolean"});
+            if let Some(req) = js["required"].as_array_mut() {
+                req.push(json!(NEEDS_HUMAN_INPUT));
+            }
+            request.output_schema = Some(js);
+        }
+        let model = request.model.clone();
+        let secrets = self.booted.secrets();
+        let events = self.node_events(frame, node);
+        let cx = self.agent_context(node, &events);
+        let outcome = tokio::select! {
+            r = runner.run(request, cx) => r.map_err(agent_failure)?,
+            () = cancel.cancelled() => return Err(NodeError::Cancelled),
+        };
+        let mut output = outcome.output;
+        let needs = if ask_human {
+            match output.remove(NEEDS_HUMAN_INPUT) {
+                Some(Value::Bool(b)) => b,
+                other => {
+                    return Err(NodeError::failed(
+                        FailureCode::NodeFailed,
+                        format!(
+                            "llm_or_human answer: {NEEDS_HUMAN_INPUT} must be a bool, got {other:?}"
+                        ),
+                    ));
+                }
+            }
+        } else {
+            false
+        };
+        output.insert(
+            "_tokens".into(),
+            json!(outcome.usage.input_tokens + outcome.usage.output_tokens),
+        );
+        if let Some(m) = model {
+            output.insert("_model".into(), Value::String(m));
+        }
+        let mut output = routing::check_output(output, schema.as_ref()).map_err(|e| {
+            NodeError::failed(
+                FailureCode::NodeFailed,
+                format!(
+                    "human llm answer does not match schema {}: {e}",
+                    node.output.as_deref().unwrap_or("-")
+                ),
+            )
+        })?;
+        secrets.redactor.redact_json(&mut output);
+        Ok((output, needs))
+    }
+
     /// The built-in a tool node's command names, when the agent runner
     /// knows it (upstream resolves such a command in the tool registry).
     pub(crate) fn builtin_of<'n>(&self, node: &'n ir::Node) -> Option<&'n str> {
@@ -485,10 +636,11 @@ pub fn agent_nodes(workflow: &ir::Workflow) -> BTreeMap<NodeId, String> {
     workflow
         .nodes
         .values()
-        .filter(|n| is_agent_node(n))
+        .filter(|n| is_agent_node(n) || is_llm_human(workflow, n))
         .map(|n| {
             let kind = match n.kind {
                 NodeKind::Router => "router, mode llm".to_owned(),
+                NodeKind::Human => "human, llm interaction".to_owned(),
                 k => k.as_str().to_owned(),
             };
             (n.id.clone(), kind)

@@ -91,7 +91,11 @@ pub(crate) struct RunCx<'a> {
     pub booted: &'a Booted,
     pub events: &'a Emitter,
     pub run_id: &'a RunId,
+    /// What `{{vars.X}}` reads: the run's variables with `${PROJECT_DIR}`
+    /// and `${NAME}` expanded (`crate::vars`).
     pub vars: BTreeMap<String, Value>,
+    /// The entry node's input: the run's variables as given, unexpanded.
+    pub entry_input: serde_json::Map<String, Value>,
     pub agents: Option<&'a dyn AgentRunner>,
     /// Asks human nodes (a terminal); `None` pauses at them.
     pub human: Option<std::sync::Arc<dyn HumanPrompter>>,
@@ -129,7 +133,10 @@ impl<'a> RunCx<'a> {
             booted,
             events,
             run_id,
-            vars,
+            vars: crate::vars::expand_vars(&vars, booted.run().workdir(), &|name| {
+                std::env::var(name).ok()
+            }),
+            entry_input: crate::vars::entry_input(&vars),
             agents,
             human: None,
             bounds,

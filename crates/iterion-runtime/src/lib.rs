@@ -54,6 +54,7 @@ pub mod secrets;
 mod settings;
 pub mod template;
 mod tool;
+pub mod vars;
 mod walk;
 mod workspace_copy;
 pub mod worktree;

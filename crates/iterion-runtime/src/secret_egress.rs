@@ -52,6 +52,9 @@ pub struct BoundSecret {
     pub hosts: Vec<NetRule>,
     /// How it is delivered.
     pub delivery: Delivered,
+    /// The one port it is for (a provider key: its base URL's); `None`:
+    /// any port of its hosts (a declared `egress:` secret).
+    pub port: Option<u16>,
     placeholder: String,
     value: String,
 }
@@ -75,6 +78,7 @@ impl BoundSecret {
             name: decl.name.clone(),
             hosts: decl.egress.clone(),
             delivery,
+            port: None,
             placeholder: placeholder_for(value),
             value: value.to_owned(),
         }
@@ -89,6 +93,7 @@ impl BoundSecret {
             name: secret.variable.clone(),
             hosts: vec![host],
             delivery: Delivered::Agent(secret.variable.clone()),
+            port: Some(secret.port),
             placeholder: placeholder_for(secret.value()),
             value: secret.value().to_owned(),
         })
@@ -112,9 +117,14 @@ impl BoundSecret {
             self.placeholder.clone(),
             self.value.clone(),
         )?;
-        // A provider key goes back in the request head only: a model echoes
-        // its context, so a key put into a conversation body would come
-        // back to the box (iterion_netproxy::bindings).
+        let binding = match self.port {
+            Some(port) => binding.on_port(port),
+            None => binding,
+        };
+        // A provider key goes back in the header that carries it only: an
+        // upstream echoes what it is sent (a model its context, a 404 its
+        // request), so a key put anywhere else would come back to the box
+        // (iterion_netproxy::bindings).
         Some(match self.delivery {
             Delivered::Agent(_) => binding.head_only(),
             Delivered::Env(_) | Delivered::File(_) => binding,

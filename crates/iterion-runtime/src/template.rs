@@ -1,12 +1,24 @@
-//! `{{…}}` substitution in tool commands and `with` mappings (facts §2.6).
+//! `{{…}}` substitution in tool commands, scripts, prompts and `with`
+//! mappings (facts §2.6).
 //!
 //! In a command, `{{vars.x}}`, `{{input.x}}` and `{{outputs.node.field}}`
 //! are replaced by the value POSIX-single-quoted, so a value can never
 //! become shell syntax; `{{!…}}` inserts it raw (the author's explicit
-//! choice). In a `with` mapping, `{{output.field}}` also names the source
-//! node's output, and an expression that is exactly one reference keeps the
-//! value's JSON type. A reference that does not resolve is an error, never
-//! an empty string.
+//! choice). In a script body a value is a JSON literal (a string a script
+//! language can parse), `{{!…}}` raw. In a `with` mapping,
+//! `{{output.field}}` also names the source node's output, and an
+//! expression that is exactly one reference keeps the value's JSON type.
+//!
+//! A reference to something that is not there (a node that has not run
+//! yet, a field its output lacks, an input field no edge gave) never fails
+//! the node; it reads as upstream reads it (`pkg/runtime/engine.go`
+//! `resolveRef`, `pkg/backend/model/executor.go` `resolveTemplate`,
+//! `executor_tool.go` `resolveTemplateWith`): a single-reference `with`
+//! value is `null`; a prompt keeps the placeholder literally and renders
+//! `null` as `""`; a command keeps the placeholder literally (no value
+//! reaches the shell: the author's own text does); a script gets `null`.
+//! Only a namespace no reference can name, or an unclosed `{{`, is an
+//! error (admission refuses both before the run starts).
 //!
 //! `{{artifacts.NAME}}` reads the latest output a node published as
 //! `NAME` (`publish:`), `{{loop.NAME.iteration|max|previous_output}}` the
@@ -107,7 +119,12 @@ pub fn value_text(value: &Value) -> String {
 
 enum Piece<'t> {
     Text(&'t str),
-    Ref { reference: &'t str, raw: bool },
+    Ref {
+        reference: &'t str,
+        raw: bool,
+        /// The placeholder as written, `{{` to `}}`.
+        text: &'t str,
+    },
 }
 
 fn split(template: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
@@ -130,8 +147,12 @@ fn split(template: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
             Some(r) => (true, r.trim()),
             None => (false, inner),
         };
-        pieces.push(Piece::Ref { reference, raw });
         let consumed = start + 2 + end + 2;
+        pieces.push(Piece::Ref {
+            reference,
+            raw,
+            text: &rest[start..consumed],
+        });
         offset += consumed;
         rest = &rest[consumed..];
     }
@@ -231,18 +252,61 @@ fn lookup<'s>(reference: &str, scope: &Scope<'s>) -> Result<&'s Value, TemplateE
     Ok(value)
 }
 
-/// Render a tool command: references shell-quoted unless `{{!…}}`.
+/// What a reference reads when it resolves: its value, `None` when it
+/// names something that is not there (yet), an error only for a namespace
+/// no reference can name.
+fn lookup_opt<'s>(reference: &str, scope: &Scope<'s>) -> Result<Option<&'s Value>, TemplateError> {
+    match lookup(reference, scope) {
+        Ok(v) => Ok(Some(v)),
+        Err(TemplateError::Unresolved { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `loop.NAME.previous_output…` before the loop's first pass renders `""`
+/// in a prompt (upstream `resolveTemplateRef`), not the placeholder.
+fn is_previous_output(reference: &str) -> bool {
+    let mut parts = reference.split('.');
+    parts.next() == Some("loop") && parts.nth(1) == Some("previous_output")
+}
+
+/// Render a tool command: references shell-quoted unless `{{!…}}`; a
+/// reference to nothing, or to `null`, keeps its placeholder literally
+/// (upstream `resolveCommandTemplate`: a missing wiring stays visible).
 pub fn render_command(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
     let mut out = String::with_capacity(template.len());
     for piece in split(template)? {
         match piece {
             Piece::Text(t) => out.push_str(t),
-            Piece::Ref { reference, raw } => {
-                let text = value_text(lookup(reference, scope)?);
+            Piece::Ref {
+                reference,
+                raw,
+                text,
+            } => match lookup_opt(reference, scope)? {
+                None | Some(Value::Null) => out.push_str(text),
+                Some(value) if raw => out.push_str(&value_text(value)),
+                Some(value) => out.push_str(&shell_quote(&value_text(value))),
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// Render a tool `script:` body: each value as a JSON literal (`"a b"`,
+/// `3`, `{"k":1}`), which JavaScript, Python and Ruby all parse; `{{!…}}`
+/// inserts a string unquoted; a reference to nothing is `null`, so the
+/// script still parses and can handle it (upstream `resolveScriptTemplate`).
+pub fn render_script(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
+    let mut out = String::with_capacity(template.len());
+    for piece in split(template)? {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Ref { reference, raw, .. } => {
+                let value = lookup_opt(reference, scope)?.unwrap_or(&Value::Null);
                 if raw {
-                    out.push_str(&text);
+                    out.push_str(&value_text(value));
                 } else {
-                    out.push_str(&shell_quote(&text));
+                    out.push_str(&value.to_string());
                 }
             }
         }
@@ -250,31 +314,43 @@ pub fn render_command(template: &str, scope: &Scope<'_>) -> Result<String, Templ
     Ok(out)
 }
 
-/// Render a `with` expression: exactly one reference keeps its JSON type;
-/// anything else is string interpolation (no quoting: not a shell).
+/// Render a `with` expression: exactly one reference keeps its JSON type,
+/// and is `null` when it names nothing (a node that has not run yet;
+/// upstream `resolveMapping`); anything else is string interpolation (no
+/// quoting: not a shell) where a missing reference keeps its placeholder
+/// and `null` is `""`, as in a prompt.
 pub fn render_value(template: &str, scope: &Scope<'_>) -> Result<Value, TemplateError> {
     let pieces = split(template)?;
     if let [Piece::Ref { reference, .. }] = pieces.as_slice() {
-        return lookup(reference, scope).cloned();
+        return Ok(lookup_opt(reference, scope)?
+            .cloned()
+            .unwrap_or(Value::Null));
     }
+    render_pieces(pieces, scope).map(Value::String)
+}
+
+/// Render a prompt body: every reference interpolated as its text form
+/// (no quoting: a prompt is not a shell; `{{!…}}` means the same); `null`
+/// is `""`, and a reference to nothing keeps its placeholder literally
+/// (upstream `resolveTemplate`: `{{input.task}}` with no such input stays
+/// in the prompt, never an error).
+pub fn render_text(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
+    render_pieces(split(template)?, scope)
+}
+
+fn render_pieces(pieces: Vec<Piece<'_>>, scope: &Scope<'_>) -> Result<String, TemplateError> {
     let mut out = String::new();
     for piece in pieces {
         match piece {
             Piece::Text(t) => out.push_str(t),
-            Piece::Ref { reference, .. } => out.push_str(&value_text(lookup(reference, scope)?)),
-        }
-    }
-    Ok(Value::String(out))
-}
-
-/// Render a prompt body: every reference interpolated as its text form
-/// (no quoting: a prompt is not a shell; `{{!…}}` means the same).
-pub fn render_text(template: &str, scope: &Scope<'_>) -> Result<String, TemplateError> {
-    let mut out = String::with_capacity(template.len());
-    for piece in split(template)? {
-        match piece {
-            Piece::Text(t) => out.push_str(t),
-            Piece::Ref { reference, .. } => out.push_str(&value_text(lookup(reference, scope)?)),
+            Piece::Ref {
+                reference, text, ..
+            } => match lookup_opt(reference, scope)? {
+                Some(Value::Null) => {}
+                Some(value) => out.push_str(&value_text(value)),
+                None if is_previous_output(reference) => {}
+                None => out.push_str(text),
+            },
         }
     }
     Ok(out)
@@ -346,13 +422,26 @@ mod tests {
         });
     }
 
+    /// Upstream `executor_tool.go` `resolveCommandTemplate` /
+    /// `resolveScriptTemplate`: a missing or null reference keeps its
+    /// placeholder in a command, is `null` in a script; only an unknown
+    /// namespace or an unclosed `{{` is an error.
     #[test]
-    fn unresolved_and_unknown_are_errors() {
+    fn missing_refs_stay_literal_in_commands_and_null_in_scripts() {
         with_scope(|s| {
-            assert!(matches!(
-                render_command("{{vars.nope}}", s),
-                Err(TemplateError::Unresolved { .. })
-            ));
+            assert_eq!(
+                render_command("echo {{vars.nope}} {{ outputs.later.x }} {{input.msg}}", s)
+                    .expect("render"),
+                "echo {{vars.nope}} {{ outputs.later.x }} 'a b'"
+            );
+            assert_eq!(
+                render_script(
+                    "x = {{input.nope}}; y = {{input.msg}}; z = {{!input.msg}}; n = {{vars.n}}",
+                    s
+                )
+                .expect("script"),
+                r#"x = null; y = "a b"; z = a b; n = 3"#
+            );
             assert!(matches!(
                 render_command("{{env.HOME}}", s),
                 Err(TemplateError::UnknownNamespace { .. })
@@ -366,6 +455,8 @@ mod tests {
         assert!(check_syntax("a {{ outputs.n.f }} {{!vars.x}}").is_ok());
     }
 
+    /// Upstream `executor.go` `resolveTemplate`: an absent reference stays
+    /// literally in the prompt, a null one renders `""`.
     #[test]
     fn prompts_interpolate_without_quoting() {
         with_scope(|s| {
@@ -373,13 +464,33 @@ mod tests {
                 render_text("Hi {{vars.name}}, n={{ vars.n }} {{!input.msg}}", s).expect("text"),
                 "Hi it's $(rm -rf /), n=3 a b"
             );
-            assert!(matches!(
-                render_text("{{input.nope}}", s),
-                Err(TemplateError::Unresolved { .. })
-            ));
+            assert_eq!(
+                render_text(
+                    "task: {{input.task}} / {{outputs.fixer.pushback}} / {{outputs.probe.none}}",
+                    s
+                )
+                .expect("text"),
+                "task: {{input.task}} / {{outputs.fixer.pushback}} / {{outputs.probe.none}}"
+            );
+            assert_eq!(
+                render_text(
+                    "[{{input.gone}}]",
+                    &Scope {
+                        input: &json!({"gone": null})
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default(),
+                        ..*s
+                    }
+                )
+                .expect("text"),
+                "[]"
+            );
         });
     }
 
+    /// Upstream `engine.go` `resolveMapping`/`resolveRef`: a `with` value
+    /// that is exactly one reference to a node that has not run is null.
     #[test]
     fn with_keeps_types_for_a_single_reference() {
         with_scope(|s| {
@@ -387,6 +498,18 @@ mod tests {
             assert_eq!(render_value("{{vars.n}}", s).expect("v"), json!(3));
             assert_eq!(render_value("n={{vars.n}}", s).expect("v"), json!("n=3"));
             assert_eq!(render_value("literal", s).expect("v"), json!("literal"));
+            assert_eq!(
+                render_value("{{outputs.fixer.pushback}}", s).expect("v"),
+                Value::Null
+            );
+            assert_eq!(
+                render_value("{{outputs.probe.missing}}", s).expect("v"),
+                Value::Null
+            );
+            assert_eq!(
+                render_value("was: {{outputs.fixer.pushback}}", s).expect("v"),
+                json!("was: {{outputs.fixer.pushback}}")
+            );
         });
     }
 

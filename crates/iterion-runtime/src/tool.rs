@@ -138,7 +138,7 @@ impl RunCx<'_> {
                 vec![shell.to_owned(), "-c".to_owned(), rendered]
             }
             ToolSpec::Script { script, language } => {
-                let rendered = template::render_command(script, scope)
+                let rendered = template::render_script(script, scope)
                     .map_err(|e| NodeError::failed(FailureCode::NodeFailed, e.to_string()))?;
                 if language.is_empty()
                     || !language

@@ -62,13 +62,10 @@ impl<'a> RunCx<'a> {
     /// Walk the workflow from its entry to `done` (or the first failure).
     pub(crate) async fn run_graph(&self, cancel: &CancellationToken) -> Result<(), Stop> {
         let main = FrameId::main();
-        // The entry node's input is the run's variables (upstream: declared
-        // defaults overlaid by `--var`), so `{{input.x}}` resolves there.
-        let input: Map<String, Value> = self
-            .vars
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // The entry node's input is the run's variables as given (upstream
+        // `buildNodeInputRS`: declared defaults, then `--preset`, then
+        // `--var`, unexpanded), so `{{input.x}}` resolves there.
+        let input: Map<String, Value> = self.entry_input.clone();
         self.record(ProgressStep::FrameStarted {
             frame: main.clone(),
             parent: None,

@@ -40,12 +40,12 @@ mod request;
 mod steps;
 
 pub use outcome::{
-    BindReport, IdentityOutcome, READBACK_UNSERVABLE, Refusal, SandboxDecision, SandboxPlan,
-    SelectedDriver, Verdict,
+    BindReport, IdentityOutcome, READBACK_UNSERVABLE, RUNNER_UNAVAILABLE, Refusal, SandboxDecision,
+    SandboxPlan, SelectedDriver, Verdict,
 };
 pub use request::{DecisionRequest, FileSecretShape, RepoSnapshot, RunPaths, WorkflowFacts};
 
-use crate::admission::admit;
+use crate::admission::{AdmissionVerdict, admit};
 use crate::host::{detect_host, select_driver};
 use crate::precedence::{
     PrecedenceInputs, resolve_default_image, resolve_host_state, resolve_mode,
@@ -87,6 +87,15 @@ pub fn decide(req: &DecisionRequest<'_>) -> SandboxDecision {
         },
     };
     let verdict = d.verdict();
+    // The runner the sandbox's agents need cannot be put there: refused
+    // before anything boots (a host run needs no runner in a box).
+    let verdict = match (verdict, req.runner_missing) {
+        (Verdict::Sandbox(_), Some(why)) if d.decision.admission.admitted() => {
+            d.decision.admission = AdmissionVerdict::deny(RUNNER_UNAVAILABLE, why);
+            Verdict::Denied
+        }
+        (v, _) => v,
+    };
     d.decision.verdict = if d.decision.admission.admitted() {
         verdict
     } else {

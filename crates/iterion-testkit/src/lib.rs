@@ -8,4 +8,5 @@
 pub mod agent;
 pub mod driver;
 pub mod provider;
+pub mod sigv4;
 pub mod store;

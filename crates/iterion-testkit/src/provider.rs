@@ -87,7 +87,14 @@ impl RecordedRequest {
         self.method == "POST"
             && (self.path.starts_with("/v1/messages?")
                 || self.path == "/v1/messages"
-                || self.path.ends_with("/chat/completions"))
+                || self.path.ends_with("/chat/completions")
+                || self.is_bedrock_invoke())
+    }
+
+    /// A Bedrock `InvokeModel` (`POST /model/<id>/invoke`): answered in
+    /// the Anthropic Messages format, whole.
+    pub fn is_bedrock_invoke(&self) -> bool {
+        self.path.starts_with("/model/") && self.path.ends_with("/invoke")
     }
 
     /// The tool results this request carries (content texts).
@@ -326,7 +333,14 @@ async fn handle(
         };
         (turn, id)
     };
-    let response = respond(turn, is_model, &path, &body, id);
+    // Like a real API's unknown-path 404 that quotes what it got: the
+    // request line and every header (issue 31 item 3 performs the attack
+    // on this echo).
+    let echo = std::iter::once(format!("{} {}", recorded.method, recorded.path))
+        .chain(recorded.headers.iter().map(|(k, v)| format!("{k}: {v}")))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let response = respond(turn, is_model, &path, &body, id, &echo);
     recorded.service = received.elapsed();
     state.lock().unwrap().requests.push(recorded);
     Ok(response)
@@ -338,12 +352,14 @@ fn respond(
     path: &str,
     body: &Value,
     id: u64,
+    echo: &str,
 ) -> Response<Full<Bytes>> {
-    let anthropic = path.starts_with("/v1/messages");
+    let anthropic = path.starts_with("/v1/messages")
+        || (path.starts_with("/model/") && path.ends_with("/invoke"));
     if !is_model {
         return json_response(
             StatusCode::NOT_FOUND,
-            json!({"type": "error", "error": {"type": "not_found_error", "message": "not scripted"}}),
+            json!({"type": "error", "error": {"type": "not_found_error", "message": format!("not scripted: {echo}")}}),
         );
     }
     let Some(turn) = turn else {

@@ -9,6 +9,7 @@
 //! body passes through the [`Redactor`] before it becomes an error.
 
 pub(crate) mod anthropic;
+pub(crate) mod bedrock;
 mod chat;
 pub(crate) mod openai;
 pub(crate) mod sse;
@@ -34,6 +35,8 @@ enum Auth {
     ApiKey(String),
     /// `Authorization: Bearer`.
     Bearer(String),
+    /// AWS SigV4 (Bedrock).
+    SigV4(bedrock::AwsKeys),
     /// A keyless gateway.
     None,
 }
@@ -43,6 +46,7 @@ impl std::fmt::Debug for Auth {
         f.write_str(match self {
             Self::ApiKey(_) => "ApiKey(***)",
             Self::Bearer(_) => "Bearer(***)",
+            Self::SigV4(_) => "SigV4(***)",
             Self::None => "None",
         })
     }
@@ -68,10 +72,20 @@ impl ProviderClient {
         redactor: Redactor,
     ) -> Result<Self, AgentError> {
         let var = |n: &str| vars.get(n).filter(|v| !v.is_empty()).cloned();
-        let base_url = var(spec.provider.base_url_var())
-            .unwrap_or_else(|| spec.provider.default_base_url().to_owned())
-            .trim_end_matches('/')
-            .to_owned();
+        let region = bedrock::region(vars);
+        let base_url = match (spec.provider, &region) {
+            (Provider::Bedrock, Some(r)) => bedrock::endpoint(vars, r),
+            (Provider::Bedrock, None) => {
+                return Err(AgentError::MissingCredential {
+                    provider: "bedrock".to_owned(),
+                    variables: vec!["AWS_REGION".to_owned(), "AWS_DEFAULT_REGION".to_owned()],
+                });
+            }
+            _ => var(spec.provider.base_url_var())
+                .unwrap_or_else(|| spec.provider.default_base_url().to_owned())
+                .trim_end_matches('/')
+                .to_owned(),
+        };
         reqwest::Url::parse(&base_url).map_err(|e| AgentError::HttpSetup {
             detail: format!("{} is not a URL: {e}", spec.provider.base_url_var()),
         })?;
@@ -82,6 +96,33 @@ impl ProviderClient {
                 (None, None) => Auth::None,
             },
             Provider::OpenAi => var("OPENAI_API_KEY").map_or(Auth::None, Auth::Bearer),
+            // A Bedrock API key wins over SigV4, as in the AWS SDK.
+            Provider::Bedrock => match (
+                var("AWS_BEARER_TOKEN_BEDROCK"),
+                var("AWS_ACCESS_KEY_ID"),
+                var("AWS_SECRET_ACCESS_KEY"),
+            ) {
+                (Some(t), _, _) => Auth::Bearer(t),
+                (None, Some(access_key_id), Some(secret_access_key)) => {
+                    Auth::SigV4(bedrock::AwsKeys {
+                        access_key_id,
+                        secret_access_key,
+                        session_token: var("AWS_SESSION_TOKEN"),
+                        region: region.unwrap_or_default(),
+                    })
+                }
+                _ => {
+                    return Err(AgentError::MissingCredential {
+                        provider: "bedrock".to_owned(),
+                        variables: vec![
+                            "AWS_ACCESS_KEY_ID".to_owned(),
+                            "AWS_SECRET_ACCESS_KEY".to_owned(),
+                            "AWS_PROFILE".to_owned(),
+                            "AWS_BEARER_TOKEN_BEDROCK".to_owned(),
+                        ],
+                    });
+                }
+            },
         };
         Ok(Self {
             provider: spec.provider,
@@ -99,6 +140,8 @@ impl ProviderClient {
 
     /// One model call.
     pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, AgentError> {
+        // Bedrock's stream is AWS's binary event stream: read whole.
+        let stream = req.stream && self.provider != Provider::Bedrock;
         let (url, body) = match self.provider {
             Provider::Anthropic => (
                 format!("{}/v1/messages", self.base_url),
@@ -108,21 +151,37 @@ impl ProviderClient {
                 format!("{}/chat/completions", self.base_url),
                 openai::request_body(req),
             ),
+            Provider::Bedrock => (
+                bedrock::invoke_url(&self.base_url, &req.model),
+                bedrock::body(anthropic::request_body(req)),
+            ),
         };
+        let body = body.to_string();
         let mut builder = self
             .http
-            .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string());
-        builder = match (&self.auth, self.provider) {
-            (Auth::ApiKey(k), _) => builder.header("x-api-key", k),
-            (Auth::Bearer(t), _) => builder.bearer_auth(t),
-            (Auth::None, _) => builder,
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        builder = match &self.auth {
+            Auth::ApiKey(k) => builder.header("x-api-key", k),
+            Auth::Bearer(t) => builder.bearer_auth(t),
+            Auth::SigV4(keys) => {
+                let signed = bedrock::sign(
+                    keys,
+                    &url,
+                    &[("content-type", "application/json")],
+                    body.as_bytes(),
+                    std::time::SystemTime::now(),
+                )?;
+                signed.into_iter().fold(builder, |b, (k, v)| b.header(k, v))
+            }
+            Auth::None => builder,
         };
+        let builder = builder.body(body);
+        let mut builder = builder;
         if self.provider == Provider::Anthropic {
             builder = builder.header("anthropic-version", anthropic::API_VERSION);
         }
-        if req.stream {
+        if stream {
             builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
         }
         let resp = builder.send().await.map_err(|e| self.transport(&e))?;
@@ -135,7 +194,7 @@ impl ProviderClient {
                 message: self.redactor.redact(&error_message(&text)),
             });
         }
-        let decoded = if req.stream {
+        let decoded = if stream {
             self.read_stream(resp).await?
         } else {
             let bytes = resp.bytes().await.map_err(|e| self.transport(&e))?;
@@ -146,7 +205,7 @@ impl ProviderClient {
                 ))
             });
             value.and_then(|v| match self.provider {
-                Provider::Anthropic => anthropic::parse_response(&v),
+                Provider::Anthropic | Provider::Bedrock => anthropic::parse_response(&v),
                 Provider::OpenAi => openai::parse_response(&v),
             })
         };
@@ -213,7 +272,9 @@ enum StreamState {
 impl StreamState {
     fn new(provider: Provider) -> Self {
         match provider {
-            Provider::Anthropic => Self::Anthropic(anthropic::StreamAccumulator::default()),
+            Provider::Anthropic | Provider::Bedrock => {
+                Self::Anthropic(anthropic::StreamAccumulator::default())
+            }
             Provider::OpenAi => Self::OpenAi(openai::StreamAccumulator::default()),
         }
     }

@@ -2,7 +2,10 @@
 //! ([`RUNNER_CONTAINER_PATH`]) and the hidden subcommand it runs
 //! ([`RUNNER_SUBCOMMAND`]), the read-only bind that puts the host's copy
 //! there ([`runner_mount`]), and which host binary can serve at all
-//! ([`locate_runner_binary`]: a static executable, [`is_static_executable`]).
+//! ([`find_runner`]: a static executable, [`inspect_runner`]; when none
+//! serves, the [`RunnerLookup`] names every file examined, why each fails
+//! and the fix, which the sandbox decision turns into an admission
+//! refusal).
 //! Plain facts both the launcher and the mount plan read; how the binary is
 //! started or copied in is the launcher's, and this module does not know it.
 
@@ -30,54 +33,212 @@ pub fn runner_mount(host_binary: &Path) -> Mount {
     }
 }
 
+/// Why a file cannot serve as the runner inside a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BinaryDefect {
+    /// Nothing at that path.
+    Missing,
+    /// Not a regular file (a directory, a device).
+    NotAFile,
+    /// No execute bit.
+    NotExecutable,
+    /// It could not be opened or read.
+    Unreadable(String),
+    /// Not a 64-bit little-endian ELF executable (a script, a text file).
+    NotElf,
+    /// Dynamically linked: it names a program interpreter, which an image
+    /// with another libc (or none) does not have.
+    Dynamic,
+}
+
+impl std::fmt::Display for BinaryDefect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing => f.write_str("does not exist"),
+            Self::NotAFile => f.write_str("is not a regular file"),
+            Self::NotExecutable => f.write_str("is not executable"),
+            Self::Unreadable(why) => write!(f, "cannot be read ({why})"),
+            Self::NotElf => f.write_str("is not an ELF executable"),
+            Self::Dynamic => f.write_str("is dynamically linked"),
+        }
+    }
+}
+
+/// Where a runner candidate came from (facts §6.5 lookup order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerSource {
+    /// `ITERION_BIN`, the operator's explicit choice.
+    IterionBin,
+    /// The `iterion` running now.
+    CurrentExe,
+    /// One of the install locations (`/usr/local/bin`, `/usr/bin`,
+    /// `~/.local/bin`).
+    Installed,
+}
+
+impl RunnerSource {
+    /// How a person reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IterionBin => "ITERION_BIN",
+            Self::CurrentExe => "the running iterion",
+            Self::Installed => "installed",
+        }
+    }
+}
+
+/// What the lookup found: the static runner, or every file it examined
+/// and why none serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerLookup {
+    /// This static executable serves.
+    Found {
+        /// The host binary.
+        path: PathBuf,
+        /// Where it came from.
+        source: RunnerSource,
+    },
+    /// `ITERION_BIN` names a file that cannot serve: the operator asked
+    /// for that one, so nothing else is taken in its place.
+    IterionBinRejected {
+        /// What `ITERION_BIN` names.
+        path: PathBuf,
+        /// Why it cannot serve.
+        defect: BinaryDefect,
+    },
+    /// No candidate serves (a distribution package built dynamically).
+    NoneStatic {
+        /// Each candidate examined, with why it does not serve.
+        examined: Vec<(PathBuf, RunnerSource, BinaryDefect)>,
+    },
+}
+
+/// What to do about a lookup that found nothing, for the operator.
+pub const RUNNER_FIX: &str = "build iterion from its repository (`cargo build --release` links it statically through .cargo/config.toml; a RUSTFLAGS set in the environment undoes that) or point ITERION_BIN at a statically linked iterion";
+
+impl RunnerLookup {
+    /// The static runner, when found.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Self::Found { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// Why no runner serves, naming the files examined and the fix; `None`
+    /// when one was found.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Self::Found { .. } => None,
+            Self::IterionBinRejected { path, defect } => Some(format!(
+                "ITERION_BIN={} {defect}: a sandboxed agent needs a statically linked iterion to run inside the container; {RUNNER_FIX}",
+                path.display()
+            )),
+            Self::NoneStatic { examined } => {
+                let seen: Vec<String> = examined
+                    .iter()
+                    .filter(|(_, _, d)| *d != BinaryDefect::Missing)
+                    .map(|(p, s, d)| format!("{} ({}) {d}", p.display(), s.as_str()))
+                    .collect();
+                Some(format!(
+                    "no statically linked iterion to run inside the container: {}; {RUNNER_FIX}",
+                    if seen.is_empty() {
+                        "no candidate exists".to_owned()
+                    } else {
+                        seen.join(", ")
+                    }
+                ))
+            }
+        }
+    }
+}
+
 /// Find a host `iterion` binary that can run inside any image (facts
 /// §6.5 lookup order: `ITERION_BIN`, the running executable, then
 /// `/usr/local/bin/iterion`, `/usr/bin/iterion`, `~/.local/bin/iterion`),
 /// keeping only statically linked executables: a dynamically linked one
-/// would not start in an image with another libc (or none).
-pub fn locate_runner_binary(env: &EnvSnapshot, current_exe: Option<&Path>) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
+/// would not start in an image with another libc (or none). A set
+/// `ITERION_BIN` is the only candidate: a bad one is the answer, never
+/// silently replaced by another binary.
+pub fn find_runner(env: &EnvSnapshot, current_exe: Option<&Path>) -> RunnerLookup {
     if let Some(p) = env.get("ITERION_BIN") {
-        candidates.push(PathBuf::from(p));
+        let path = PathBuf::from(p);
+        return match inspect_runner(&path) {
+            Ok(()) => RunnerLookup::Found {
+                path,
+                source: RunnerSource::IterionBin,
+            },
+            Err(defect) => RunnerLookup::IterionBinRejected { path, defect },
+        };
     }
+    let mut candidates: Vec<(PathBuf, RunnerSource)> = Vec::new();
     if let Some(p) = current_exe {
-        candidates.push(p.to_path_buf());
+        candidates.push((p.to_path_buf(), RunnerSource::CurrentExe));
     }
-    candidates.push(PathBuf::from("/usr/local/bin/iterion"));
-    candidates.push(PathBuf::from("/usr/bin/iterion"));
+    for p in ["/usr/local/bin/iterion", "/usr/bin/iterion"] {
+        candidates.push((PathBuf::from(p), RunnerSource::Installed));
+    }
     if let Some(home) = env.get("HOME") {
-        candidates.push(Path::new(home).join(".local/bin/iterion"));
+        candidates.push((
+            Path::new(home).join(".local/bin/iterion"),
+            RunnerSource::Installed,
+        ));
     }
-    candidates.into_iter().find(|p| is_static_executable(p))
+    let mut examined = Vec::new();
+    for (path, source) in candidates {
+        match inspect_runner(&path) {
+            Ok(()) => return RunnerLookup::Found { path, source },
+            Err(defect) => examined.push((path, source, defect)),
+        }
+    }
+    RunnerLookup::NoneStatic { examined }
+}
+
+/// [`find_runner`]'s binary, when one serves.
+pub fn locate_runner_binary(env: &EnvSnapshot, current_exe: Option<&Path>) -> Option<PathBuf> {
+    match find_runner(env, current_exe) {
+        RunnerLookup::Found { path, .. } => Some(path),
+        _ => None,
+    }
 }
 
 /// Whether `path` is an executable ELF file without a program interpreter
 /// (static or static-pie).
 pub fn is_static_executable(path: &Path) -> bool {
+    inspect_runner(path).is_ok()
+}
+
+/// Why `path` cannot serve as the runner, if it cannot: it must be an
+/// executable ELF file without a program interpreter (static or
+/// static-pie).
+pub fn inspect_runner(path: &Path) -> Result<(), BinaryDefect> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return false;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(BinaryDefect::Missing),
+        Err(e) => return Err(BinaryDefect::Unreadable(e.to_string())),
     };
-    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-        return false;
+    if !meta.is_file() {
+        return Err(BinaryDefect::NotAFile);
     }
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(BinaryDefect::NotExecutable);
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| BinaryDefect::Unreadable(e.to_string()))?;
     let mut head = vec![0u8; 64 * 1024];
-    let Ok(n) = f.read(&mut head) else {
-        return false;
-    };
-    elf_has_no_interpreter(&head[..n])
+    let n = f
+        .read(&mut head)
+        .map_err(|e| BinaryDefect::Unreadable(e.to_string()))?;
+    elf_interpreter(&head[..n])
 }
 
 /// ELF64 little-endian: no `PT_INTERP` among the program headers that fit
 /// in `head`.
-fn elf_has_no_interpreter(head: &[u8]) -> bool {
+fn elf_interpreter(head: &[u8]) -> Result<(), BinaryDefect> {
     const PT_INTERP: u32 = 3;
     if head.len() < 64 || &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
-        return false;
+        return Err(BinaryDefect::NotElf);
     }
     let u16_at = |o: usize| head.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
     let u32_at = |o: usize| {
@@ -91,15 +252,30 @@ fn elf_has_no_interpreter(head: &[u8]) -> bool {
     };
     let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
     else {
-        return false;
+        return Err(BinaryDefect::NotElf);
     };
     let Ok(phoff) = usize::try_from(phoff) else {
-        return false;
+        return Err(BinaryDefect::NotElf);
     };
-    (0..usize::from(phnum)).all(|i| {
+    let mut interp = false;
+    for i in 0..usize::from(phnum) {
         let at = phoff + i * usize::from(phentsize);
-        u32_at(at).is_some_and(|t| t != PT_INTERP)
-    })
+        match u32_at(at) {
+            // A header table past what was read cannot be judged: no.
+            None => {
+                return Err(BinaryDefect::Unreadable(
+                    "program headers past the first 64 KiB".to_owned(),
+                ));
+            }
+            Some(PT_INTERP) => interp = true,
+            Some(_) => {}
+        }
+    }
+    if interp {
+        Err(BinaryDefect::Dynamic)
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -111,7 +287,134 @@ mod tests {
         // Debian's /bin/sh (dash) is dynamically linked (PT_INTERP present).
         assert!(!is_static_executable(Path::new("/bin/sh")));
         assert!(!is_static_executable(Path::new("/nonexistent")));
-        assert!(!elf_has_no_interpreter(b"#!/bin/sh\n"));
+        assert_eq!(elf_interpreter(b"#!/bin/sh\n"), Err(BinaryDefect::NotElf));
+    }
+
+    /// A scratch directory of candidate files, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "iterion-runner-{tag}-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or_default()
+            ));
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            Self(dir)
+        }
+
+        fn file(&self, name: &str, bytes: &[u8], mode: u32) -> PathBuf {
+            use std::os::unix::fs::PermissionsExt;
+            let p = self.0.join(name);
+            std::fs::write(&p, bytes).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            p
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> EnvSnapshot {
+        pairs
+            .iter()
+            .fold(EnvSnapshot::new(), |env, (k, v)| env.with(*k, *v))
+    }
+
+    #[test]
+    fn each_defect_is_named() {
+        let s = Scratch::new("defects");
+        let dynamic = std::fs::read("/bin/sh").expect("read /bin/sh");
+        let me = std::fs::read(std::env::current_exe().expect("exe")).expect("read self");
+        let cases: Vec<(PathBuf, Result<(), BinaryDefect>)> = vec![
+            (s.0.join("absent"), Err(BinaryDefect::Missing)),
+            (s.0.clone(), Err(BinaryDefect::NotAFile)),
+            (s.file("dyn", &dynamic, 0o755), Err(BinaryDefect::Dynamic)),
+            (
+                s.file("noexec", &me, 0o644),
+                Err(BinaryDefect::NotExecutable),
+            ),
+            (
+                s.file("script", b"#!/bin/sh\necho hi\n", 0o755),
+                Err(BinaryDefect::NotElf),
+            ),
+            (s.file("empty", b"", 0o755), Err(BinaryDefect::NotElf)),
+            (s.file("static", &me, 0o755), Ok(())),
+        ];
+        for (path, want) in cases {
+            assert_eq!(inspect_runner(&path), want, "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn a_bad_iterion_bin_is_the_answer_not_skipped() {
+        let s = Scratch::new("explicit");
+        let dynamic = s.file("iterion", &std::fs::read("/bin/sh").expect("sh"), 0o755);
+        let me = std::env::current_exe().expect("exe");
+        let env = env_of(&[("ITERION_BIN", &dynamic.display().to_string())]);
+        // The running (static) binary would serve, yet the operator named
+        // another: that one is judged, and refused.
+        let found = find_runner(&env, Some(&me));
+        assert_eq!(
+            found,
+            RunnerLookup::IterionBinRejected {
+                path: dynamic.clone(),
+                defect: BinaryDefect::Dynamic
+            }
+        );
+        let problem = found.problem().expect("a problem");
+        assert!(
+            problem.contains(&dynamic.display().to_string()),
+            "{problem}"
+        );
+        assert!(problem.contains("dynamically linked"), "{problem}");
+        assert!(problem.contains("ITERION_BIN"), "{problem}");
+        // A good ITERION_BIN serves.
+        let env = env_of(&[("ITERION_BIN", &me.display().to_string())]);
+        assert_eq!(
+            find_runner(&env, None),
+            RunnerLookup::Found {
+                path: me,
+                source: RunnerSource::IterionBin
+            }
+        );
+    }
+
+    #[test]
+    fn a_dynamic_distribution_build_names_what_was_examined() {
+        let s = Scratch::new("distro");
+        let dynamic = s.file("iterion", &std::fs::read("/bin/sh").expect("sh"), 0o755);
+        let home = s.0.join("home");
+        let env = env_of(&[("HOME", &home.display().to_string())]);
+        let found = find_runner(&env, Some(&dynamic));
+        let RunnerLookup::NoneStatic { examined } = &found else {
+            panic!("nothing static here: {found:?}")
+        };
+        assert_eq!(
+            examined.first(),
+            Some(&(
+                dynamic.clone(),
+                RunnerSource::CurrentExe,
+                BinaryDefect::Dynamic
+            ))
+        );
+        let problem = found.problem().expect("a problem");
+        assert!(
+            problem.contains(&format!(
+                "{} (the running iterion) is dynamically linked",
+                dynamic.display()
+            )),
+            "{problem}"
+        );
+        assert!(problem.contains("cargo build --release"), "{problem}");
+        assert!(found.path().is_none());
     }
 
     #[test]

@@ -19,8 +19,8 @@ pub mod protocol;
 use iterion_core::EventKind;
 
 pub use binary::{
-    RUNNER_CONTAINER_PATH, RUNNER_SUBCOMMAND, is_static_executable, locate_runner_binary,
-    runner_mount,
+    BinaryDefect, RUNNER_CONTAINER_PATH, RUNNER_FIX, RUNNER_SUBCOMMAND, RunnerLookup, RunnerSource,
+    find_runner, inspect_runner, is_static_executable, locate_runner_binary, runner_mount,
 };
 pub use launcher::RunnerBinary;
 

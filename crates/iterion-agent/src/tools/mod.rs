@@ -7,10 +7,11 @@
 //!
 //! | Tool | Class | Placement |
 //! |---|---|---|
-//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, `list_files`, `tree`, `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command` | built-in | sandbox (in the runner, in the container) |
+//! | `bash`, `read_file`, `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, `list_files`, `tree`, `search_codebase`, `git_diff`, `git_status`, `patch`, `run_command`, `sleep`, `structured_output`, `send_user_message`, `config`, `todo_write`, `notebook_edit` | built-in | sandbox (in the runner, in the container) |
 //! | `ask_user` | human input | launcher (host) |
 //! | `mcp.<server>.<tool>` (alias `mcp__<server>__<tool>`) | MCP | launcher (host) |
 //! | `iterion.<tool>` | engine | launcher (host) |
+//! | upstream claw names this engine does not serve ([`unavailable`]) | — | accepted by `validate`, the node refused at admission (`AGENT_TOOL_UNAVAILABLE`) |
 //! | anything else | — | refused |
 //!
 //! A qualified name (`mcp.github.create_issue`) is what a workflow, a
@@ -152,11 +153,89 @@ pub fn qualify(name: &str) -> String {
     }
 }
 
+/// Upstream claw's orchestration tools (`task_*`, `worker_*`, `team_*`,
+/// `cron_*`, ...): its vendored claw's own in-process machinery, which a
+/// run here has no counterpart for (upstream
+/// `pkg/backend/tool/claw_builtins.go` `RegisterClawAll`).
+const ORCHESTRATION: &[&str] = &[
+    "task_create",
+    "task_get",
+    "task_list",
+    "task_output",
+    "task_stop",
+    "task_update",
+    "run_task_packet",
+    "worker_create",
+    "worker_get",
+    "worker_observe",
+    "worker_resolve_trust",
+    "worker_await_ready",
+    "worker_send_prompt",
+    "worker_restart",
+    "worker_terminate",
+    "worker_observe_completion",
+    "team_create",
+    "team_get",
+    "team_list",
+    "team_delete",
+    "cron_create",
+    "cron_get",
+    "cron_list",
+    "cron_delete",
+    "agent",
+    "repl",
+    "lsp",
+    "remote_trigger",
+    "mcp_auth",
+];
+
+/// Upstream claw tools not built in this release, and why.
+const NOT_BUILT: &[(&str, &str)] = &[
+    (
+        "read_image",
+        "its result is an image content block, and this engine's tool results are text",
+    ),
+    ("enter_plan_mode", "plan mode is not built in this release"),
+    ("exit_plan_mode", "plan mode is not built in this release"),
+    (
+        "tool_search",
+        "not built in this release; a node is offered exactly its `tools:`",
+    ),
+    (
+        "list_mcp_resources",
+        "MCP resources are not served in this release (MCP tools are: `mcp.<server>.<tool>`)",
+    ),
+    (
+        "read_mcp_resource",
+        "MCP resources are not served in this release (MCP tools are: `mcp.<server>.<tool>`)",
+    ),
+    ("skill", "skills are not loaded in this release"),
+];
+
+/// Why a name upstream's claw registers is not available here, `None`
+/// for any other name. Such a name passes `iterion validate` (upstream
+/// accepts it) and refuses the node at admission, before any container
+/// starts and before any model call.
+pub fn unavailable(name: &str) -> Option<String> {
+    if ORCHESTRATION.contains(&name) {
+        return Some(
+            "it is upstream claw's own orchestration (tasks, workers, teams, cron, sub-agents, REPL, LSP), which this engine does not run; use workflow nodes instead"
+                .to_owned(),
+        );
+    }
+    NOT_BUILT
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| (*why).to_owned())
+}
+
 /// Why a workflow's `tools:` name is unknown to the registry (the DSL's
-/// C322 hook), `None` when the placement table classes it. An MCP name is
-/// known by its shape: which tools a server has is learnt when it starts.
+/// C322 hook), `None` when the placement table classes it or upstream's
+/// claw registers it ([`unavailable`]: refused at admission instead). An
+/// MCP name is known by its shape: which tools a server has is learnt
+/// when it starts.
 pub fn unknown_tool_reason(name: &str) -> Option<String> {
-    (placement_of(name) == Placement::Refused).then(|| {
+    (placement_of(name) == Placement::Refused && unavailable(name).is_none()).then(|| {
         let builtins: Vec<&str> = Builtin::ALL.iter().map(|b| b.name()).collect();
         format!(
             "not a built-in ({}), ask_user, {}, {}, mcp.<server>.<tool> or iterion.<tool>",
@@ -305,6 +384,12 @@ impl ToolRegistry {
             if out.iter().any(|e| &e.name == name) {
                 continue;
             }
+            if let Some(reason) = unavailable(name) {
+                return Err(AgentError::ToolUnavailable {
+                    tool: name.clone(),
+                    reason,
+                });
+            }
             if placement_of(name) == Placement::Refused {
                 return Err(AgentError::ToolRefused {
                     tool: name.clone(),
@@ -370,6 +455,62 @@ mod tests {
         assert_eq!(err.code(), "AGENT_TOOL_REFUSED");
         let err = reg.select(&["ask_user".into()]).expect_err("unserved");
         assert!(err.to_string().contains("no launcher-side handler"));
+    }
+
+    /// Upstream claw's registry (`pkg/backend/tool/claw_builtins.go`
+    /// `RegisterClawAll`): its simple tools are built-ins here; its
+    /// orchestration names pass validate and refuse the node with a typed
+    /// error naming the tool; names it never registers stay unknown.
+    #[test]
+    fn upstream_claw_names() {
+        let reg = ToolRegistry::builtins();
+        for t in [
+            "sleep",
+            "structured_output",
+            "send_user_message",
+            "config",
+            "todo_write",
+            "notebook_edit",
+        ] {
+            assert_eq!(placement_of(t), Placement::Sandbox, "{t}");
+            assert!(unknown_tool_reason(t).is_none(), "{t}");
+            reg.select(&[t.to_owned()]).expect(t);
+        }
+        for t in [
+            "task_create",
+            "worker_get",
+            "team_list",
+            "cron_delete",
+            "agent",
+            "repl",
+            "lsp",
+            "remote_trigger",
+            "mcp_auth",
+            "run_task_packet",
+            "read_image",
+            "tool_search",
+            "skill",
+        ] {
+            assert!(unknown_tool_reason(t).is_none(), "{t} passes validate");
+            let err = reg
+                .select(&["bash".into(), t.to_owned()])
+                .expect_err("refused");
+            assert_eq!(err.code(), "AGENT_TOOL_UNAVAILABLE", "{t}");
+            let text = err.to_string();
+            assert!(
+                text.contains(t) && text.contains("not available in this engine"),
+                "{text}"
+            );
+        }
+        for t in [
+            "web_search",
+            "screenshot",
+            "computer_use",
+            "git_log",
+            "Bash",
+        ] {
+            assert!(unknown_tool_reason(t).is_some(), "{t}");
+        }
     }
 
     #[test]

@@ -93,23 +93,54 @@ impl LaunchFlags {
     }
 }
 
-/// The claw runner's read-only bind, for a workflow with agent nodes or
-/// tool nodes calling an in-box built-in.
-pub(super) fn runner_mounts(
-    workflow: &iterion_dsl::ir::Workflow,
-    runner_binary: Option<&std::path::Path>,
-) -> Vec<iterion_core::plan::Mount> {
-    // A tool node naming a file or process built-in runs it in the box
-    // through the same runner.
-    let box_builtins = workflow.nodes.values().any(|n| {
-        matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
-            if iterion_agent::tool_node::runs_in_box(c.trim()))
-    });
-    match runner_binary {
-        Some(bin) if box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty() => {
-            vec![iterion_agent::runner::runner_mount(bin)]
+/// The claw runner for a workflow's sandbox: the static `iterion` the
+/// lookup found (`iterion_agent::runner::find_runner`), its read-only
+/// bind, and why none can serve when the workflow needs one in the box.
+pub(super) struct RunnerWiring {
+    /// Whether the workflow needs the runner in the box (agent nodes,
+    /// in-box built-ins).
+    pub needed: bool,
+    /// The static runner, when one was found.
+    pub binary: Option<std::path::PathBuf>,
+    /// Its read-only bind, for a workflow that needs it.
+    pub mounts: Vec<iterion_core::plan::Mount>,
+    /// Why none serves, for a workflow that needs one: the decision
+    /// refuses a sandboxed run with it.
+    pub missing: Option<String>,
+    /// `ITERION_BIN` names a file that cannot serve, and the workflow
+    /// needs the runner: bad input, refused before anything exists.
+    pub bad_iterion_bin: Option<String>,
+}
+
+impl RunnerWiring {
+    /// Look the runner up for `workflow`, in this process's environment.
+    pub(super) fn of(workflow: &iterion_dsl::ir::Workflow) -> Self {
+        use iterion_agent::runner::{RunnerLookup, find_runner, runner_mount};
+        // A tool node naming a file or process built-in runs it in the box
+        // through the same runner as claw's agent nodes.
+        let box_builtins = workflow.nodes.values().any(|n| {
+            matches!(&n.tool, Some(iterion_dsl::ir::ToolSpec::Command(c))
+                if iterion_agent::tool_node::runs_in_box(c.trim()))
+        });
+        let needs = box_builtins || !iterion_runtime::agents::agent_nodes(workflow).is_empty();
+        let lookup = find_runner(
+            &iterion_agent::EnvSnapshot::from_process(),
+            std::env::current_exe().ok().as_deref(),
+        );
+        let binary = lookup.path().map(std::path::Path::to_path_buf);
+        let problem = needs.then(|| lookup.problem()).flatten();
+        Self {
+            mounts: match &binary {
+                Some(bin) if needs => vec![runner_mount(bin)],
+                _ => Vec::new(),
+            },
+            bad_iterion_bin: problem
+                .clone()
+                .filter(|_| matches!(lookup, RunnerLookup::IterionBinRejected { .. })),
+            missing: problem,
+            binary,
+            needed: needs,
         }
-        _ => Vec::new(),
     }
 }
 
@@ -122,16 +153,7 @@ pub(super) fn sandbox_host(
     workflow: Option<&iterion_dsl::ir::Workflow>,
 ) -> SandboxHost {
     let local_env: BTreeMap<String, String> = std::env::vars().collect();
-    let mounts = workflow
-        .map(|w| {
-            let agent_env = iterion_agent::EnvSnapshot::from_process();
-            let runner = iterion_agent::runner::locate_runner_binary(
-                &agent_env,
-                std::env::current_exe().ok().as_deref(),
-            );
-            runner_mounts(w, runner.as_deref())
-        })
-        .unwrap_or_default();
+    let runner = workflow.map(RunnerWiring::of);
     SandboxHost::new(
         env,
         local_env,
@@ -139,5 +161,11 @@ pub(super) fn sandbox_host(
         iterion_runtime::sandbox_boot::default_state_dir(),
     )
     .with_store_dir(stores::store_dir())
-    .with_mounts(mounts)
+    .with_mounts(
+        runner
+            .as_ref()
+            .map(|r| r.mounts.clone())
+            .unwrap_or_default(),
+    )
+    .with_runner_missing(runner.and_then(|r| r.missing))
 }

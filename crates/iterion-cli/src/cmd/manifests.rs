@@ -148,6 +148,10 @@ pub async fn run(args: ManifestsArgs) -> anyhow::Result<Exit> {
         },
     )
     .map_err(|e| refused(format!("{e} ({})", e.code())))?;
+    // Whether the pod resolves names, and why (issue 31 item 7); the pod's
+    // `iterion.io/dns` annotation says the same.
+    let dns = iterion_driver_k8s::manifest::PodDns::of(&plan);
+    let _ = writeln!(std::io::stderr(), "dns: {}: {}", dns.as_str(), dns.reason());
     let list = objects.to_list()?;
     let text = match args.output {
         ManifestFormat::Json => format!("{}\n", serde_json::to_string_pretty(&list)?),

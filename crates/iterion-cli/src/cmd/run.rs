@@ -14,7 +14,7 @@ use iterion_runtime::{Engine, HostDrivers, PolicyBooter, RunOptions, RunOutcome,
 use iterion_sandbox::env::{EnvSnapshot, SandboxEnv, preflight_enabled};
 use tokio_util::sync::CancellationToken;
 
-use super::launch::{LaunchFlags, runner_mounts, sandbox_host};
+use super::launch::{LaunchFlags, RunnerWiring, sandbox_host};
 use crate::cli::{RunArgs, TrustFlag};
 use crate::exit::{Exit, UserInputError};
 use crate::{drivers, render, stores, workflow};
@@ -45,6 +45,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     }
     let cancel = cancel_on_signals()?;
     let agents = AgentWiring::admit(&workflow)?;
+    refuse_without_runner(&args, &workflow, &env, &drivers, &agents)?;
 
     let store = stores::open_from_env().await?;
     let run_id = match args.run_id.clone() {
@@ -181,23 +182,74 @@ pub(super) fn source_sha256(source: &str) -> String {
 pub(super) struct AgentWiring {
     backends: iterion_agent::AgentBackends,
     mounts: Vec<iterion_core::plan::Mount>,
+    runner_missing: Option<String>,
 }
 
 impl AgentWiring {
     /// What can be checked without a container is checked now, so a
     /// missing key refuses the run before anything is created.
     pub(super) fn admit(workflow: &iterion_dsl::ir::Workflow) -> anyhow::Result<Self> {
+        let runner = RunnerWiring::of(workflow);
+        // The operator named a runner that cannot serve: bad input, before
+        // anything is created (issue 32 item 2).
+        if let Some(why) = runner.bad_iterion_bin {
+            return Err(UserInputError::new(format!(
+                "{why} [{}]",
+                iterion_sandbox::decision::RUNNER_UNAVAILABLE
+            ))
+            .into());
+        }
         let agent_env = iterion_agent::EnvSnapshot::from_process();
-        let runner_binary = iterion_agent::runner::locate_runner_binary(
-            &agent_env,
-            std::env::current_exe().ok().as_deref(),
-        );
-        let backends = iterion_agent::AgentBackends::new(agent_env, runner_binary.clone())
+        let backends = iterion_agent::AgentBackends::new(agent_env, runner.binary)
             .with_budget(&workflow.budget);
         admit_agents(&backends, workflow)?;
-        let mounts = runner_mounts(workflow, runner_binary.as_deref());
-        Ok(Self { backends, mounts })
+        Ok(Self {
+            backends,
+            mounts: runner.mounts,
+            runner_missing: runner.missing,
+        })
     }
+}
+
+/// A run whose sandbox would need the runner no static `iterion` can serve
+/// is bad input (exit 2), refused before the store or any container is
+/// touched: the sandbox decision says whether this run would start a
+/// sandbox (it denies it with `SANDBOX_RUNNER_UNAVAILABLE`), and only
+/// that answer is read here.
+fn refuse_without_runner(
+    args: &RunArgs,
+    workflow: &iterion_dsl::ir::Workflow,
+    env: &SandboxEnv,
+    drivers: &HostDrivers,
+    agents: &AgentWiring,
+) -> anyhow::Result<()> {
+    if agents.runner_missing.is_none() {
+        return Ok(());
+    }
+    let launch = LaunchFlags::of(
+        args.sandbox,
+        args.sandbox_host_state,
+        &args.sandbox_default_image,
+    );
+    let host = sandbox_host(env.clone(), drivers.clone(), Some(workflow));
+    let decided = super::sandbox::decide_here(
+        &host,
+        Some(workflow),
+        &launch.sandbox_flags(),
+        args.trust == TrustFlag::Untrusted,
+        None,
+    )?;
+    let d = &decided.decision;
+    if d.code() == Some(iterion_sandbox::decision::RUNNER_UNAVAILABLE) {
+        return Err(UserInputError::new(format!(
+            "{}: {} [{}]",
+            args.file.display(),
+            d.refusal_reason().unwrap_or_default(),
+            iterion_sandbox::decision::RUNNER_UNAVAILABLE
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// What `run` and `resume` share: the drivers, the reaper, the booter, the
@@ -293,7 +345,9 @@ impl Session {
                 .with_store(store.clone())
                 .with_process_ledger(ledger),
         );
-        let host = sandbox_host(env, drivers, None).with_mounts(agents.mounts);
+        let host = sandbox_host(env, drivers, None)
+            .with_mounts(agents.mounts)
+            .with_runner_missing(agents.runner_missing);
         let booter = PolicyBooter::new(host, store.clone())
             .with_listeners(backends.clone())
             .with_provider_secrets(backends.clone());
@@ -421,6 +475,19 @@ fn admit_agents(
             properties.insert("tool_policy".to_owned(), serde_json::json!(policy));
         }
         if let Err(e) = agents.admit(&node.id, &properties, default_backend, &node.mcp_servers) {
+            return Err(
+                UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
+            );
+        }
+    }
+    // A human node a model answers makes one structured claw call.
+    for node in workflow
+        .nodes
+        .values()
+        .filter(|n| iterion_runtime::agents::is_llm_human(workflow, n))
+    {
+        let properties = iterion_runtime::agents::llm_human_properties(node);
+        if let Err(e) = agents.admit(&node.id, &properties, None, &[]) {
             return Err(
                 UserInputError::new(format!("node {}: {e} ({})", node.id, e.code())).into(),
             );

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use iterion_core::store::Failure;
 use iterion_core::{EventDraft, EventKind, FailureCode, RunStatus, RunStore};
+use iterion_queue::policy::{QUEUE_PHASE, QueuedAsk, Refusal, RunnerPolicy};
 use iterion_queue::runner::{ExecuteError, Job, RunExecutor, Runner, Start};
 use iterion_runtime::reap::LeaseProbe;
 use iterion_runtime::{RunOptions, RunOutcome, RuntimeError};
@@ -33,6 +34,8 @@ use crate::{drivers, workflow};
 /// Entry point of the verb.
 pub async fn run(args: RunnerArgs) -> anyhow::Result<Exit> {
     let settings = cloud::settings("runner")?;
+    // What queued runs may ask for is the operator's, read once.
+    let policy = RunnerPolicy::from_env().map_err(cloud::queue_error)?;
     let concurrency = match args.concurrency {
         Some(n) => usize::from(n),
         None => concurrency_from_env()?,
@@ -46,13 +49,20 @@ pub async fn run(args: RunnerArgs) -> anyhow::Result<Exit> {
     let executor = Arc::new(CliExecutor {
         store: store.clone(),
         workdir,
+        policy,
     });
     let id = iterion_queue::runner::runner_id();
     let _ = writeln!(
         std::io::stderr(),
-        "runner {id}: taking runs from stream {} ({} at a time)",
+        "runner {id}: taking runs from stream {} ({} at a time; trust at most {}, host runs {})",
         settings.stream,
-        concurrency
+        concurrency,
+        policy.max_trust,
+        if policy.allow_host_runs {
+            "allowed"
+        } else {
+            "refused"
+        }
     );
     Runner::new(queue, store, executor, id, concurrency)
         .map_err(cloud::queue_error)?
@@ -134,6 +144,8 @@ fn drain_on_signals() -> anyhow::Result<CancellationToken> {
 struct CliExecutor {
     store: Arc<dyn RunStore>,
     workdir: PathBuf,
+    /// `ITERION_RUNNER_MAX_TRUST`, `ITERION_RUNNER_ALLOW_HOST_RUNS`.
+    policy: RunnerPolicy,
 }
 
 impl CliExecutor {
@@ -172,6 +184,58 @@ impl CliExecutor {
             failure: r.failure,
         })
     }
+
+    /// A queued run asking for what this runner does not allow (issue 31
+    /// item 5): its `run_admission` is recorded `denied` with the
+    /// refusal's code (on the record too), a fresh run is moved to
+    /// `failed` (LAUNCH_FAILED), and the delivery is dead-lettered with the
+    /// reason, so nothing of it stays in the queue. Nothing was started.
+    async fn refuse_admission(&self, job: &Job, refusal: Refusal) -> ExecuteError {
+        let id = &job.record.id;
+        let admission = iterion_core::store::Admission {
+            decision: iterion_core::store::AdmissionDecision::Denied,
+            phase: QUEUE_PHASE.to_owned(),
+            code: Some(refusal.code.to_owned()),
+            reason: refusal.reason.clone(),
+            checked_at: time::OffsetDateTime::now_utc(),
+        };
+        let draft: EventDraft = EventKind::RunAdmission {
+            decision: admission.decision,
+            phase: admission.phase.clone(),
+            code: admission.code.clone(),
+            reason: admission.reason.clone(),
+        }
+        .into();
+        let recorded = async {
+            self.store.append_event(id, draft, None).await?;
+            self.store.record_admission(id, admission, None).await?;
+            if job.start == Start::Fresh {
+                self.refuse(job, refusal.to_string()).await?;
+            }
+            Ok::<(), ExecuteError>(())
+        };
+        match recorded.await {
+            Ok(()) => ExecuteError::Refused {
+                reason: format!("refused by the runner's policy: {refusal}"),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+/// What a queued run asks for, from its submission and its workflow.
+fn queued_ask(flags: &LaunchFlags, workflow: &iterion_dsl::ir::Workflow) -> QueuedAsk {
+    let sandbox = flags.sandbox_flags();
+    QueuedAsk {
+        sandbox_flag: sandbox.sandbox,
+        workflow_sandbox: workflow
+            .sandbox
+            .as_ref()
+            .map(|d| d.spec.mode)
+            .filter(|m| *m != iterion_core::Mode::Inherit),
+        host_state_flag: sandbox.host_state,
+        workflow_host_state: workflow.sandbox.as_ref().and_then(|d| d.spec.host_state),
+    }
 }
 
 /// An engine error: the store failing is infrastructure (retried).
@@ -202,7 +266,19 @@ impl RunExecutor for CliExecutor {
             Ok(a) => a,
             Err(e) => return self.refuse(&job, e.to_string()).await,
         };
-        let flags = LaunchFlags::from_settings(&job.submission.settings).sandbox_flags();
+        let launch = LaunchFlags::from_settings(&job.submission.settings);
+        if let Err(refusal) = self.policy.judge(&queued_ask(&launch, &workflow)) {
+            return Err(self.refuse_admission(&job, refusal).await);
+        }
+        let mut flags = launch.sandbox_flags();
+        // Tier 1: a run that asked for no host state gets none of the
+        // runner's (unless the operator allows host runs).
+        if let Some(pinned) = self.policy.pinned_host_state() {
+            flags.host_state = Some(pinned);
+        }
+        // The runner's cap, not the submitter's word (a resume reads it
+        // from the record, capped below the same way).
+        let trust = self.policy.cap(job.record.trust);
         let workspace = self.workdir.join(id.as_str());
         if let Err(e) = std::fs::create_dir_all(&workspace) {
             return Err(ExecuteError::Store(iterion_core::StoreError::Io {
@@ -232,7 +308,7 @@ impl RunExecutor for CliExecutor {
                     file: job.record.file.clone(),
                     workflow,
                     vars: job.submission.vars.clone(),
-                    trust: job.record.trust,
+                    trust,
                     run_id: id.clone(),
                     workspace: workspace.clone(),
                     flags,
@@ -257,7 +333,7 @@ impl RunExecutor for CliExecutor {
                 let plan = iterion_runtime::resume::load(self.store.as_ref(), &id)
                     .await
                     .and_then(|r| r.plan(workflow, &sha, false, &BTreeMap::new()));
-                let plan = match plan {
+                let mut plan = match plan {
                     Ok(p) => p,
                     Err(iterion_runtime::resume::ResumeError::Store(e)) => {
                         return Err(ExecuteError::Store(e));
@@ -268,6 +344,7 @@ impl RunExecutor for CliExecutor {
                         });
                     }
                 };
+                plan.resumable.record.trust = trust;
                 session
                     .drive(|engine, cancel| async move { engine.resume(plan, flags, cancel).await })
                     .await

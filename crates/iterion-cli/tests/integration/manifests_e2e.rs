@@ -62,7 +62,33 @@ fn a_proxied_workflow_prints_secret_policy_and_pod_redacted() {
         policy["egress"][0]["to"][0]["ipBlock"]["cidr"],
         "10.244.1.7/32"
     );
+    // Issue 31 item 7: no DNS out of the pod, and the command says so.
+    assert_eq!(
+        policy["egress"].as_array().map(Vec::len),
+        Some(1),
+        "{policy}"
+    );
+    assert!(!policy.to_string().contains("53"), "DNS admitted: {policy}");
+    assert!(
+        stderr.contains("dns: none: the egress proxy resolves every name"),
+        "{stderr}"
+    );
+    assert_eq!(
+        items[2]["metadata"]["annotations"]["iterion.io/dns"],
+        "none"
+    );
     let pod = &items[2]["spec"];
+    assert_eq!(pod["dnsPolicy"], "None");
+    // Bounded storage: every emptyDir, and the container.
+    for v in pod["volumes"].as_array().expect("volumes") {
+        if let Some(e) = v.get("emptyDir") {
+            assert!(e["sizeLimit"].is_string(), "unbounded emptyDir {v}");
+        }
+    }
+    assert_eq!(
+        pod["containers"][0]["resources"]["limits"]["ephemeral-storage"],
+        "20Gi"
+    );
     assert_eq!(pod["containers"][0]["image"], slim());
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["securityContext"]["runAsUser"], 1000);

@@ -211,6 +211,95 @@ fn provider_keys_bound(engine: Engine) {
     );
 }
 
+/// Issue 31 item 3, the attack: the CLI's own shell sends the key it
+/// holds to its provider in the path, the query and another header; the
+/// provider's unknown-path 404 quotes the request back. The proxy put the
+/// real key only in `x-api-key`, and the echo comes back into the box with
+/// the placeholder in its place.
+const REFLECT: &str = "curl -sS -m 20 \"$ANTHROPIC_BASE_URL/nope/$ANTHROPIC_API_KEY?key=$ANTHROPIC_API_KEY\" -H \"x-api-key: $ANTHROPIC_API_KEY\" -H \"x-debug: $ANTHROPIC_API_KEY\" > echoed.txt 2>&1; echo \"key=$ANTHROPIC_API_KEY\"; cat echoed.txt";
+
+fn reflected_key_stays_a_placeholder(engine: Engine) {
+    let prov = TlsProvider::start(vec![
+        ROUTE.clone(),
+        Turn::tool(
+            "Bash",
+            json!({"command": REFLECT, "description": "ask the provider for an unknown path"}),
+        ),
+        Turn::Answer(json!({"summary": "first"})),
+        Turn::text("done"),
+        Turn::text("{\"approved\": true, \"reasons\": \"fine\"}"),
+    ]);
+    let sb = prov.sandbox(engine);
+    let rules = format!("\"{}\"", host_ip());
+    let file = sb.write("agents.iter", &refine(&slim(), &rules, "claude_code"));
+    let res = sb.run(&file, &[]);
+    let run_id = res.run_id();
+    let events = sb.events(&run_id);
+    assert_eq!(
+        res.code,
+        Some(0),
+        "{engine:?}: {}",
+        serde_json::to_string_pretty(&events).unwrap()
+    );
+    // The provider got the real key in x-api-key only: the path, the
+    // query and the other header carried the placeholder.
+    let requests = prov.p.requests();
+    let echo = requests
+        .iter()
+        .find(|r| r.path.starts_with("/nope/"))
+        .unwrap_or_else(|| panic!("{engine:?}: the curl never reached the provider"));
+    assert_eq!(echo.header("x-api-key"), Some(ANTHROPIC_KEY), "{engine:?}");
+    assert!(
+        !echo.path.contains(ANTHROPIC_KEY),
+        "{engine:?}: {}",
+        echo.path
+    );
+    let held = echo.header("x-debug").unwrap_or_default().to_owned();
+    assert!(
+        held.starts_with("sk-ant-api03-") && held != ANTHROPIC_KEY,
+        "{engine:?}: {held}"
+    );
+    assert_eq!(echo.path, format!("/nope/{held}?key={held}"), "{engine:?}");
+    // What came back into the box: the echo, the placeholder in the key's
+    // place, never the key.
+    let echoed = std::fs::read_to_string(sb.workspace().join("echoed.txt")).unwrap();
+    assert!(echoed.contains("not scripted"), "{engine:?}: {echoed}");
+    assert!(
+        echoed.contains(&format!("x-api-key: {held}")),
+        "{engine:?}: {echoed}"
+    );
+    assert!(
+        !echoed.contains(ANTHROPIC_KEY),
+        "{engine:?}: the key came back"
+    );
+    // The tool's result the model read is the same: no key in it.
+    let results: Vec<String> = prov
+        .p
+        .model_calls()
+        .iter()
+        .flat_map(|c| c.tool_results())
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("not scripted")),
+        "{engine:?}: {results:?}"
+    );
+    assert!(
+        results.iter().all(|r| !r.contains(ANTHROPIC_KEY)),
+        "{engine:?}: the key reached the conversation"
+    );
+    assert!(!container_exists(engine, &run_id));
+}
+
+#[test]
+fn dockerd_an_echoing_provider_never_hands_the_key_to_the_box() {
+    reflected_key_stays_a_placeholder(Engine::Docker);
+}
+
+#[test]
+fn podman_an_echoing_provider_never_hands_the_key_to_the_box() {
+    reflected_key_stays_a_placeholder(Engine::Podman);
+}
+
 #[test]
 fn dockerd_agents_hold_placeholders_the_provider_gets_the_keys() {
     provider_keys_bound(Engine::Docker);

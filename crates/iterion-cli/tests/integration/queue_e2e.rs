@@ -250,6 +250,16 @@ fn bad_cloud_input_is_exit_2_naming_the_variable() {
             &["runner"],
             "ITERION_SANDBOX_HOST",
         ),
+        (
+            vec![("ITERION_RUNNER_MAX_TRUST", "root".into())],
+            &["runner"],
+            "ITERION_RUNNER_MAX_TRUST",
+        ),
+        (
+            vec![("ITERION_RUNNER_ALLOW_HOST_RUNS", "yes".into())],
+            &["runner"],
+            "ITERION_RUNNER_ALLOW_HOST_RUNS",
+        ),
     ];
     for (env, args, variable) in rows {
         let mut cmd = c.sb.command(args);

@@ -10,7 +10,7 @@ use crate::support::{Engine, Sandbox};
 #[test]
 fn unknown_tool_names_fail_validate_with_c322() {
     let sb = Sandbox::new(Engine::Docker);
-    let text = "agent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  tools: [read_file, git_diff, Bash, mcp.github.*]\n\nworkflow w:\n  entry: a\n  a -> done\n";
+    let text = "agent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  backend: \"claw\"\n  tools: [read_file, git_diff, Bash, mcp.github.*]\n\nworkflow w:\n  entry: a\n  a -> done\n";
     let file = sb.write("tools.iter", text);
     let out = sb.iterion(&["validate", file.to_str().expect("utf8"), "--json"]);
     assert_eq!(
@@ -25,7 +25,7 @@ fn unknown_tool_names_fail_validate_with_c322() {
         .expect("diagnostics");
     let c322: Vec<&Value> = diags.iter().filter(|d| d["code"] == "C322").collect();
     assert_eq!(c322.len(), 1, "{doc}");
-    assert_eq!(c322[0]["line"], 3);
+    assert_eq!(c322[0]["line"], 4);
     let message = c322[0]["message"].as_str().expect("message");
     assert!(message.contains("unknown tool `Bash`"), "{message}");
     assert!(
@@ -41,7 +41,7 @@ fn unknown_tool_names_fail_validate_with_c322() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let all = "agent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  tools: [bash, read_file, write_file, file_edit, glob, grep, web_fetch, list_files, tree, search_codebase, git_diff, git_status, patch, run_command, ask_user, mcp.fs.read_text_file, mcp__fs__list]\n\nworkflow w:\n  entry: a\n  a -> done\n";
+    let all = "agent a:\n  model: \"anthropic/claude-sonnet-4-6\"\n  backend: \"claw\"\n  tools: [bash, read_file, write_file, file_edit, glob, grep, web_fetch, list_files, tree, search_codebase, git_diff, git_status, patch, run_command, sleep, structured_output, send_user_message, config, todo_write, notebook_edit, task_create, agent, ask_user, mcp.fs.read_text_file, mcp__fs__list]\n\nworkflow w:\n  entry: a\n  a -> done\n";
     let file = sb.write("all.iter", all);
     let out = sb.iterion(&["validate", file.to_str().expect("utf8")]);
     assert_eq!(

@@ -363,6 +363,11 @@ pub enum EventKind {
         /// never its value (issue 17).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret: Option<String>,
+        /// The authority a request named inside an inspected tunnel to
+        /// `host:port` (reason `authority_mismatch`, issue 31 item 4), as
+        /// sent: the event names both.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        authority: Option<String>,
     },
     /// Secrets bound to egress hosts (`egress:`) that this run delivers as
     /// their plain value, since the run cannot put a placeholder back

@@ -298,6 +298,7 @@ pub fn every_kind() -> Vec<EventKind> {
             rule: None,
             node_id: Some("probe".into()),
             secret: None,
+            authority: None,
         },
         K::NetworkBlocked {
             host: "paste.test".into(),
@@ -306,6 +307,16 @@ pub fn every_kind() -> Vec<EventKind> {
             rule: Some("api.test".into()),
             node_id: None,
             secret: Some("API_TOKEN".into()),
+            authority: None,
+        },
+        K::NetworkBlocked {
+            host: "api.test".into(),
+            port: 443,
+            reason: "authority_mismatch".into(),
+            rule: None,
+            node_id: Some("probe".into()),
+            secret: None,
+            authority: Some("evil.test".into()),
         },
         K::SandboxSecretEgressUnavailable {
             secrets: vec!["API_TOKEN".into()],

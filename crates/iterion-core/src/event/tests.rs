@@ -80,6 +80,7 @@ fn name_matches_serde_tag() {
         rule: None,
         node_id: Some("probe".into()),
         secret: None,
+        authority: None,
     };
     let draft: EventDraft = kind.clone().into();
     assert_eq!(draft.kind, kind.name());

@@ -73,6 +73,28 @@ fn check(case: &str, objects: &RunObjects) {
     assert_eq!(present, expected, "stale golden files in {}", dir.display());
 }
 
+/// Issue 31 item 7: every emptyDir of the pod has a sizeLimit.
+fn assert_every_empty_dir_bounded(pod: &serde_json::Value) {
+    for v in pod["spec"]["volumes"].as_array().expect("volumes") {
+        if let Some(e) = v.get("emptyDir") {
+            assert!(
+                e.get("sizeLimit").and_then(|l| l.as_str()).is_some(),
+                "unbounded emptyDir {v}"
+            );
+        }
+    }
+}
+
+/// Issue 31 item 7: the policy admits the runner and nothing else: no
+/// port 53, no peer but the runner's address.
+fn assert_no_dns_in_policy(np: &serde_json::Value) {
+    let egress = np["spec"]["egress"].as_array().expect("egress");
+    assert_eq!(egress.len(), 1, "{np}");
+    assert!(egress[0].get("ports").is_none(), "{np}");
+    let text = np.to_string();
+    assert!(!text.contains("kube-dns") && !text.contains("53"), "{np}");
+}
+
 fn options<'a>(settings: &'a K8sSettings) -> RenderOptions<'a> {
     RenderOptions {
         namespace: "iterion-sandboxes",
@@ -101,6 +123,11 @@ fn minimal_open_run() {
         "open: no proxy, no policy"
     );
     assert!(objects.secrets.is_empty());
+    // Open: the pod reaches hosts itself, so it keeps the cluster's DNS.
+    let pod = serde_json::to_value(&objects.pod).expect("json");
+    assert!(pod["spec"].get("dnsPolicy").is_none(), "{pod}");
+    assert_eq!(pod["metadata"]["annotations"]["iterion.io/dns"], "cluster");
+    assert_every_empty_dir_bounded(&pod);
     check("minimal", &objects);
 }
 
@@ -187,13 +214,28 @@ fn confined_run_with_every_mount_kind() {
     };
     let (_, scratch) = by_path("/scratch");
     assert_eq!(scratch["emptyDir"]["sizeLimit"], "64Mi");
+    // R9: storage of a declared read-back path is not cut at its own
+    // size= (the pod would be evicted, not one member dropped); it gets
+    // the run's bound instead: the memory limit in memory, the disk bound
+    // on disk (issue 31 item 7: no emptyDir is unbounded).
+    let limits = &spec["containers"][0]["resources"]["limits"];
     let (_, cache) = by_path("/out/cache");
-    assert!(
-        cache["emptyDir"].get("sizeLimit").is_none(),
-        "R9: no sizeLimit on storage of a declared read-back path"
-    );
+    assert_eq!(cache["emptyDir"]["sizeLimit"], limits["memory"], "{cache}");
     let (_, out) = by_path("/out");
-    assert!(out["emptyDir"].is_object() && out["emptyDir"].get("sizeLimit").is_none());
+    assert_eq!(out["emptyDir"]["sizeLimit"], "20Gi", "{out}");
+    assert_every_empty_dir_bounded(&pod);
+    assert_eq!(limits["ephemeral-storage"], "20Gi");
+    assert_eq!(
+        spec["containers"][0]["resources"]["requests"]["ephemeral-storage"],
+        "1Gi"
+    );
+    // No DNS: the proxy resolves names.
+    assert_eq!(spec["dnsPolicy"], "None");
+    assert_eq!(
+        spec["dnsConfig"]["nameservers"],
+        serde_json::json!(["127.0.0.1"])
+    );
+    assert_eq!(pod["metadata"]["annotations"]["iterion.io/dns"], "none");
     let (m, v) = by_path("/run/iterion/secrets/NPM_TOKEN");
     assert_eq!(m["readOnly"], true);
     assert_eq!(v["secret"]["defaultMode"], 0o440);
@@ -207,6 +249,7 @@ fn confined_run_with_every_mount_kind() {
         np["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"],
         "10.244.1.7/32"
     );
+    assert_no_dns_in_policy(&np);
     check("confined", &objects);
 }
 
@@ -293,6 +336,9 @@ fn inspected_run_with_a_file_secret() {
         volume(&token["name"])["secret"]["secretName"],
         "iterion-run-r20261129-inspected-files"
     );
+    let np = serde_json::to_value(objects.network_policy.as_ref().expect("policy")).expect("json");
+    assert_no_dns_in_policy(&np);
+    assert_every_empty_dir_bounded(&serde_json::to_value(&objects.pod).expect("json"));
     check("inspected", &objects);
 
     // The display render (`iterion sandbox manifests`) redacts every value,
@@ -333,6 +379,9 @@ fn ipv6_runner() {
         np["spec"]["egress"][0]["to"][0]["ipBlock"]["cidr"],
         "fd00:10:244::7/128"
     );
+    let np = serde_json::to_value(objects.network_policy.as_ref().expect("policy")).expect("json");
+    assert_no_dns_in_policy(&np);
+    assert_every_empty_dir_bounded(&serde_json::to_value(&objects.pod).expect("json"));
     check("ipv6", &objects);
 }
 

@@ -8,7 +8,8 @@
 //! unknown and C082 board capability under a sandbox, both warnings).
 //! Owns no graph rule.
 
-use std::collections::{BTreeMap, HashSet};
+use foldhash::{HashSet, HashSetExt};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -33,6 +34,16 @@ fn entry_name(l: &Line) -> Option<&str> {
 /// The value of a `key: value` line.
 fn entry_value(l: &Line) -> Option<PValue> {
     parse_value(l.toks.get(2..)?).ok()
+}
+
+/// The text of the workflow's own `key: value` line (`default_backend:`).
+pub(crate) fn workflow_text(wline: &Line, key: &str) -> Option<String> {
+    wline
+        .children
+        .iter()
+        .find(|l| entry_name(l) == Some(key))
+        .and_then(entry_value)
+        .and_then(|v| v.text().map(str::to_owned))
 }
 
 /// The entries of the workflow's own `KEY:` block.

@@ -5,7 +5,7 @@
 //! names declared cursors (C083 warning) with a value the cursor accepts
 //! (C084). Owns no prompt rendering.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use serde_json::Value;
 

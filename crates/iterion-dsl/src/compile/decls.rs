@@ -3,7 +3,8 @@
 //! and secrets, and the loose `presets:`/`attachments:` blocks. Owns no
 //! edge or graph rule.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::BTreeMap;
 
 use crate::diag::{Severity, codes};
 use crate::ir::{Field, FieldType, NodeKind, Pos, Schema, SecretDecl, SecretDelivery, VarDecl};

@@ -2,7 +2,8 @@
 //! C123, C124), reachability (C016) and undeclared cycles (C019). Reads IR
 //! only; never sees source lines.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use iterion_core::NodeId;
 

@@ -23,7 +23,8 @@ mod secrets;
 mod tools;
 mod workflow;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::BTreeMap;
 
 use crate::diag::{Severity, codes};
 use crate::ir::{NodeKind, Pos, Schema, SecretDecl, VarDecl, Workflow};
@@ -374,9 +375,10 @@ pub(crate) fn compile(
     }
 
     // node-level checks independent of the workflow
+    let default_backend = blocks::workflow_text(workflows[0], "default_backend");
     for n in &nodes {
         check_node_refs(n, &schemas, &prompts, ctx);
-        tools::names(n, ctx, tool_check);
+        tools::names(n, default_backend.as_deref(), ctx, tool_check);
     }
 
     let mut out = Vec::new();

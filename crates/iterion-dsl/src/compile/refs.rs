@@ -9,7 +9,8 @@
 //! on a loop edge (C017). Owns no rendering: the engine's template
 //! module does that at run time.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::VecDeque;
 
 use iterion_core::NodeId;
 use serde_json::Value;
@@ -44,6 +45,9 @@ const ATTACHMENT_FIELDS: &[&str] = &["path", "url", "mime", "size", "sha256"];
 /// Every `{{…}}` of `text`, or why one is malformed.
 pub(crate) fn parse_refs(text: &str) -> Result<Vec<TemplateRef>, String> {
     let mut out = Vec::new();
+    if !text.contains("{{") {
+        return Ok(out);
+    }
     let mut rest = text;
     while let Some(start) = rest.find("{{") {
         let after = &rest[start + 2..];
@@ -93,10 +97,50 @@ fn clip(s: &str) -> String {
     crate::diag::clip(s.to_owned(), 60)
 }
 
+/// Where a reference is read, rendered only when a diagnostic names it
+/// (a workflow of thousands of nodes has no reason to format a location
+/// per site it checks).
+enum Loc<'w> {
+    /// A prompt body, as read by a node.
+    Prompt { name: &'w str, node: &'w NodeId },
+    /// An inline prompt property of a node.
+    Inline { node: &'w NodeId, key: &'static str },
+    /// A tool node's command or script.
+    Tool {
+        node: &'w NodeId,
+        what: &'static str,
+    },
+    /// A `with` value of an edge (`to` absent: the history check's short form).
+    With {
+        from: &'w NodeId,
+        to: Option<&'w Target>,
+        key: &'w str,
+    },
+}
+
+impl std::fmt::Display for Loc<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loc::Prompt { name, node } => write!(f, "prompt `{name}` (node `{node}`)"),
+            Loc::Inline { node, key } => write!(f, "node `{node}` {key}"),
+            Loc::Tool { node, what } => write!(f, "tool node `{node}` {what}"),
+            Loc::With { from, to, key } => {
+                let to = match to {
+                    None => "…",
+                    Some(Target::Node(n)) => n.as_str(),
+                    Some(Target::Done) => "done",
+                    Some(Target::Fail) => "fail",
+                };
+                write!(f, "edge {from} -> {to}, with `{key}`")
+            }
+        }
+    }
+}
+
 /// Where a reference is read.
 struct Site<'w> {
     consumer: &'w NodeId,
-    location: String,
+    location: Loc<'w>,
     /// A `with` value: the source node itself has finished.
     include_self: bool,
     pos: Pos,
@@ -137,15 +181,32 @@ fn history_refs(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
             })
         })
         .collect();
-    let mut texts: Vec<(&str, Pos, String)> = inputs
+    enum At<'w> {
+        Prompt(&'w str),
+        With(Loc<'w>),
+    }
+    impl std::fmt::Display for At<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                At::Prompt(name) => write!(f, "prompt `{name}`"),
+                At::With(loc) => loc.fmt(f),
+            }
+        }
+    }
+    let mut texts: Vec<(&str, Pos, At<'_>)> = inputs
         .prompts
         .iter()
-        .map(|(name, (body, pos))| (body.as_str(), *pos, format!("prompt `{name}`")))
+        .map(|(name, (body, pos))| (body.as_str(), *pos, At::Prompt(name)))
         .collect();
     texts.sort_by_key(|(_, pos, _)| (pos.line, pos.column));
     for e in &w.edges {
         for (key, value) in &e.with {
-            texts.push((value, e.pos, format!("edge {} -> …, with `{key}`", e.from)));
+            let at = At::With(Loc::With {
+                from: &e.from,
+                to: None,
+                key,
+            });
+            texts.push((value, e.pos, at));
         }
     }
     for (text, pos, location) in texts {
@@ -182,13 +243,9 @@ pub(crate) fn check(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
                 continue;
             };
             let (text, pos, location) = match inputs.prompts.get(name) {
-                Some((body, pos)) => (
-                    body.as_str(),
-                    *pos,
-                    format!("prompt `{name}` (node `{id}`)"),
-                ),
+                Some((body, pos)) => (body.as_str(), *pos, Loc::Prompt { name, node: id }),
                 // an inline prompt
-                None => (name.as_str(), node.pos, format!("node `{id}` {key}")),
+                None => (name.as_str(), node.pos, Loc::Inline { node: id, key }),
             };
             if parse_refs(text).is_err() && !reported_prompts.insert(name.as_str()) {
                 continue;
@@ -211,7 +268,7 @@ pub(crate) fn check(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
         if let Some((what, text)) = tool_text {
             let site = Site {
                 consumer: id,
-                location: format!("tool node `{id}` {what}"),
+                location: Loc::Tool { node: id, what },
                 include_self: false,
                 pos: node.pos,
             };
@@ -224,15 +281,11 @@ pub(crate) fn check(w: &Workflow, inputs: &RefInputs<'_>, ctx: &mut Ctx<'_>) {
         for (key, value) in &e.with {
             let site = Site {
                 consumer: &e.from,
-                location: format!(
-                    "edge {} -> {}, with `{key}`",
-                    e.from,
-                    match &e.to {
-                        Target::Node(n) => n.as_str(),
-                        Target::Done => "done",
-                        Target::Fail => "fail",
-                    }
-                ),
+                location: Loc::With {
+                    from: &e.from,
+                    to: Some(&e.to),
+                    key,
+                },
                 include_self: true,
                 pos: e.pos,
             };

@@ -5,7 +5,8 @@
 //! then hands the built graph to
 //! [`super::graph`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::collections::BTreeMap;
 
 use iterion_core::NodeId;
 use serde_json::Value;

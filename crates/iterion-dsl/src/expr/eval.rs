@@ -287,7 +287,7 @@ fn call(func: Func, args: &[Node], scope: &dyn Resolve) -> Result<Value, ExprErr
         }
         Func::Unique => {
             arity("unique", 1)?;
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = foldhash::HashSet::default();
             Ok(Value::Array(
                 array("unique", &vals[0])?
                     .into_iter()

@@ -200,30 +200,44 @@ fn with_block_may_close_at_any_indentation() {
     assert_eq!(c.workflows[0].edges[0].with["k"], "v");
 }
 
+/// C322 is for claw nodes only (upstream `pkg/backend/tool/registry.go`
+/// `Resolve` fails a claw node on an unknown name; a CLI backend gets the
+/// list verbatim, `pkg/backend/delegate/claude_code.go`): a name a claw
+/// node lists is checked, whether `claw` is the node's or the workflow's
+/// backend; the same name on `claude_code`, on a node whose backend is
+/// decided at launch, or written as `${VAR}`, is not.
 #[test]
 fn tool_hook_reports_c322_at_the_entry() {
-    let text = "agent a:\n  model: \"anthropic/x\"\n  tools: [read_file, Bash, mcp.gh.create_issue]\n\njudge j:\n  model: \"anthropic/x\"\n  tools: [\"nuke\"]\n\nworkflow w:\n  entry: a\n  a -> j\n  j -> done\n";
+    let text = "agent a:\n  model: \"anthropic/x\"\n  backend: \"claw\"\n  tools: [read_file, Bash, mcp.gh.create_issue]\n\njudge j:\n  model: \"anthropic/x\"\n  tools: [\"nuke\", \"${TOOL}\"]\n\nagent c:\n  model: \"anthropic/x\"\n  backend: \"claude_code\"\n  tools: [Bash, Read, git_log]\n\nworkflow w:\n  entry: a\n  default_backend: \"claw\"\n  a -> j\n  j -> c\n  c -> done\n";
     let known = ["read_file", "mcp.gh.create_issue"];
     let check = |name: &str| (!known.contains(&name)).then(|| "not a built-in".to_owned());
-    let c = iterion_dsl::compile_checked(
-        text,
-        Path::new("t.iter"),
-        &iterion_dsl::Checks {
-            tool: &check,
-            egress: &|_, _| None,
-        },
-    );
+    let compile = |text: &str| {
+        iterion_dsl::compile_checked(
+            text,
+            Path::new("t.iter"),
+            &iterion_dsl::Checks {
+                tool: &check,
+                egress: &|_, _| None,
+            },
+        )
+    };
+    let c = compile(text);
     let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C322").collect();
     assert_eq!(d.len(), 2, "{:?}", c.diagnostics);
-    assert_eq!((d[0].line, d[0].column), (3, 22));
+    assert_eq!((d[0].line, d[0].column), (4, 22));
     assert!(
         d[0].message.contains("`a`: unknown tool `Bash`"),
         "{}",
         d[0].message
     );
     assert_eq!(d[0].severity, Severity::Error);
-    assert_eq!(d[1].line, 7);
+    assert_eq!(d[1].line, 8);
     assert!(d[1].message.contains("`nuke`"), "{}", d[1].message);
+    // Without a workflow default the judge's backend is decided at launch.
+    let c = compile(&text.replace("  default_backend: \"claw\"\n", ""));
+    let d: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C322").collect();
+    assert_eq!(d.len(), 1, "{:?}", c.diagnostics);
+    assert!(d[0].message.contains("`Bash`"), "{}", d[0].message);
     // Without the hook the grammar alone accepts any name.
     let plain = iterion_dsl::compile_source(text, Path::new("t.iter"));
     assert!(!plain.diagnostics.iter().any(|d| d.code == "C322"));

@@ -35,7 +35,7 @@ pub(super) async fn forward(
         return inspect::exfiltration(shared, target, principal, e);
     }
     let flagged = Arc::new(std::sync::Mutex::new(None));
-    let body = RewriteBody::streaming(body, &rewriter, flagged.clone());
+    let body = RewriteBody::streaming(body, rewriter.stream(), true, flagged.clone());
     let origin_form = parts
         .uri
         .path_and_query()
@@ -78,7 +78,7 @@ pub(super) async fn forward(
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
+            Response::from_parts(parts, body.map_err(Into::into).boxed())
         }
         Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}\n")),
     }

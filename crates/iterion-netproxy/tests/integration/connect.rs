@@ -104,6 +104,7 @@ async fn denied_connect_is_403_once_with_the_rule() {
             rule: Some("!evil.example.test".into()),
             exec: None,
             secret: None,
+            authority: None,
         }]
     );
 }

@@ -68,6 +68,7 @@ async fn denied_host_gets_403_with_reason_header_and_one_callback() {
             rule: None,
             exec: None,
             secret: None,
+            authority: None,
         }]
     );
 }

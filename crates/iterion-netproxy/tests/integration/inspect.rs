@@ -26,18 +26,18 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::support::{TestProxy, connect, exchange, policy, start_proxy_opts};
 
-const PH_A: &str = "sk-ant-iterionPHaaaaaaaaaaaaaaaaaaaaaaaa";
-const VALUE_A: &str = "sk-ant-REAL-value-of-secret-A-0123456789";
-const PH_B: &str = "tok-iterionPHbbbbbbbbbbbbbbbbbbbbbbbb";
-const VALUE_B: &str = "real-b";
+pub(crate) const PH_A: &str = "sk-ant-iterionPHaaaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const VALUE_A: &str = "sk-ant-REAL-value-of-secret-A-0123456789";
+pub(crate) const PH_B: &str = "tok-iterionPHbbbbbbbbbbbbbbbbbbbbbbbb";
+pub(crate) const VALUE_B: &str = "real-b";
 
 /// A CA for the test upstreams.
-struct TestCa {
+pub(crate) struct TestCa {
     issuer: Issuer<'static, KeyPair>,
-    pem: String,
+    pub(crate) pem: String,
 }
 
-fn test_ca() -> TestCa {
+pub(crate) fn test_ca() -> TestCa {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -50,18 +50,22 @@ fn test_ca() -> TestCa {
 
 /// What an upstream received, request by request.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Seen(Arc<Mutex<Vec<String>>>);
 
 impl Seen {
-    fn all(&self) -> String {
+    pub(crate) fn all(&self) -> String {
         self.0.lock().unwrap().join("\n---\n")
     }
 }
 
 /// A TLS upstream (certificate for `names`, signed by `ca`) recording each
 /// request's target, headers and body; `/stream` answers two chunks, the
-/// second only once `release` fires.
-async fn upstream(
+/// second only once `release` fires. Like a provider's unknown-path 404,
+/// `/echo…` answers what it received (target, headers, body) — in 7-byte
+/// chunks (`/echo`, chunked) or whole (`/echo-length`, `Content-Length`) —
+/// with the `x-api-key` it got in a header and a `Location`;
+/// `/gzip` answers `Content-Encoding: gzip`.
+pub(crate) async fn upstream(
     ca: &TestCa,
     names: &[&str],
     release: Option<tokio::sync::oneshot::Receiver<()>>,
@@ -106,9 +110,14 @@ async fn upstream(
                         }
                         let stream = req.uri().path() == "/stream";
                         let close = req.uri().path() == "/close";
+                        let path = req.uri().path().to_owned();
+                        let key = req.headers().get("x-api-key").cloned();
                         let body = req.into_body().collect().await.map(|c| c.to_bytes());
                         text.push_str(&String::from_utf8_lossy(&body.unwrap_or_default()));
-                        record.0.lock().unwrap().push(text);
+                        record.0.lock().unwrap().push(text.clone());
+                        if path.starts_with("/echo") || path.starts_with("/gzip") {
+                            return Ok(echo(&path, text, key));
+                        }
                         if stream {
                             let gate = release.lock().unwrap().take();
                             let (tx, rx) =
@@ -146,6 +155,44 @@ async fn upstream(
     (addr, seen, der)
 }
 
+/// The echoing answers of [`upstream`].
+fn echo(
+    path: &str,
+    text: String,
+    key: Option<http::HeaderValue>,
+) -> Response<http_body_util::combinators::BoxBody<Bytes, Infallible>> {
+    let mut resp = if path.starts_with("/echo-length") {
+        Response::new(Full::new(Bytes::from(text)).boxed())
+    } else {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+        tokio::spawn(async move {
+            for chunk in text.as_bytes().chunks(7) {
+                if tx
+                    .send(Ok(Frame::data(Bytes::copy_from_slice(chunk))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+        Response::new(StreamBody::new(tokio_stream_from(rx)).boxed())
+    };
+    *resp.status_mut() = http::StatusCode::NOT_FOUND;
+    if let Some(k) = key {
+        let location = format!("/login?key={}", k.to_str().unwrap_or(""));
+        resp.headers_mut().insert("x-echo-key", k);
+        resp.headers_mut()
+            .insert("location", http::HeaderValue::from_str(&location).unwrap());
+    }
+    if path.starts_with("/gzip") {
+        resp.headers_mut()
+            .insert("content-encoding", http::HeaderValue::from_static("gzip"));
+    }
+    resp
+}
+
 /// An mpsc receiver as a `Stream`.
 fn tokio_stream_from<T>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
@@ -153,21 +200,28 @@ fn tokio_stream_from<T>(
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-struct Rig {
-    proxy: TestProxy,
+pub(crate) struct Rig {
+    pub(crate) proxy: TestProxy,
     ca: Arc<EgressCa>,
     _bundle: tempfile::NamedTempFile,
 }
 
-async fn rig(test_ca: &TestCa) -> Rig {
+pub(crate) async fn rig(test_ca: &TestCa) -> Rig {
+    rig_with(test_ca, Vec::new()).await
+}
+
+/// The rig with `extra` bindings besides A and B.
+pub(crate) async fn rig_with(test_ca: &TestCa, extra: Vec<SecretBinding>) -> Rig {
     let mut bundle = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut bundle, test_ca.pem.as_bytes()).unwrap();
     let roots = upstream_roots(Some(bundle.path())).unwrap();
     let ca = Arc::new(EgressCa::generate().unwrap());
-    let bindings = Bindings::new(vec![
+    let mut all = vec![
         SecretBinding::new("A", vec!["bound.test".parse().unwrap()], PH_A, VALUE_A).unwrap(),
         SecretBinding::new("B", vec!["second.test".parse().unwrap()], PH_B, VALUE_B).unwrap(),
-    ]);
+    ];
+    all.extend(extra);
+    let bindings = Bindings::new(all);
     let inspection = Arc::new(Inspection::new(ca.clone(), bindings, roots).unwrap());
     let proxy = start_proxy_opts(
         policy(
@@ -178,6 +232,7 @@ async fn rig(test_ca: &TestCa) -> Rig {
                 "blind.test",
                 "invalid.test",
                 "plain.test",
+                "provider.test",
                 "127.0.0.1",
             ],
         ),
@@ -190,7 +245,8 @@ async fn rig(test_ca: &TestCa) -> Rig {
                     .with("second.test", &[crate::support::ip("127.0.0.1")])
                     .with("blind.test", &[crate::support::ip("127.0.0.1")])
                     .with("invalid.test", &[crate::support::ip("127.0.0.1")])
-                    .with("plain.test", &[crate::support::ip("127.0.0.1")]),
+                    .with("plain.test", &[crate::support::ip("127.0.0.1")])
+                    .with("provider.test", &[crate::support::ip("127.0.0.1")]),
             );
         },
     )
@@ -202,14 +258,19 @@ async fn rig(test_ca: &TestCa) -> Rig {
     }
 }
 
-type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+pub(crate) type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// CONNECT `host:port`, then TLS trusting only `root`.
-async fn tls_through(rig: &Rig, host: &str, port: u16, root: &CertificateDer<'static>) -> Tls {
+pub(crate) async fn tls_through(
+    rig: &Rig,
+    host: &str,
+    port: u16,
+    root: &CertificateDer<'static>,
+) -> Tls {
     tls_through_alpn(rig, host, port, root, &[]).await
 }
 
-async fn tls_through_alpn(
+pub(crate) async fn tls_through_alpn(
     rig: &Rig,
     host: &str,
     port: u16,
@@ -236,7 +297,7 @@ async fn tls_through_alpn(
 }
 
 /// One HTTP/1.1 request over `tls`; status, headers and body.
-async fn request(tls: Tls, req: Request<Full<Bytes>>) -> (u16, http::HeaderMap, String) {
+pub(crate) async fn request(tls: Tls, req: Request<Full<Bytes>>) -> (u16, http::HeaderMap, String) {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap();
@@ -248,7 +309,7 @@ async fn request(tls: Tls, req: Request<Full<Bytes>>) -> (u16, http::HeaderMap, 
     (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
-fn post(host: &str, path: &str, key: &str, body: String) -> Request<Full<Bytes>> {
+pub(crate) fn post(host: &str, path: &str, key: &str, body: String) -> Request<Full<Bytes>> {
     Request::post(path)
         .header("host", host)
         .header("x-api-key", key)
@@ -258,7 +319,7 @@ fn post(host: &str, path: &str, key: &str, body: String) -> Request<Full<Bytes>>
         .unwrap()
 }
 
-fn ca_der(rig: &Rig) -> CertificateDer<'static> {
+pub(crate) fn ca_der(rig: &Rig) -> CertificateDer<'static> {
     rig.ca.cert_der().clone()
 }
 
@@ -271,7 +332,7 @@ async fn the_value_reaches_only_its_bound_host_in_headers_url_and_body() {
     let (status, _, body) = request(
         tls,
         post(
-            "bound.test",
+            &format!("bound.test:{}", up.port()),
             &format!("/v1/messages?key={PH_A}"),
             PH_A,
             format!("{{\"key\":\"{PH_A}\",\"again\":\"{PH_A}\"}}"),
@@ -309,8 +370,16 @@ async fn a_length_changing_value_is_recounted() {
     let (up, seen, _) = upstream(&ca, &["second.test"], None).await;
     let rig = rig(&ca).await;
     let tls = tls_through(&rig, "second.test", up.port(), &ca_der(&rig)).await;
-    let (status, _, _) =
-        request(tls, post("second.test", "/", PH_B, format!("k={PH_B}&x=1"))).await;
+    let (status, _, _) = request(
+        tls,
+        post(
+            &format!("second.test:{}", up.port()),
+            "/",
+            PH_B,
+            format!("k={PH_B}&x=1"),
+        ),
+    )
+    .await;
     assert_eq!(status, 200);
     let got = seen.all();
     assert!(got.contains(&format!("k={VALUE_B}&x=1")), "{got}");
@@ -330,7 +399,16 @@ async fn a_placeholder_for_another_host_is_refused_and_never_sent() {
     let rig = rig(&ca).await;
     // In a header.
     let tls = tls_through(&rig, "second.test", up.port(), &ca_der(&rig)).await;
-    let (status, headers, _) = request(tls, post("second.test", "/", PH_A, String::new())).await;
+    let (status, headers, _) = request(
+        tls,
+        post(
+            &format!("second.test:{}", up.port()),
+            "/",
+            PH_A,
+            String::new(),
+        ),
+    )
+    .await;
     assert_eq!(status, 403);
     assert_eq!(
         headers
@@ -341,7 +419,7 @@ async fn a_placeholder_for_another_host_is_refused_and_never_sent() {
     // In the body only (a same-length placeholder streams).
     let tls = tls_through(&rig, "second.test", up.port(), &ca_der(&rig)).await;
     let req = Request::post("/")
-        .header("host", "second.test")
+        .header("host", format!("second.test:{}", up.port()))
         .header("content-length", PH_A.len() + 6)
         .body(Full::new(Bytes::from(format!("k={PH_A}&x=1"))))
         .unwrap();
@@ -379,7 +457,16 @@ async fn an_unbound_host_is_tunnelled_blind() {
     let tls = tls_through(&rig, "blind.test", up.port(), &roots[0]).await;
     let peer = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
     assert_eq!(peer, upstream_cert);
-    let (status, _, body) = request(tls, post("blind.test", "/", PH_A, String::new())).await;
+    let (status, _, body) = request(
+        tls,
+        post(
+            &format!("blind.test:{}", up.port()),
+            "/",
+            PH_A,
+            String::new(),
+        ),
+    )
+    .await;
     // Not inspected: the placeholder goes through untouched (it is worth
     // nothing there).
     assert_eq!((status, body.as_str()), (200, "upstream ok"));
@@ -444,7 +531,12 @@ async fn a_streaming_response_passes_through_unbuffered() {
         .unwrap();
     tokio::spawn(conn);
     let resp = sender
-        .send_request(post("bound.test", "/stream", PH_A, String::new()))
+        .send_request(post(
+            &format!("bound.test:{}", up.port()),
+            "/stream",
+            PH_A,
+            String::new(),
+        ))
         .await
         .unwrap();
     let mut body = resp.into_body();
@@ -514,7 +606,12 @@ async fn a_kept_alive_client_outlives_an_upstream_close() {
     for path in ["/close", "/after"] {
         sender.ready().await.unwrap();
         let resp = sender
-            .send_request(post("bound.test", path, PH_A, String::new()))
+            .send_request(post(
+                &format!("bound.test:{}", up.port()),
+                path,
+                PH_A,
+                String::new(),
+            ))
             .await
             .unwrap();
         assert_eq!(resp.status(), 200, "{path}");

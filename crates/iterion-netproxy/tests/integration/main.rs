@@ -14,3 +14,4 @@ mod forward;
 mod hardening;
 mod inspect;
 mod lifecycle;
+mod reflect;

@@ -31,6 +31,25 @@ impl<'a> RunCx<'a> {
             // Checked by the resume plan against this node's schema.
             return Ok(answers);
         }
+        // `interaction: llm` answers through a model; `llm_or_human` too,
+        // unless the model says a person must (upstream `resume.go`):
+        // then it is asked, or the run pauses, like any human node.
+        if crate::agents::is_llm_human(self.workflow, node) {
+            let ask_human = node
+                .properties
+                .get("interaction")
+                .or_else(|| self.workflow.properties.get("interaction"))
+                .and_then(Value::as_str)
+                == Some("llm_or_human");
+            match self
+                .run_human_llm(frame, node, input, ask_human, cancel)
+                .await
+            {
+                Ok((output, false)) => return Ok(output),
+                Ok((_, true)) => {}
+                Err(e) => return Err(self.node_failed(frame, node, e)),
+            }
+        }
         let schema = answer_schema(self.workflow, node);
         let request = HumanRequest {
             node: node.id.clone(),

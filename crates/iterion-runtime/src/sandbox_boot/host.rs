@@ -147,6 +147,7 @@ pub struct SandboxHost {
     pub(crate) state_dir: PathBuf,
     store_dir: Option<PathBuf>,
     runtime_mounts: Vec<Mount>,
+    runner_missing: Option<String>,
 }
 
 impl SandboxHost {
@@ -167,6 +168,7 @@ impl SandboxHost {
             state_dir,
             store_dir: None,
             runtime_mounts: Vec::new(),
+            runner_missing: None,
         }
     }
 
@@ -183,6 +185,14 @@ impl SandboxHost {
     /// itself (`SandboxRun::import`).
     pub fn with_mounts(mut self, mounts: Vec<Mount>) -> Self {
         self.runtime_mounts = mounts;
+        self
+    }
+
+    /// Why no statically linked `iterion` can serve as the runner inside
+    /// the container, when this host's workflow needs one there (the
+    /// decision then refuses a sandboxed run at admission).
+    pub fn with_runner_missing(mut self, why: Option<String>) -> Self {
+        self.runner_missing = why;
         self
     }
 
@@ -293,6 +303,7 @@ impl SandboxHost {
             fs: &RealHost,
             local_env: &self.local_env,
             runtime_mounts: &self.runtime_mounts,
+            runner_missing: self.runner_missing.as_deref(),
         });
         Decided {
             decision,

@@ -544,6 +544,7 @@ fn network_blocked(events: Emitter) -> impl Fn(BlockedRequest) + Send + Sync {
             rule: req.rule.clone(),
             node_id: node.as_ref().map(|n| n.to_string()),
             secret: req.secret.clone(),
+            authority: req.authority.clone(),
         };
         match node {
             Some(n) => events.emit_node(&n, kind),

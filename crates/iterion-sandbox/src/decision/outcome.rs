@@ -23,6 +23,12 @@ use crate::verdict::EgressVerdict;
 /// error).
 pub const READBACK_UNSERVABLE: &str = "SANDBOX_READBACK_UNSERVABLE";
 
+/// The admission code of a run that would start a sandbox its agents need
+/// the runner in, when no statically linked `iterion` can be found to put
+/// there (issue 32 item 2: refused before any container starts, never a
+/// protocol error from inside one).
+pub const RUNNER_UNAVAILABLE: &str = "SANDBOX_RUNNER_UNAVAILABLE";
+
 /// The selected driver and what it makes of the spec.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SelectedDriver {

@@ -199,6 +199,12 @@ pub struct DecisionRequest<'a> {
     /// Binds iterion itself provides where the driver keeps host binds
     /// (the claw runner binary, read-only).
     pub runtime_mounts: &'a [Mount],
+    /// Why no statically linked `iterion` can run inside the container,
+    /// when the workflow needs one there (claw agent nodes, in-box
+    /// built-ins) and the lookup found none: the files examined and the
+    /// fix. A run that would start a sandbox is then refused at admission
+    /// ([`super::RUNNER_UNAVAILABLE`]) rather than failing inside it.
+    pub runner_missing: Option<&'a str>,
 }
 
 impl std::fmt::Debug for DecisionRequest<'_> {

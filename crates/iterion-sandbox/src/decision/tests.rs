@@ -100,6 +100,7 @@ struct Fixture {
     fs: Table,
     trust: Trust,
     local_env: BTreeMap<String, String>,
+    runner_missing: Option<String>,
 }
 
 impl Fixture {
@@ -143,6 +144,7 @@ impl Fixture {
             fs: Table(vec![WS]),
             trust: Trust::Trusted,
             local_env: BTreeMap::new(),
+            runner_missing: None,
         }
     }
 
@@ -178,6 +180,7 @@ impl Fixture {
             fs: &self.fs,
             local_env: &self.local_env,
             runtime_mounts: &[],
+            runner_missing: self.runner_missing.as_deref(),
         })
     }
 }
@@ -457,6 +460,37 @@ fn the_attachments_dir_is_a_judged_read_only_bind_or_dropped() {
 /// drain is refused at admission with its own code, before anything is
 /// created (ADR-143 R2).
 #[test]
+fn a_sandbox_without_a_static_runner_is_refused_at_admission() {
+    const WHY: &str = "no statically linked iterion to run inside the container: /usr/bin/iterion (installed) is dynamically linked; build it";
+    let mut f = Fixture::new();
+    f.block = Some(Spec {
+        mode: Mode::Inline,
+        image: Some("img:1".into()),
+        ..Spec::default()
+    });
+    f.offers = vec![ready(DriverName::Docker, docker_caps(false))];
+    assert!(matches!(f.decide().verdict, Verdict::Sandbox(_)));
+    f.runner_missing = Some(WHY.to_owned());
+    let d = f.decide();
+    assert_eq!(d.verdict, Verdict::Denied);
+    assert_eq!(d.code(), Some(RUNNER_UNAVAILABLE));
+    assert_eq!(d.refusal_reason(), Some(WHY));
+    assert!(matches!(
+        &d.admission,
+        AdmissionVerdict::Deny {
+            failure: FailureCode::LaunchFailed,
+            ..
+        }
+    ));
+    // A run on the host needs no runner in a box: admitted.
+    f.block = None;
+    f.flags.sandbox = Some(Mode::None);
+    let d = f.decide();
+    assert!(d.admission.admitted(), "{:?}", d.admission);
+    assert_eq!(d.verdict_kind(), "host");
+}
+
+#[test]
 fn an_unservable_read_back_path_is_refused_at_admission() {
     let mut f = Fixture::new();
     f.block = Some(Spec {
@@ -556,6 +590,7 @@ fn request(f: &Fixture) -> DecisionRequest<'_> {
         fs: &f.fs,
         local_env: &f.local_env,
         runtime_mounts: &[],
+        runner_missing: None,
     }
 }
 

@@ -92,6 +92,7 @@ fn decide_in(
         fs: &RealHost,
         local_env: &BTreeMap::new(),
         runtime_mounts: &[],
+        runner_missing: None,
     })
 }
 

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use super::spec::ToolSpec;
 
+mod claw_extra;
 mod context;
 mod git;
 mod process;
@@ -34,6 +35,7 @@ use self::context::{TRUNCATED_MARK, blocking, int_arg, opt_str, resolve, str_arg
 use self::git::{git_diff, git_status, patch};
 use self::process::{bash, run_command};
 
+pub use self::claw_extra::{SLEEP_MAX_MS, TODOS_PATH};
 pub use self::context::{ToolArea, ToolContext};
 pub use self::git::GIT_OUTPUT_CAP;
 pub use self::process::{BASH_OUTPUT_CAP, DEFAULT_BASH_TIMEOUT};
@@ -70,6 +72,19 @@ pub enum Builtin {
     Patch,
     /// Run a shell command; the exit code is data, not an error.
     RunCommand,
+    /// Wait a bounded time (claw's `sleep`).
+    Sleep,
+    /// Echo a structured payload back (claw's `structured_output`).
+    StructuredOutput,
+    /// A message for the operator, carried by the tool events (claw's
+    /// `send_user_message`).
+    SendUserMessage,
+    /// Read a configuration key (claw's `config`; a run exposes none).
+    Config,
+    /// Read or replace the task list in `.claude/todos.json`.
+    TodoWrite,
+    /// Replace, insert or delete a Jupyter notebook cell.
+    NotebookEdit,
 }
 
 /// Largest file `read_file` returns whole (upstream `maxDirectReadBytes`).
@@ -101,6 +116,12 @@ impl Builtin {
         Self::GitStatus,
         Self::Patch,
         Self::RunCommand,
+        Self::Sleep,
+        Self::StructuredOutput,
+        Self::SendUserMessage,
+        Self::Config,
+        Self::TodoWrite,
+        Self::NotebookEdit,
     ];
 
     /// Tool name.
@@ -120,6 +141,12 @@ impl Builtin {
             Self::GitStatus => "git_status",
             Self::Patch => "patch",
             Self::RunCommand => "run_command",
+            Self::Sleep => "sleep",
+            Self::StructuredOutput => "structured_output",
+            Self::SendUserMessage => "send_user_message",
+            Self::Config => "config",
+            Self::TodoWrite => "todo_write",
+            Self::NotebookEdit => "notebook_edit",
         }
     }
 
@@ -232,6 +259,55 @@ impl Builtin {
                     "command": {"type": "string", "description": "The shell command to run"}},
                     "required": ["command"]}),
             ),
+            Self::Sleep => (
+                "Pause execution for a specified duration in milliseconds. Maximum 300000ms (5 minutes).",
+                json!({"type": "object", "properties": {
+                    "duration_ms": {"type": "integer", "description": "Duration to sleep in milliseconds (0 to 300000)."}},
+                    "required": ["duration_ms"]}),
+            ),
+            Self::StructuredOutput => (
+                "Return structured data as the final output. Pass your structured object under the \"payload\" key (e.g. {\"payload\": {\"key\": \"value\"}}); the input is echoed back as-is.",
+                json!({"type": "object", "properties": {
+                    "payload": {"type": "object", "description": "The structured output object to echo back. Any keys you include will be returned to the caller verbatim."}},
+                    "required": ["payload"]}),
+            ),
+            Self::SendUserMessage => (
+                "Send a message to the user with optional attachments.",
+                json!({"type": "object", "properties": {
+                    "message": {"type": "string", "description": "The message text to send."},
+                    "status": {"type": "string", "description": "Message status: normal or proactive."},
+                    "attachments": {"type": "array", "items": {"type": "string"}, "description": "File paths to attach to the message."}},
+                    "required": ["message", "status"]}),
+            ),
+            Self::Config => (
+                "Read configuration values. Returns the value for the specified key.",
+                json!({"type": "object", "properties": {
+                    "key": {"type": "string", "description": "The configuration key to read."}},
+                    "required": ["key"]}),
+            ),
+            Self::TodoWrite => (
+                "Read or write the task list stored in .claude/todos.json. Use action=read to retrieve todos, action=write to replace the list.",
+                json!({"type": "object", "properties": {
+                    "action": {"type": "string", "description": "\"read\" to retrieve the current todo list, \"write\" to replace it"},
+                    "todos": {"type": "array", "description": "Array of todo items (required for action=write).",
+                        "items": {"type": "object", "properties": {
+                            "id": {"type": "string", "description": "Stable identifier for the todo item."},
+                            "content": {"type": "string", "description": "Human-readable task description."},
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "done"], "description": "Current state of the item."},
+                            "priority": {"type": "string", "enum": ["high", "medium", "low"], "description": "Priority tier."}},
+                            "required": ["content", "status"]}}},
+                    "required": ["action"]}),
+            ),
+            Self::NotebookEdit => (
+                "Edit Jupyter notebook cells. Supports replace, insert, and delete operations on .ipynb files.",
+                json!({"type": "object", "properties": {
+                    "notebook_path": {"type": "string", "description": "Path to the .ipynb file."},
+                    "cell_id": {"type": "string", "description": "Target cell ID or index (0-based)."},
+                    "new_source": {"type": "string", "description": "New cell source content."},
+                    "cell_type": {"type": "string", "description": "Cell type: code or markdown."},
+                    "edit_mode": {"type": "string", "description": "Operation: replace, insert, or delete."}},
+                    "required": ["notebook_path"]}),
+            ),
         };
         ToolSpec {
             name: self.name().to_owned(),
@@ -259,6 +335,12 @@ pub async fn execute(builtin: Builtin, input: &Value, ctx: &ToolContext) -> Resu
         Builtin::GitStatus => git_status(ctx).await,
         Builtin::Patch => blocking(ctx, input, patch).await,
         Builtin::RunCommand => run_command(input, ctx).await,
+        Builtin::Sleep => claw_extra::sleep(input, ctx).await,
+        Builtin::StructuredOutput => claw_extra::structured_output(input, ctx),
+        Builtin::SendUserMessage => blocking(ctx, input, claw_extra::send_user_message).await,
+        Builtin::Config => claw_extra::config(input, ctx),
+        Builtin::TodoWrite => blocking(ctx, input, claw_extra::todo_write).await,
+        Builtin::NotebookEdit => blocking(ctx, input, claw_extra::notebook_edit).await,
     }
 }
 
@@ -650,6 +732,148 @@ mod tests {
         let d = tempfile::tempdir().expect("tmp");
         let root = d.path().canonicalize().expect("canon");
         (d, root)
+    }
+
+    /// claw's simple tools (upstream vendored claw-code-go
+    /// `internal/tools/{sleep,structured_output,send_message,config_tool,
+    /// todo_write,notebook_edit}.go`), run for real on a workspace.
+    #[tokio::test]
+    async fn claw_simple_tools_do_what_they_say() {
+        let (_d, root) = tmp();
+        let c = ctx(&root, ToolArea::Confined(root.clone()));
+        let run = |b: Builtin, input: Value| {
+            let c = c.clone();
+            async move { execute(b, &input, &c).await }
+        };
+        // sleep: waits, bounded, cancellable.
+        let t = std::time::Instant::now();
+        let out = run(Builtin::Sleep, json!({"duration_ms": 50}))
+            .await
+            .expect("sleep");
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        assert!(out.contains("Slept for 50 ms"), "{out}");
+        assert!(
+            run(Builtin::Sleep, json!({"duration_ms": 300_001}))
+                .await
+                .is_err()
+        );
+        assert!(run(Builtin::Sleep, json!({})).await.is_err());
+        let cancelled = ctx(&root, ToolArea::Confined(root.clone()));
+        cancelled.cancel.cancel();
+        let t = std::time::Instant::now();
+        assert!(
+            execute(Builtin::Sleep, &json!({"duration_ms": 10_000}), &cancelled)
+                .await
+                .is_err()
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // structured_output: echoes its payload.
+        let out = run(Builtin::StructuredOutput, json!({"payload": {"k": 1}}))
+            .await
+            .expect("so");
+        let v: Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["structured_output"]["payload"]["k"], 1);
+        assert!(run(Builtin::StructuredOutput, json!({})).await.is_err());
+        // send_user_message: the message and its attachments, confined.
+        std::fs::write(root.join("shot.png"), b"png").expect("write");
+        let out = run(
+            Builtin::SendUserMessage,
+            json!({"message": "hi", "status": "normal", "attachments": ["shot.png"]}),
+        )
+        .await
+        .expect("msg");
+        let v: Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["message"], "hi");
+        assert_eq!(v["attachments"][0]["size"], 3);
+        assert_eq!(v["attachments"][0]["isImage"], true);
+        assert!(
+            run(
+                Builtin::SendUserMessage,
+                json!({"message": "x", "attachments": ["../../etc/passwd"]})
+            )
+            .await
+            .is_err()
+        );
+        assert!(
+            run(Builtin::SendUserMessage, json!({"message": " "}))
+                .await
+                .is_err()
+        );
+        // config: a run exposes no configuration.
+        let out = run(Builtin::Config, json!({"key": "model"}))
+            .await
+            .expect("config");
+        assert_eq!(
+            serde_json::from_str::<Value>(&out).expect("json")["found"],
+            false
+        );
+        // todo_write: round trip through .claude/todos.json.
+        assert_eq!(
+            run(Builtin::TodoWrite, json!({"action": "read"}))
+                .await
+                .expect("empty"),
+            "[]"
+        );
+        let todos = json!([{"id": "1", "content": "c", "status": "pending", "priority": "high"}]);
+        run(
+            Builtin::TodoWrite,
+            json!({"action": "write", "todos": todos}),
+        )
+        .await
+        .expect("write");
+        let back: Value = serde_json::from_str(
+            &run(Builtin::TodoWrite, json!({"action": "read"}))
+                .await
+                .expect("read"),
+        )
+        .expect("json");
+        assert_eq!(back, todos);
+        assert!(root.join(TODOS_PATH).is_file());
+        let bad = json!({"action": "write", "todos": [{"id": "1", "content": "c", "status": "later", "priority": "high"}]});
+        assert!(
+            run(Builtin::TodoWrite, bad)
+                .await
+                .expect_err("status")
+                .contains("invalid status")
+        );
+        // notebook_edit: replace, insert, delete on a real .ipynb.
+        let nb = json!({"cells": [{"cell_type": "code", "id": "a", "source": ["x = 1"], "metadata": {}, "outputs": [], "execution_count": null}], "metadata": {"kernelspec": {"language": "python"}}, "nbformat": 4});
+        std::fs::write(root.join("n.ipynb"), nb.to_string()).expect("nb");
+        run(
+            Builtin::NotebookEdit,
+            json!({"notebook_path": "n.ipynb", "cell_id": "a", "new_source": "x = 2\ny = 3"}),
+        )
+        .await
+        .expect("replace");
+        run(Builtin::NotebookEdit, json!({"notebook_path": "n.ipynb", "cell_id": "0", "edit_mode": "insert", "cell_type": "markdown", "new_source": "# t"})).await.expect("insert");
+        let v: Value = serde_json::from_slice(&std::fs::read(root.join("n.ipynb")).expect("read"))
+            .expect("json");
+        assert_eq!(v["cells"][0]["source"], json!(["x = 2\n", "y = 3"]));
+        assert_eq!(v["cells"][1]["cell_type"], "markdown");
+        assert_eq!(v["nbformat"], 4);
+        run(
+            Builtin::NotebookEdit,
+            json!({"notebook_path": "n.ipynb", "cell_id": "a", "edit_mode": "delete"}),
+        )
+        .await
+        .expect("delete");
+        let v: Value = serde_json::from_slice(&std::fs::read(root.join("n.ipynb")).expect("read"))
+            .expect("json");
+        assert_eq!(v["cells"].as_array().map(Vec::len), Some(1));
+        assert!(
+            run(
+                Builtin::NotebookEdit,
+                json!({"notebook_path": "n.ipynb", "cell_id": "zz", "new_source": "q"})
+            )
+            .await
+            .is_err()
+        );
+        let out = run(
+            Builtin::NotebookEdit,
+            json!({"notebook_path": "../../n.ipynb", "edit_mode": "insert", "new_source": "q"}),
+        )
+        .await;
+        assert!(out.expect_err("confined").contains("outside the workspace"));
     }
 
     #[tokio::test]

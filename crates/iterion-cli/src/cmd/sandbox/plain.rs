@@ -34,6 +34,42 @@ struct PlainReport {
     containment: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     host_identity: Option<IdentityPosture>,
+    runner: RunnerReport,
+}
+
+/// The `iterion` a sandboxed agent would run inside the container (issue
+/// 32 item 2): the lookup's answer, or every file it examined and the fix.
+#[derive(Debug, Serialize)]
+struct RunnerReport {
+    /// The static binary found.
+    binary: Option<String>,
+    /// Where it came from (`ITERION_BIN`, the running iterion, installed).
+    source: Option<&'static str>,
+    /// Why none serves: a sandboxed run with agents is refused at
+    /// admission with `SANDBOX_RUNNER_UNAVAILABLE`.
+    problem: Option<String>,
+}
+
+impl RunnerReport {
+    fn here() -> Self {
+        use iterion_agent::runner::{RunnerLookup, find_runner};
+        let lookup = find_runner(
+            &iterion_agent::EnvSnapshot::from_process(),
+            std::env::current_exe().ok().as_deref(),
+        );
+        match &lookup {
+            RunnerLookup::Found { path, source } => Self {
+                binary: Some(path.display().to_string()),
+                source: Some(source.as_str()),
+                problem: None,
+            },
+            _ => Self {
+                binary: None,
+                source: None,
+                problem: lookup.problem(),
+            },
+        }
+    }
 }
 
 /// Who a sandbox would run as here and why, and what protects the host's
@@ -182,6 +218,7 @@ pub(super) async fn doctor(
             c
         },
         host_identity,
+        runner: RunnerReport::here(),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -247,6 +284,17 @@ fn print_human(report: &PlainReport) -> anyhow::Result<()> {
                 "read-only to the sandbox"
             }
         );
+    }
+    match (&report.runner.binary, &report.runner.problem) {
+        (Some(bin), _) => println!(
+            "runner:            {bin} (statically linked; {})",
+            report.runner.source.unwrap_or_default()
+        ),
+        (None, Some(problem)) => println!(
+            "runner:            NONE: sandboxed agent runs are refused (SANDBOX_RUNNER_UNAVAILABLE): {}",
+            iterion_core::display::printable(problem)
+        ),
+        (None, None) => {}
     }
     if let Some(e) = &report.driver_error {
         println!("driver_error:      {e}");

@@ -217,6 +217,7 @@ pub async fn strict_report(
         .as_ref()
         .is_some_and(|w| w.nodes.values().any(iterion_runtime::agents::is_agent_node));
     checks.push(secret_egress(d, agents));
+    checks.push(runner_binary(d, workflow.as_ref()));
     checks.push(verdict_row(d));
 
     Ok(StrictReport {
@@ -654,6 +655,31 @@ fn secret_egress(d: &SandboxDecision, agents: bool) -> Check {
             CheckStatus::Warn,
             format!("{secrets}; agents' provider keys go in plain: {reason}"),
         ),
+    }
+}
+
+/// The static `iterion` the run's sandboxed agents would run inside the
+/// container: the decision's refusal when none serves (issue 32 item 2).
+fn runner_binary(d: &SandboxDecision, workflow: Option<&iterion_dsl::ir::Workflow>) -> Check {
+    const NAME: &str = "runner binary";
+    if d.code() == Some(iterion_sandbox::decision::RUNNER_UNAVAILABLE) {
+        return check(
+            NAME,
+            CheckStatus::Fail,
+            d.refusal_reason().unwrap_or_default().to_owned(),
+        );
+    }
+    let runner = workflow.map(super::super::launch::RunnerWiring::of);
+    match (runner, &d.verdict) {
+        (Some(r), Verdict::Sandbox(_)) if r.needed => match r.binary {
+            Some(bin) => check(
+                NAME,
+                CheckStatus::Pass,
+                format!("{} (statically linked)", bin.display()),
+            ),
+            None => check(NAME, CheckStatus::Fail, r.missing.unwrap_or_default()),
+        },
+        _ => check(NAME, CheckStatus::Skip, "no agent runs in a sandbox"),
     }
 }
 
