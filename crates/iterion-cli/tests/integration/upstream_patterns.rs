@@ -59,6 +59,8 @@ macro_rules! on_every_place {
         }
     };
 }
+// Used by `upstream_patterns_pending.rs` once it is compiled.
+#[allow(unused_imports)]
 pub(crate) use on_every_place;
 
 /// The anthropic key the runs hold (and nothing else may see).
