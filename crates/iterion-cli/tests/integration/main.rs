@@ -45,6 +45,7 @@ mod tools_e2e;
 mod upstream_agents_e2e;
 mod upstream_corpus;
 mod upstream_patterns;
+mod upstream_patterns_landed;
 mod users_e2e;
 mod validate_bounds;
 mod workspace_copy_e2e;

@@ -7,9 +7,9 @@
 //! asserting the outcome upstream's code gives (read at 2322ab49, written up
 //! in `shared/reference/upstream-runtime-semantics.md`).
 //!
-//! A pattern whose engine change is not on main yet lives in
-//! `upstream_patterns_pending.rs`, which is not compiled into this target;
-//! it moves here once the change is merged and the test passes.
+//! The patterns whose engine change landed later are in
+//! `upstream_patterns_landed.rs`; one that does not pass yet waits in
+//! `upstream_patterns_pending.rs`, which is not compiled into this target.
 
 // Helpers used by the landed patterns and, once they land, the pending ones.
 #![allow(dead_code)]
@@ -59,8 +59,6 @@ macro_rules! on_every_place {
         }
     };
 }
-// Used by `upstream_patterns_pending.rs` once it is compiled.
-#[allow(unused_imports)]
 pub(crate) use on_every_place;
 
 /// The anthropic key the runs hold (and nothing else may see).
@@ -257,8 +255,8 @@ pub(crate) fn assert_finished(p: &Pattern, res: &RunResult) -> Vec<Value> {
 // (`fan_out.go:737-858`): at most one branch may write the workspace; tool
 // nodes always count as writers, an agent only with a tool outside the
 // read-only set (`read_file`, `list_files`, `git_diff`, …) and without
-// `readonly: true`. One writer beside a reader runs; two writers are in
-// `upstream_patterns_pending.rs` until WORKSPACE_SAFETY is upstream's code.
+// `readonly: true`. One writer beside a reader runs; two writers fail
+// with WORKSPACE_SAFETY (`upstream_patterns_landed.rs`).
 // ---------------------------------------------------------------------------
 
 /// The fan-out: two tool branches writing a file each, joined.
