@@ -72,7 +72,7 @@ fn shown(e: &(dyn std::error::Error + 'static)) -> String {
     {
         return u.message.trim_end().to_owned();
     }
-    if let Some(s) = e.downcast_ref::<crate::stores::StoreCliError>() {
+    if let Some(s) = e.downcast_ref::<StoreCliError>() {
         return format!(
             "{} [{}]\n  hint: {}",
             printable(&s.error.to_string()),
@@ -105,5 +105,30 @@ pub fn report(outcome: anyhow::Result<Exit>) -> Exit {
                 Exit::Failure
             }
         }
+    }
+}
+
+/// A store error for the user: message, stable code, what to do. Its
+/// `source` is the store error's cause (the store error itself is already
+/// the message), so `caused by:` lines say e.g. "connection refused".
+#[derive(Debug)]
+pub struct StoreCliError {
+    /// The store's error (already in the message, so not a `source`).
+    pub error: iterion_core::StoreError,
+    /// Its stable code.
+    pub code: &'static str,
+    /// What to do.
+    pub hint: &'static str,
+}
+
+impl std::fmt::Display for StoreCliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} [{}]\n  hint: {}", self.error, self.code, self.hint)
+    }
+}
+
+impl std::error::Error for StoreCliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
     }
 }

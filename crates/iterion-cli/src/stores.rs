@@ -196,30 +196,7 @@ pub fn hint(e: &StoreError) -> &'static str {
     }
 }
 
-/// A store error for the user: message, stable code, what to do. Its
-/// `source` is the store error's cause (the store error itself is already
-/// the message), so `caused by:` lines say e.g. "connection refused".
-#[derive(Debug)]
-pub struct StoreCliError {
-    /// The store's error (already in the message, so not a `source`).
-    pub error: StoreError,
-    /// Its stable code.
-    pub code: &'static str,
-    /// What to do.
-    pub hint: &'static str,
-}
-
-impl std::fmt::Display for StoreCliError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} [{}]\n  hint: {}", self.error, self.code, self.hint)
-    }
-}
-
-impl std::error::Error for StoreCliError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.error)
-    }
-}
+pub use crate::exit::StoreCliError;
 
 /// A refused `ITERION_STORE` URL: bad input (exit 2), with its code and
 /// what to do. The message never holds the URL (it may carry a password).

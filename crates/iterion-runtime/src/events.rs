@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use iterion_core::driver::{DriverObserver, Progress};
 use iterion_core::store::NewLogLine;
 
-use crate::redact::{LineRedactor, Redactor};
+use iterion_core::redact::{LineRedactor, Redactor};
 use iterion_core::{
     EventDraft, EventKind, EventRecord, NodeId, OutputChunk, OutputStream, RunId, RunStore,
 };

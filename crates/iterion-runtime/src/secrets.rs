@@ -5,7 +5,7 @@
 //! values to 0600 files in a private 0700 per-run directory on a memory
 //! filesystem (never a disk), bound read-only into the sandbox and taken
 //! off the host as soon as the container has mounted them, and hand the
-//! values to the redactor (`crate::redact`).
+//! values to the redactor (`iterion_core::redact`).
 //!
 //! It does not decide whether the run is sandboxed (the booter does) nor
 //! refresh rotated secrets mid-run (no refresher interface yet). A value is
@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use iterion_core::plan::SECRETS_CONTAINER_DIR;
 use iterion_core::{Mount, MountKind, MountOrigin, RunId};
 
-pub use crate::redact::{REDACTED, Redactor};
+pub use iterion_core::redact::{REDACTED, Redactor};
 use iterion_dsl::ir::{SecretDecl, SecretDelivery};
 
 /// Why the run's secrets could not be made ready. Messages name the

@@ -19,9 +19,9 @@ use crate::bounds;
 use crate::events::{NodeLog, NodeLogBounds};
 use crate::exec::{NodeError, RunCx};
 use crate::progress::FrameId;
-use crate::redact::TailRedactor;
 use crate::routing;
 use crate::template::{self, Scope};
+use iterion_core::redact::TailRedactor;
 
 /// Output limits of the engine's own probes (`command -v bash`, `mkdir`).
 const PROBE_LIMITS: OutputLimits = OutputLimits {
