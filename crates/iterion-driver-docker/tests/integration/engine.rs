@@ -375,7 +375,7 @@ async fn egress_is_confined(engine: Engine) {
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("HTTPS_PROXY=http://t:***@")),
+            .any(|l| l.contains("HTTPS_PROXY=http://t:[REDACTED]@")),
         "post_create output not streamed: {lines:?}"
     );
     assert!(

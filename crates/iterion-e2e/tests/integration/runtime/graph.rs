@@ -667,9 +667,13 @@ workflow w:
     let out = h.run(compile(source)).await;
     assert_eq!(out.status, RunStatus::Finished, "{:?}", out.failure);
     let trace = std::fs::read_to_string(h.workspace.path().join("trace.txt")).unwrap();
-    // previous_output is one traversal behind (null until the second
-    // crossing of the back-edge), as upstream.
-    assert_eq!(trace, "0 5 null 1\n1 5 null 2\n2 5 {\"pass\":false} 3\n");
+    // previous_output is one traversal behind (none until the second
+    // crossing of the back-edge); a command keeps a reference that has no
+    // value as written, as upstream (`executor_tool.go`).
+    assert_eq!(
+        trace,
+        "0 5 {{loop.again.previous_output}} 1\n1 5 {{loop.again.previous_output}} 2\n2 5 {\"pass\":false} 3\n"
+    );
     let progress = RunProgress::replay(&h.checkpoints(&out.run_id).await).unwrap();
     let main = progress.frame(&FrameId::main()).unwrap();
     assert_eq!(main.artifacts["doc_draft"], json!({"n": 3}));
